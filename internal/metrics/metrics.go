@@ -1,0 +1,140 @@
+// Package metrics emits Ferry's counters as CloudWatch embedded metric format (EMF) log lines:
+// Lambda ships stdout to CloudWatch Logs, which turns each line into metrics without an API call
+// on the hot path. The names here are the ones the CDK app's alarms watch.
+package metrics
+
+import (
+	"encoding/json"
+	"io"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Namespace is the CloudWatch namespace of every Ferry metric.
+const Namespace = "Ferry"
+
+// Metric names.
+const (
+	EventsQueued       = "EventsQueued"       // ingest: events durably queued
+	EventsRefused      = "EventsRefused"      // ingest: 402 from the advisory gate
+	GateFailedOpen     = "GateFailedOpen"     // ingest: the advisory gate could not read and let the event through
+	EventsBilled       = "EventsBilled"       // worker: checkpoint stamped
+	EventsInserted     = "EventsInserted"     // worker: ledger marked INSERTED
+	EventsDuplicate    = "EventsDuplicate"    // worker: redelivery of a finished event, acked with no write
+	EventsRejected     = "EventsRejected"     // worker: REJECTED terminally (limit reached, plan inactive)
+	EventsQuarantined  = "EventsQuarantined"  // worker: analytics row refused, will retry
+	EventsUninsertable = "EventsUninsertable" // worker: UNINSERTABLE terminally
+	WorkerFailures     = "WorkerFailures"     // worker: a message failed and will be redelivered
+)
+
+// Alarm describes an alarm on a metric: it fires when the metric's sum over one period reaches
+// Threshold. Every terminal failure state has one.
+type Alarm struct {
+	Metric      string
+	Threshold   float64
+	Description string
+}
+
+// Alarms are the alarms the CDK app creates on Ferry's own metrics. Capabilities add theirs.
+var Alarms = []Alarm{
+	{EventsUninsertable, 1, "An event's analytics row was refused too many times; it is UNINSERTABLE. Fix the drift, then re-drive it from the archive (ferry redrive)."},
+}
+
+// Dimension is one metric dimension.
+type Dimension struct{ Name, Value string }
+
+// Recorder counts things. Implementations must be safe for concurrent use.
+type Recorder interface {
+	Count(name string, n int, dims ...Dimension)
+}
+
+// EMF writes one embedded-metric-format JSON line per Count.
+type EMF struct {
+	mu  sync.Mutex
+	out io.Writer
+	now func() time.Time
+}
+
+// NewEMF writes EMF lines to out (stdout in Lambda).
+func NewEMF(out io.Writer, now func() time.Time) *EMF { return &EMF{out: out, now: now} }
+
+// Count implements Recorder.
+func (e *EMF) Count(name string, n int, dims ...Dimension) {
+	dimNames := make([]string, 0, len(dims))
+	line := map[string]any{name: n}
+	for _, d := range dims {
+		dimNames = append(dimNames, d.Name)
+		line[d.Name] = d.Value
+	}
+	line["_aws"] = map[string]any{
+		"Timestamp": e.now().UnixMilli(),
+		"CloudWatchMetrics": []any{map[string]any{
+			"Namespace":  Namespace,
+			"Dimensions": [][]string{dimNames},
+			"Metrics":    []any{map[string]string{"Name": name, "Unit": "Count"}},
+		}},
+	}
+	data, err := json.Marshal(line)
+	if err != nil {
+		return // every value above marshals; nothing to report to
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _ = e.out.Write(append(data, '\n'))
+}
+
+// Counter keeps counts in memory: for tests, ferry dev and benchmarks.
+type Counter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// NewCounter returns an empty Counter.
+func NewCounter() *Counter { return &Counter{counts: map[string]int{}} }
+
+// Count implements Recorder; dimensions are ignored.
+func (c *Counter) Count(name string, n int, _ ...Dimension) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[name] += n
+}
+
+// Get returns the count for name.
+func (c *Counter) Get(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[name]
+}
+
+// Snapshot returns a copy of every count, for printing.
+func (c *Counter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Names returns the counted names, sorted.
+func (c *Counter) Names() []string {
+	snap := c.Snapshot()
+	names := make([]string, 0, len(snap))
+	for k := range snap {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Multi sends every count to each recorder.
+type Multi []Recorder
+
+// Count implements Recorder.
+func (m Multi) Count(name string, n int, dims ...Dimension) {
+	for _, r := range m {
+		r.Count(name, n, dims...)
+	}
+}

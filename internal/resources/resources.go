@@ -1,0 +1,356 @@
+// Package resources is the one definition of every table, queue and bucket Ferry uses: their
+// logical names, keys, indexes, TTL attributes and queue settings. The CDK app (infra/) and the
+// local stack bootstrap (internal/devstack) both read it, so tests run against the same keys,
+// indexes and TTL attributes that production gets.
+package resources
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// AttributeType is a DynamoDB key attribute type.
+type AttributeType string
+
+// Key attribute types Ferry uses.
+const (
+	String AttributeType = "S"
+	Number AttributeType = "N"
+)
+
+// Attribute names one key attribute.
+type Attribute struct {
+	Name string
+	Type AttributeType
+}
+
+// Index is a global secondary index. Ferry's indexes are sparse: only items that carry the
+// index's partition key attribute appear in them.
+type Index struct {
+	Name         string
+	PartitionKey Attribute
+	SortKey      *Attribute
+	// ProjectAll projects every attribute; otherwise only keys are projected.
+	ProjectAll bool
+}
+
+// Table describes one DynamoDB table.
+type Table struct {
+	// Logical is the table's logical name ("ledger"); the physical name is derived per stage.
+	Logical      string
+	Purpose      string
+	PartitionKey Attribute
+	SortKey      *Attribute
+	// TTLAttribute names the epoch-seconds attribute DynamoDB expires items by, if any.
+	TTLAttribute string
+	Indexes      []Index
+}
+
+// Queue describes one SQS queue and its dead-letter queue.
+type Queue struct {
+	Logical string
+	Purpose string
+	// VisibilityTimeout is how long a received message stays invisible before redelivery. AWS
+	// recommends at least six times the consuming function's timeout.
+	VisibilityTimeout time.Duration
+	Retention         time.Duration
+	// MaxReceiveCount is how many receives a message gets before SQS moves it to the DLQ.
+	MaxReceiveCount int
+	DLQRetention    time.Duration
+}
+
+// DLQLogical is the logical name of the queue's dead-letter queue.
+func (q Queue) DLQLogical() string { return q.Logical + "-dlq" }
+
+// Bucket describes one S3 bucket.
+type Bucket struct {
+	Logical string
+	Purpose string
+}
+
+// Logical names. Code refers to resources by these; Names maps them to physical names.
+const (
+	TableAccounts  = "accounts"
+	TableAPIKeys   = "apikeys"
+	TableLedger    = "ledger"
+	TableUsage     = "usage"
+	TableAnalytics = "analytics"
+	QueueEvents    = "events"
+	BucketArchive  = "archive"
+)
+
+// WorkerTimeout is the event worker's function timeout; the events queue's visibility timeout is
+// six times it, as AWS recommends for SQS event sources.
+const WorkerTimeout = 30 * time.Second
+
+// Tables lists every table Ferry uses. Capabilities add theirs here.
+var Tables = []Table{
+	{
+		Logical:      TableAccounts,
+		Purpose:      "accounts: plan, status, limit overrides, agreement start",
+		PartitionKey: Attribute{"id", String},
+	},
+	{
+		Logical:      TableAPIKeys,
+		Purpose:      "account API keys, stored as SHA-256 hashes only",
+		PartitionKey: Attribute{"keyHash", String},
+	},
+	{
+		Logical:      TableLedger,
+		Purpose:      "the event ledger: one item per (account, event id); the claim and the billing checkpoint",
+		PartitionKey: Attribute{"pk", String},
+	},
+	{
+		Logical:      TableUsage,
+		Purpose:      "usage per (account, feature, cycle): the budget row and the counter shards",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+	},
+	{
+		Logical:      TableAnalytics,
+		Purpose:      "analytics rows, keyed for per-account, per-time-range queries",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+	},
+}
+
+// Queues lists every queue Ferry uses.
+var Queues = []Queue{
+	{
+		Logical:           QueueEvents,
+		Purpose:           "accepted usage events on their way to the worker",
+		VisibilityTimeout: 6 * WorkerTimeout,
+		Retention:         4 * 24 * time.Hour,
+		MaxReceiveCount:   5,
+		DLQRetention:      14 * 24 * time.Hour,
+	},
+}
+
+// Buckets lists every bucket Ferry uses.
+var Buckets = []Bucket{
+	{Logical: BucketArchive, Purpose: "the event archive: every accepted payload, partitioned by date"},
+}
+
+// TableByLogical returns the definition of a table.
+func TableByLogical(logical string) (Table, bool) {
+	for _, t := range Tables {
+		if t.Logical == logical {
+			return t, true
+		}
+	}
+	return Table{}, false
+}
+
+// QueueByLogical returns the definition of a queue.
+func QueueByLogical(logical string) (Queue, bool) {
+	for _, q := range Queues {
+		if q.Logical == logical {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// Names maps logical resource names to physical ones (table names, queue URLs, bucket names).
+type Names struct {
+	Tables  map[string]string
+	Queues  map[string]string // logical → queue URL, including DLQs
+	Buckets map[string]string
+}
+
+// Table returns the physical name of a table; an unknown logical name is a programmer error.
+func (n Names) Table(logical string) string {
+	name, ok := n.Tables[logical]
+	if !ok {
+		panic(fmt.Sprintf("resources: no physical name for table %q", logical))
+	}
+	return name
+}
+
+// QueueURL returns the URL of a queue.
+func (n Names) QueueURL(logical string) string {
+	url, ok := n.Queues[logical]
+	if !ok {
+		panic(fmt.Sprintf("resources: no URL for queue %q", logical))
+	}
+	return url
+}
+
+// Bucket returns the physical name of a bucket.
+func (n Names) Bucket(logical string) string {
+	name, ok := n.Buckets[logical]
+	if !ok {
+		panic(fmt.Sprintf("resources: no physical name for bucket %q", logical))
+	}
+	return name
+}
+
+// PhysicalName is the physical name of a resource under a prefix ("ferry-dev" + "ledger").
+func PhysicalName(prefix, logical string) string {
+	if prefix == "" {
+		return logical
+	}
+	return prefix + "-" + logical
+}
+
+var envUnsafe = regexp.MustCompile(`[^A-Z0-9]`)
+
+// EnvVar is the environment variable that carries a resource's physical name (or queue URL) to a
+// function: FERRY_TABLE_LEDGER, FERRY_QUEUE_EVENTS_DLQ, FERRY_BUCKET_ARCHIVE.
+func EnvVar(kind, logical string) string {
+	return "FERRY_" + kind + "_" + envUnsafe.ReplaceAllString(strings.ToUpper(logical), "_")
+}
+
+// Environment kinds for EnvVar.
+const (
+	KindTable  = "TABLE"
+	KindQueue  = "QUEUE"
+	KindBucket = "BUCKET"
+)
+
+// Env returns the environment variables that carry these names to a function.
+func (n Names) Env() map[string]string {
+	env := map[string]string{}
+	for l, v := range n.Tables {
+		env[EnvVar(KindTable, l)] = v
+	}
+	for l, v := range n.Queues {
+		env[EnvVar(KindQueue, l)] = v
+	}
+	for l, v := range n.Buckets {
+		env[EnvVar(KindBucket, l)] = v
+	}
+	return env
+}
+
+// NamesFromEnv reads every resource's physical name from the environment. A missing variable is
+// an error naming it, so a misconfigured function fails at start, not on its first request.
+func NamesFromEnv(lookup func(string) (string, bool)) (Names, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	n := Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
+	var missing []string
+	get := func(kind, logical string, into map[string]string) {
+		v, ok := lookup(EnvVar(kind, logical))
+		if !ok || v == "" {
+			missing = append(missing, EnvVar(kind, logical))
+			return
+		}
+		into[logical] = v
+	}
+	for _, t := range Tables {
+		get(KindTable, t.Logical, n.Tables)
+	}
+	for _, q := range Queues {
+		get(KindQueue, q.Logical, n.Queues)
+		get(KindQueue, q.DLQLogical(), n.Queues)
+	}
+	for _, b := range Buckets {
+		get(KindBucket, b.Logical, n.Buckets)
+	}
+	if len(missing) > 0 {
+		return Names{}, fmt.Errorf("missing environment: %s", strings.Join(missing, ", "))
+	}
+	return n, nil
+}
+
+// Access is what a function may do to one resource.
+type Access string
+
+// Access levels. Each function is granted exactly the access its entry lists, no more.
+const (
+	Read      Access = "read"       // GetItem, Query, BatchGetItem, ConditionCheck / GetObject
+	ReadWrite Access = "read-write" // Read plus PutItem, UpdateItem, DeleteItem, BatchWriteItem / PutObject
+	Send      Access = "send"       // SendMessage
+	Consume   Access = "consume"    // ReceiveMessage, DeleteMessage, ChangeMessageVisibility
+)
+
+// Function describes one Lambda function: its code lives in functions/<Name>.
+type Function struct {
+	Name     string
+	Purpose  string
+	Timeout  time.Duration
+	MemoryMB int
+	// ReservedConcurrency caps concurrent executions where that protects a hot row; 0 = none.
+	ReservedConcurrency int
+	// Tables, Queues and Buckets map logical names to the access the function needs.
+	Tables  map[string]Access
+	Queues  map[string]Access
+	Buckets map[string]Access
+	// Every runs the function on a schedule (EventBridge Scheduler; a ticker in ferry dev).
+	Every time.Duration
+}
+
+// Function names.
+const (
+	FunctionIngest = "ingest"
+	FunctionAPI    = "api"
+	FunctionWorker = "worker"
+)
+
+// Functions lists every function. Capabilities add theirs here.
+var Functions = []Function{
+	{
+		Name:     FunctionIngest,
+		Purpose:  "POST /v1/events: authenticate, advisory gate, enqueue",
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
+		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read},
+		Queues:   map[string]Access{QueueEvents: Send},
+	},
+	{
+		Name:     FunctionAPI,
+		Purpose:  "accounts, event status and usage routes",
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
+		Tables: map[string]Access{
+			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
+		},
+	},
+	{
+		Name:     FunctionWorker,
+		Purpose:  "the SQS worker: claim, bill, archive, insert, mark",
+		Timeout:  WorkerTimeout,
+		MemoryMB: 512,
+		Tables: map[string]Access{
+			TableAccounts: ReadWrite, TableLedger: ReadWrite, TableUsage: ReadWrite, TableAnalytics: ReadWrite,
+		},
+		Queues:  map[string]Access{QueueEvents: Consume},
+		Buckets: map[string]Access{BucketArchive: ReadWrite},
+	},
+}
+
+// Route is one HTTP API route and the function that serves it. Path parameters use the {name}
+// syntax that both API Gateway and net/http understand.
+type Route struct {
+	Method   string
+	Path     string
+	Function string
+	// Mutating routes go through the idempotency middleware.
+	Mutating bool
+}
+
+// Routes lists every HTTP route. Capabilities add theirs here and register a handler for each.
+var Routes = []Route{
+	{"POST", "/v1/accounts", FunctionAPI, true},
+	{"PATCH", "/v1/accounts/{id}", FunctionAPI, true},
+	{"GET", "/v1/accounts/{id}", FunctionAPI, false},
+	{"POST", "/v1/events", FunctionIngest, true},
+	{"POST", "/v1/events/batch", FunctionIngest, true},
+	{"GET", "/v1/events/{id}", FunctionAPI, false},
+	{"GET", "/v1/usage", FunctionAPI, false},
+}
+
+// FunctionByName returns a function's definition.
+func FunctionByName(name string) (Function, bool) {
+	for _, f := range Functions {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Function{}, false
+}

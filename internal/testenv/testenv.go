@@ -1,0 +1,122 @@
+// Package testenv gives every test fresh, uniquely named tables, a bucket and queues on the local
+// emulators, or on the endpoints named in FERRY_DYNAMODB_ENDPOINT, FERRY_S3_ENDPOINT and
+// FERRY_SQS_ENDPOINT. The emulators start once per test binary and stop when it exits.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// provisionTimeout bounds resource creation for one test.
+const provisionTimeout = 3 * time.Minute
+
+var (
+	shared     *devstack.Emulators
+	sharedErr  error
+	sharedOnce sync.Once
+)
+
+// Main runs a package's tests and stops the shared emulators afterwards. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Stop()
+	}
+	os.Exit(code)
+}
+
+// Endpoints starts the shared emulators (once) and returns the endpoints tests talk to.
+func Endpoints(t testing.TB) cloud.Endpoints {
+	t.Helper()
+	sharedOnce.Do(func() {
+		shared, sharedErr = devstack.StartEmulators(devstack.EmulatorOptions{External: cloud.EndpointsFromEnv()})
+	})
+	if sharedErr != nil {
+		t.Fatalf("start the local stack: %v", sharedErr)
+	}
+	return shared.Endpoints
+}
+
+// External reports whether the tests run against endpoints from the environment rather than the
+// emulators this binary started; tests that rely on an emulator's fault injection check it.
+func External() bool { return cloud.EndpointsFromEnv().Local() }
+
+// Env is one test's private slice of the stack.
+type Env struct {
+	Endpoints cloud.Endpoints
+	Clients   cloud.Clients
+	Names     resources.Names
+	Prefix    string
+}
+
+// Options adjust a test's environment.
+type Options struct {
+	// DynamoDB options applied to the test's DynamoDB client (fault injection, counting).
+	DynamoDB []func(*dynamodb.Options)
+	// VisibilityTimeout for the test's queues; default 2 s so redelivery tests stay quick.
+	VisibilityTimeout time.Duration
+}
+
+// New provisions fresh resources for t and deletes them when t ends.
+func New(t testing.TB, opts ...Options) *Env {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.VisibilityTimeout == 0 {
+		o.VisibilityTimeout = 2 * time.Second
+	}
+	endpoints := Endpoints(t)
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	clients, err := cloud.New(ctx, endpoints, cloud.Options{DynamoDB: o.DynamoDB})
+	if err != nil {
+		t.Fatalf("clients: %v", err)
+	}
+	prefix := UniquePrefix()
+	names, err := devstack.Provision(ctx, clients, prefix, devstack.ProvisionOptions{VisibilityTimeout: o.VisibilityTimeout})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+		defer cancel()
+		if err := devstack.Teardown(ctx, clients, names); err != nil {
+			t.Logf("teardown %s: %v", prefix, err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("provision %s: %v", prefix, err)
+	}
+	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix}
+}
+
+// Clients builds another set of clients on the same endpoints, e.g. with fault injection.
+func (e *Env) ClientsWith(t testing.TB, ddb ...func(*dynamodb.Options)) cloud.Clients {
+	t.Helper()
+	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: ddb})
+	if err != nil {
+		t.Fatalf("clients: %v", err)
+	}
+	return c
+}
+
+// UniquePrefix is a resource prefix no other test (or run) shares; lower-case, as S3 requires.
+func UniquePrefix() string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("testenv: random prefix: %v", err)) // crypto/rand never fails on Linux
+	}
+	return "t" + hex.EncodeToString(b[:])
+}
