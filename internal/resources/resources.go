@@ -299,7 +299,7 @@ var Functions = []Function{
 		Purpose:  "POST /v1/events: authenticate, advisory gate, enqueue",
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
-		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read},
+		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read, TableLedger: Read},
 		Queues:   map[string]Access{QueueEvents: Send},
 	},
 	{

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/devstack"
+)
+
+// EnvAddr names the environment variable for ferry dev's listen address.
+const EnvAddr = "FERRY_ADDR"
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", envOr(EnvAddr, devstack.DefaultAddr), "listen address (env "+EnvAddr+")")
+	prefix := fs.String("prefix", devstack.DefaultPrefix, "name prefix of the stack's tables, bucket and queues")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	adminKey := envOr(app.EnvAdminKey, devstack.DefaultAdminKey)
+	log := app.NewLogger(stderr)
+	stack, err := devstack.Start(ctx, devstack.StackOptions{
+		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
+		Extend: extendDevStack,
+	})
+	if err != nil {
+		return err
+	}
+	defer stack.Close()
+	e := stack.Emulators.Endpoints
+	fmt.Fprint(stdout, joinLines(
+		"Ferry is running on "+stack.URL,
+		"  operator key: "+adminKey+"   (Authorization: Bearer "+adminKey+")",
+		"  health:       "+stack.URL+"/healthz",
+		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
+		"Press Ctrl-C to stop.",
+	))
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "stopping…")
+	return nil
+}
+
+// extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
+func extendDevStack(a *app.App, s *devstack.Stack) error { return nil }
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}

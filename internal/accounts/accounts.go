@@ -1,0 +1,316 @@
+// Package accounts owns Ferry's accounts: their plan, status, limit overrides and agreement day,
+// and their API keys, which are stored only as SHA-256 hashes.
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/cycle"
+	"github.com/ferrymeter/ferry/internal/plans"
+)
+
+// Status of an account.
+type Status string
+
+// Statuses.
+const (
+	Active   Status = "active"
+	Inactive Status = "inactive"
+)
+
+// Account is one customer account.
+type Account struct {
+	ID     string
+	Plan   string
+	Status Status
+	// Limits are the account's overrides of its plan's limits, by feature.
+	Limits map[string]plans.Limit
+	// AgreementDay anchors the account's billing cycles (1–28); 0 means calendar months.
+	AgreementDay int
+	CreatedAtMs  int64
+	UpdatedAtMs  int64
+	// UsageStartedAtMs is set once, by the first usage; after it the agreement day is fixed.
+	UsageStartedAtMs int64
+	// Known is false for an account Ferry has no record of (it is billed on the default plan).
+	Known bool
+}
+
+// Unknown is the account Ferry assumes for an id it has no record of: the catalog's default
+// plan, active, with no overrides.
+func Unknown(id string, catalog plans.Catalog) Account {
+	return Account{ID: id, Plan: catalog.Default, Status: Active}
+}
+
+// Limit is the account's effective limit for a feature: its override, or its plan's limit.
+func (a Account) Limit(feature string, catalog plans.Catalog) plans.Limit {
+	if l, ok := a.Limits[feature]; ok {
+		return l
+	}
+	p, ok := catalog.Plan(a.Plan)
+	if !ok {
+		p, _ = catalog.Plan(catalog.Default)
+	}
+	return p.Limit(feature)
+}
+
+// EffectiveLimits returns the effective limit of every feature in the catalog.
+func (a Account) EffectiveLimits(catalog plans.Catalog) map[string]plans.Limit {
+	out := map[string]plans.Limit{}
+	for _, f := range catalog.Features() {
+		out[f] = a.Limit(f, catalog)
+	}
+	return out
+}
+
+// PlanOf returns the account's plan (the default plan if its plan left the catalog).
+func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
+	if p, ok := catalog.Plan(a.Plan); ok {
+		return p
+	}
+	p, _ := catalog.Plan(catalog.Default)
+	return p
+}
+
+// CycleAt returns the account's billing cycle containing t.
+func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
+
+// Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
+var (
+	ErrNotFound        = errors.New("account not found")
+	ErrExists          = errors.New("account already exists")
+	ErrAgreementLocked = errors.New("the agreement start cannot change after the first usage")
+	ErrUnauthenticated = errors.New("unknown API key")
+)
+
+// InvalidError lists everything wrong with an input.
+type InvalidError struct{ Problems []string }
+
+func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
+
+// IsInvalid reports whether err is an InvalidError.
+func IsInvalid(err error) bool {
+	var ie *InvalidError
+	return errors.As(err, &ie)
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidID reports whether id can name an account: 1–64 letters, digits, '_' or '-', starting with
+// a letter or digit. Event ledger keys rely on ids never containing '#'.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// CreateInput creates an account.
+type CreateInput struct {
+	ID     string
+	Plan   string
+	Status Status
+	Limits map[string]plans.Limit
+}
+
+// Validate returns every problem with the input at once.
+func (in CreateInput) Validate(catalog plans.Catalog) error {
+	var problems []string
+	if !ValidID(in.ID) {
+		problems = append(problems, "id must be 1–64 letters, digits, '_' or '-', starting with a letter or digit")
+	}
+	problems = append(problems, validPlan(in.Plan, catalog)...)
+	problems = append(problems, validStatus(in.Status)...)
+	problems = append(problems, validLimits(in.Limits, catalog)...)
+	if len(problems) > 0 {
+		return &InvalidError{Problems: problems}
+	}
+	return nil
+}
+
+// UpdateInput changes an account; nil fields stay as they are.
+type UpdateInput struct {
+	Plan   *string
+	Status *Status
+	// Limits replaces the account's overrides when set.
+	Limits       *map[string]plans.Limit
+	AgreementDay *int
+}
+
+// Validate returns every problem with the input at once.
+func (in UpdateInput) Validate(catalog plans.Catalog) error {
+	var problems []string
+	if in.Plan != nil {
+		problems = append(problems, validPlan(*in.Plan, catalog)...)
+	}
+	if in.Status != nil {
+		problems = append(problems, validStatus(*in.Status)...)
+	}
+	if in.Limits != nil {
+		problems = append(problems, validLimits(*in.Limits, catalog)...)
+	}
+	if in.AgreementDay != nil && !cycle.ValidAnchor(*in.AgreementDay) {
+		problems = append(problems, fmt.Sprintf("agreementStart must be a day of the month from %d to %d", cycle.MinAnchorDay, cycle.MaxAnchorDay))
+	}
+	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil {
+		problems = append(problems, "nothing to change: send plan, status, limits or agreementStart")
+	}
+	if len(problems) > 0 {
+		return &InvalidError{Problems: problems}
+	}
+	return nil
+}
+
+func validPlan(plan string, catalog plans.Catalog) []string {
+	if _, ok := catalog.Plan(plan); !ok {
+		return []string{fmt.Sprintf("plan must be one of %s", strings.Join(catalog.Names(), ", "))}
+	}
+	return nil
+}
+
+func validStatus(s Status) []string {
+	if s != Active && s != Inactive {
+		return []string{`status must be "active" or "inactive"`}
+	}
+	return nil
+}
+
+func validLimits(limits map[string]plans.Limit, catalog plans.Catalog) []string {
+	var problems []string
+	features := make([]string, 0, len(limits))
+	for f := range limits {
+		features = append(features, f)
+	}
+	sort.Strings(features)
+	for _, f := range features {
+		if !catalog.HasFeature(f) {
+			problems = append(problems, fmt.Sprintf("limits.%s: unknown feature (known: %s)", f, strings.Join(catalog.Features(), ", ")))
+		}
+	}
+	return problems
+}
+
+// Store persists accounts and keys. The DynamoDB adapter implements it.
+type Store interface {
+	// Create stores the account and its key hash together, or neither (ErrExists).
+	Create(ctx context.Context, a Account, keyHash string) error
+	Get(ctx context.Context, id string) (Account, error)
+	Update(ctx context.Context, id string, in UpdateInput, nowMs int64) (Account, error)
+	AccountIDForKey(ctx context.Context, keyHash string) (string, error)
+	// MarkUsageStarted records the first usage once and returns the account as stored after it.
+	MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error)
+}
+
+// Service is the accounts use cases.
+type Service struct {
+	Store   Store
+	Catalog plans.Catalog
+	Now     func() time.Time
+}
+
+// Create creates an account and returns it with its API key, which is shown only this once.
+func (s *Service) Create(ctx context.Context, in CreateInput) (Account, string, error) {
+	if in.Status == "" {
+		in.Status = Active
+	}
+	if in.Plan == "" {
+		in.Plan = s.Catalog.Default
+	}
+	if err := in.Validate(s.Catalog); err != nil {
+		return Account{}, "", err
+	}
+	key, err := NewAPIKey()
+	if err != nil {
+		return Account{}, "", err
+	}
+	now := s.Now().UnixMilli()
+	a := Account{
+		ID: in.ID, Plan: in.Plan, Status: in.Status, Limits: in.Limits,
+		CreatedAtMs: now, UpdatedAtMs: now, Known: true,
+	}
+	if err := s.Store.Create(ctx, a, HashKey(key)); err != nil {
+		return Account{}, "", err
+	}
+	return a, key, nil
+}
+
+// Get returns a stored account (ErrNotFound if none).
+func (s *Service) Get(ctx context.Context, id string) (Account, error) {
+	if !ValidID(id) {
+		return Account{}, ErrNotFound
+	}
+	return s.Store.Get(ctx, id)
+}
+
+// GetOrUnknown returns the stored account, or the default-plan account for an unknown id.
+func (s *Service) GetOrUnknown(ctx context.Context, id string) (Account, error) {
+	a, err := s.Store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Unknown(id, s.Catalog), nil
+	}
+	return a, err
+}
+
+// Update applies a change. The agreement day cannot change after the first usage.
+func (s *Service) Update(ctx context.Context, id string, in UpdateInput) (Account, error) {
+	if err := in.Validate(s.Catalog); err != nil {
+		return Account{}, err
+	}
+	if !ValidID(id) {
+		return Account{}, ErrNotFound
+	}
+	return s.Store.Update(ctx, id, in, s.Now().UnixMilli())
+}
+
+// Authenticate returns the account an API key belongs to.
+func (s *Service) Authenticate(ctx context.Context, key string) (Account, error) {
+	if !strings.HasPrefix(key, keyPrefix) || len(key) > maxKeyLength {
+		return Account{}, ErrUnauthenticated
+	}
+	id, err := s.Store.AccountIDForKey(ctx, HashKey(key))
+	if err != nil {
+		return Account{}, err
+	}
+	a, err := s.Store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, ErrUnauthenticated
+	}
+	return a, err
+}
+
+// EnsureUsageStarted fixes the account's agreement day at its first usage and returns the
+// account as stored: after this, the cycle an instant falls in can no longer change. Only the
+// first usage pays for the write.
+func (s *Service) EnsureUsageStarted(ctx context.Context, a Account, now time.Time) (Account, error) {
+	if !a.Known || a.UsageStartedAtMs != 0 {
+		return a, nil
+	}
+	return s.Store.MarkUsageStarted(ctx, a.ID, now.UnixMilli())
+}
+
+// API keys are "fk_" and 43 characters of base64url: 256 random bits, so a fast hash is enough
+// to store them (there is nothing to brute-force).
+const (
+	keyPrefix    = "fk_"
+	keyBytes     = 32
+	maxKeyLength = 128
+)
+
+// NewAPIKey returns a fresh random API key.
+func NewAPIKey() (string, error) {
+	b := make([]byte, keyBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate API key: %w", err)
+	}
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// HashKey is the stored form of an API key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,147 @@
+// Package app composes Ferry's services from configuration and SDK clients. Every Lambda
+// function's main, ferry dev and the tests build the same graph through it, so what runs locally
+// is what runs in AWS.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/analytics"
+	"github.com/ferrymeter/ferry/internal/archive"
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/worker"
+)
+
+// Environment variables the functions read besides the resource names.
+const (
+	EnvAdminKey          = "FERRY_ADMIN_KEY"
+	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN"
+	EnvLogLevel          = "FERRY_LOG_LEVEL"
+)
+
+// Config is everything the services need besides clients.
+type Config struct {
+	Names          resources.Names
+	AdminKey       string
+	Catalog        plans.Catalog
+	Schema         analytics.Schema
+	MaxQuarantines int
+}
+
+// ConfigFromEnv reads a function's configuration: resource names, plans (FERRY_PLANS or the
+// built-in catalog) and, when needAdminKey is set, the operator key (FERRY_ADMIN_KEY, or the
+// Secrets Manager secret named by FERRY_ADMIN_KEY_SECRET_ARN).
+func ConfigFromEnv(ctx context.Context, needAdminKey bool) (Config, error) {
+	names, err := resources.NamesFromEnv(nil)
+	if err != nil {
+		return Config{}, err
+	}
+	catalog := plans.Default()
+	if raw := os.Getenv(plans.EnvPlans); raw != "" {
+		if catalog, err = plans.Parse([]byte(raw)); err != nil {
+			return Config{}, fmt.Errorf("%s: %w", plans.EnvPlans, err)
+		}
+	}
+	cfg := Config{Names: names, Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
+	if !needAdminKey {
+		return cfg, nil
+	}
+	cfg.AdminKey = os.Getenv(EnvAdminKey)
+	if arn := os.Getenv(EnvAdminKeySecretARN); cfg.AdminKey == "" && arn != "" {
+		if cfg.AdminKey, err = readSecret(ctx, arn); err != nil {
+			return Config{}, err
+		}
+	}
+	if cfg.AdminKey == "" {
+		return Config{}, errors.New("no operator key: set FERRY_ADMIN_KEY or FERRY_ADMIN_KEY_SECRET_ARN")
+	}
+	return cfg, nil
+}
+
+func readSecret(ctx context.Context, arn string) (string, error) {
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return "", fmt.Errorf("load AWS configuration: %w", err)
+	}
+	out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	if err != nil {
+		return "", fmt.Errorf("read the operator key secret: %w", err)
+	}
+	return strings.TrimSpace(aws.ToString(out.SecretString)), nil
+}
+
+// NewLogger is the JSON logger every function uses, at FERRY_LOG_LEVEL (default info).
+func NewLogger(out io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv(EnvLogLevel))); err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}))
+}
+
+// App is the composed service graph.
+type App struct {
+	Config    Config
+	Clients   cloud.Clients
+	Accounts  *accounts.Service
+	Ledger    *ledger.DynamoStore
+	Usage     usage.Table
+	Archive   *archive.S3
+	Analytics *analytics.DynamoWriter
+	Ingest    *ingest.Service
+	Worker    *worker.Worker
+	API       *httpapi.API
+	Log       *slog.Logger
+	Metrics   metrics.Recorder
+	Now       func() time.Time
+}
+
+// New composes the services. now is the clock every service reads (once per unit of work).
+func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Recorder, now func() time.Time) *App {
+	names := cfg.Names
+	a := &App{Config: cfg, Clients: clients, Log: log, Metrics: rec, Now: now}
+	a.Accounts = &accounts.Service{
+		Store: &accounts.DynamoStore{
+			DB: clients.DynamoDB, AccountsTable: names.Table(resources.TableAccounts), KeysTable: names.Table(resources.TableAPIKeys),
+		},
+		Catalog: cfg.Catalog, Now: now,
+	}
+	a.Usage = usage.Table{DB: clients.DynamoDB, Name: names.Table(resources.TableUsage)}
+	a.Ledger = &ledger.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableLedger), Usage: a.Usage}
+	a.Archive = &archive.S3{Client: clients.S3, Bucket: names.Bucket(resources.BucketArchive)}
+	a.Analytics = &analytics.DynamoWriter{DB: clients.DynamoDB, Table: names.Table(resources.TableAnalytics)}
+	a.Ingest = &ingest.Service{
+		Queue:  &ingest.SQSQueue{Client: clients.SQS, URL: names.QueueURL(resources.QueueEvents)},
+		Ledger: a.Ledger,
+		Usage:  a.Usage, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
+	}
+	a.Worker = &worker.Worker{
+		Accounts: a.Accounts, Ledger: a.Ledger, Archive: a.Archive, Analytics: a.Analytics,
+		Schema: cfg.Schema, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
+		MaxQuarantines: cfg.MaxQuarantines,
+	}
+	a.API = httpapi.New(httpapi.Deps{
+		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
+		AdminKey: cfg.AdminKey, Log: log, Now: now,
+	})
+	return a
+}

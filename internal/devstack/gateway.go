@@ -1,0 +1,177 @@
+package devstack
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// maxGatewayBodyBytes is API Gateway's payload limit.
+const maxGatewayBodyBytes = 10 << 20
+
+// Gateway plays API Gateway (HTTP API, payload format 2.0) in front of Lambda handlers: it routes
+// each request by resources.Routes to its function, hands the function the same
+// APIGatewayV2HTTPRequest event AWS would, and writes the function's response event back. Paths
+// no route declares go to the Default function, like a $default route.
+type Gateway struct {
+	mux *http.ServeMux
+	log *slog.Logger
+}
+
+// NewGateway builds a gateway over handlers, keyed by function name.
+func NewGateway(handlers map[string]httpapi.LambdaHandler, defaultFunction string, log *slog.Logger) (*Gateway, error) {
+	g := &Gateway{mux: http.NewServeMux(), log: log}
+	for _, route := range resources.Routes {
+		h, ok := handlers[route.Function]
+		if !ok {
+			return nil, fmt.Errorf("gateway: no handler for function %q (route %s %s)", route.Function, route.Method, route.Path)
+		}
+		g.mux.Handle(route.Method+" "+route.Path, g.invoke(route.Method+" "+route.Path, pathParams(route.Path), h))
+	}
+	def, ok := handlers[defaultFunction]
+	if !ok {
+		return nil, fmt.Errorf("gateway: no handler for the default function %q", defaultFunction)
+	}
+	g.mux.Handle("/", g.invoke("$default", nil, def))
+	return g, nil
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// pathParams lists the {name} segments of a route path.
+func pathParams(path string) []string {
+	var names []string
+	for _, seg := range strings.Split(path, "/") {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
+			names = append(names, strings.TrimSuffix(strings.TrimPrefix(seg, "{"), "}"))
+		}
+	}
+	return names
+}
+
+func (g *Gateway) invoke(routeKey string, params []string, h httpapi.LambdaHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxGatewayBodyBytes+1))
+		if err != nil || len(body) > maxGatewayBodyBytes {
+			http.Error(w, `{"message":"Request Entity Too Large"}`, http.StatusRequestEntityTooLarge)
+			return
+		}
+		req := toEvent(r, routeKey, params, body)
+		resp, err := h(r.Context(), req)
+		if err != nil {
+			// API Gateway answers a failed invocation with a bare 500.
+			g.log.Error("function failed", "route", routeKey, "err", err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+			return
+		}
+		writeResponse(w, resp)
+	})
+}
+
+// toEvent builds the payload v2 event API Gateway sends for r.
+func toEvent(r *http.Request, routeKey string, params []string, body []byte) events.APIGatewayV2HTTPRequest {
+	now := time.Now().UTC()
+	headers := map[string]string{}
+	for k, v := range r.Header {
+		if strings.EqualFold(k, "Cookie") {
+			continue
+		}
+		headers[strings.ToLower(k)] = strings.Join(v, ",")
+	}
+	var cookies []string
+	for _, c := range r.Cookies() {
+		cookies = append(cookies, c.String())
+	}
+	query := map[string]string{}
+	for k, v := range r.URL.Query() {
+		query[k] = strings.Join(v, ",")
+	}
+	var pathValues map[string]string
+	for _, p := range params {
+		if pathValues == nil {
+			pathValues = map[string]string{}
+		}
+		pathValues[p] = r.PathValue(p)
+	}
+	ev := events.APIGatewayV2HTTPRequest{
+		Version:               "2.0",
+		RouteKey:              routeKey,
+		RawPath:               r.URL.EscapedPath(),
+		RawQueryString:        r.URL.RawQuery,
+		Cookies:               cookies,
+		Headers:               headers,
+		QueryStringParameters: query,
+		PathParameters:        pathValues,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey:   routeKey,
+			AccountID:  "000000000000",
+			Stage:      "$default",
+			RequestID:  requestID(),
+			APIID:      "local",
+			DomainName: r.Host,
+			Time:       now.Format("02/Jan/2006:15:04:05 -0700"),
+			TimeEpoch:  now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+				Method:    r.Method,
+				Path:      r.URL.Path,
+				Protocol:  r.Proto,
+				SourceIP:  strings.Split(r.RemoteAddr, ":")[0],
+				UserAgent: r.UserAgent(),
+			},
+		},
+	}
+	if len(body) > 0 {
+		if utf8.Valid(body) {
+			ev.Body = string(body)
+		} else {
+			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+		}
+	}
+	return ev
+}
+
+func writeResponse(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) {
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	for _, c := range resp.Cookies {
+		w.Header().Add("Set-Cookie", c)
+	}
+	body := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		if decoded, err := base64.StdEncoding.DecodeString(resp.Body); err == nil {
+			body = decoded
+		}
+	}
+	status := resp.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func requestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/plans"
+)
+
+// checkJSON refuses a body declared as something other than JSON. A missing Content-Type is
+// accepted: curl users forget it, and the body is validated as JSON anyway.
+func checkJSON(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || (mt != "application/json" && mt != "application/cloudevents+json" && mt != "application/cloudevents-batch+json") {
+		return newProblem(http.StatusUnsupportedMediaType, kindUnsupported, "Unsupported media type",
+			fmt.Sprintf("Send JSON (application/json or application/cloudevents+json), not %q.", ct))
+	}
+	return nil
+}
+
+func (a *API) account(r *http.Request) accounts.Account {
+	p, _ := PrincipalFrom(r.Context())
+	return p.Account
+}
+
+func (a *API) postEvent(w http.ResponseWriter, r *http.Request) error {
+	if err := checkJSON(r); err != nil {
+		return err
+	}
+	body, err := readBody(r, event.MaxEventBytes)
+	if err != nil {
+		return err
+	}
+	accepted, err := a.deps.Ingest.Accept(r.Context(), a.account(r), body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, map[string]string{"id": accepted.ID, "status": "queued"})
+}
+
+func (a *API) postBatch(w http.ResponseWriter, r *http.Request) error {
+	if err := checkJSON(r); err != nil {
+		return err
+	}
+	body, err := readBody(r, event.MaxBatchBytes)
+	if err != nil {
+		return err
+	}
+	results, err := a.deps.Ingest.AcceptBatch(r.Context(), a.account(r), body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, map[string]any{"results": results})
+}
+
+type eventBody struct {
+	ID                string        `json:"id"`
+	Status            ledger.Status `json:"status"`
+	Cycle             string        `json:"cycle"`
+	ReceivedAt        string        `json:"receivedAt"`
+	BillingAcceptedAt string        `json:"billingAcceptedAt,omitempty"`
+	Reason            string        `json:"reason,omitempty"`
+}
+
+func (a *API) getEvent(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	acct := a.account(r)
+	e, err := a.deps.Events.Get(r.Context(), acct.ID, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFound("No event with this id has been processed for this account (a queued event appears once the worker claims it).")
+	}
+	if err != nil {
+		return err
+	}
+	body := eventBody{ID: e.EventID, Status: e.Status, Cycle: e.Cycle, ReceivedAt: rfc3339(e.ReceivedAtMs), Reason: e.Reason}
+	if e.Billed() {
+		body.BillingAcceptedAt = rfc3339(e.BillingAcceptedAtMs)
+	}
+	if e.Status != ledger.Rejected && e.Status != ledger.Uninsertable {
+		body.Reason = ""
+	}
+	return writeJSON(w, http.StatusOK, body)
+}
+
+type usageBody struct {
+	Feature   string      `json:"feature"`
+	Cycle     string      `json:"cycle"`
+	Limit     plans.Limit `json:"limit"`
+	Used      int64       `json:"used"`
+	Held      int64       `json:"held"`
+	Remaining *int64      `json:"remaining"`
+}

@@ -1,0 +1,386 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/usage"
+)
+
+// Condition expressions of the billing transaction. Each guards the other update's invariant:
+// the meter's condition (built by usage.ConsumeCapped) keeps the checkpoint from being stamped
+// past the cap, and the checkpoint's condition keeps an already billed event from moving the
+// meter again. That second condition is the whole double-charge defence.
+const (
+	claimCondition      = "attribute_not_exists(#pk)"
+	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
+	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
+	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
+	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
+	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
+	reopenUpdate        = "SET #status = :inserting, #updatedAtMs = :now REMOVE #quarantineCount"
+)
+
+// DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
+type DynamoStore struct {
+	DB    *dynamodb.Client
+	Table string
+	Usage usage.Table
+}
+
+type entryItem struct {
+	PK                  string `dynamodbav:"pk"`
+	AccountID           string `dynamodbav:"accountId"`
+	EventID             string `dynamodbav:"eventId"`
+	Status              string `dynamodbav:"status"`
+	RowInsertedAtMs     int64  `dynamodbav:"rowInsertedAtMs"`
+	ReceivedAtMs        int64  `dynamodbav:"receivedAtMs"`
+	Cycle               string `dynamodbav:"cycle"`
+	BillingAcceptedAtMs int64  `dynamodbav:"billingAcceptedAtMs,omitempty"`
+	Tier                string `dynamodbav:"tier,omitempty"`
+	Reason              string `dynamodbav:"reason,omitempty"`
+	QuarantineCount     int    `dynamodbav:"quarantineCount,omitempty"`
+	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
+	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
+	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+}
+
+func (it entryItem) entry() Entry {
+	return Entry{
+		AccountID: it.AccountID, EventID: it.EventID, Status: Status(it.Status),
+		RowInsertedAtMs: it.RowInsertedAtMs, ReceivedAtMs: it.ReceivedAtMs, Cycle: it.Cycle,
+		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
+		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
+		InsertedAtMs: it.InsertedAtMs,
+	}
+}
+
+func (s *DynamoStore) key(accountID, eventID string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": dynamo.S(Key(accountID, eventID))}
+}
+
+// ErrAlreadyClaimed: another delivery claimed the event first.
+var ErrAlreadyClaimed = errors.New("event already claimed")
+
+// Claim inserts the entry as INSERTING if no entry exists. It returns ErrAlreadyClaimed when
+// another delivery won.
+func (s *DynamoStore) Claim(ctx context.Context, e Entry) error {
+	item, err := attributevalue.MarshalMap(entryItem{
+		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
+		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle,
+		CreatedAtMs: e.CreatedAtMs, UpdatedAtMs: e.CreatedAtMs,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.Table),
+		Item:                     item,
+		ConditionExpression:      aws.String(claimCondition),
+		ExpressionAttributeNames: dynamo.Names(claimCondition),
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrAlreadyClaimed
+	}
+	if err != nil {
+		return fmt.Errorf("claim event %s: %w", e.EventID, err)
+	}
+	return nil
+}
+
+// Get reads an entry with a strongly consistent read.
+func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.Table),
+		Key:            s.key(accountID, eventID),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("read ledger %s: %w", eventID, err)
+	}
+	if out.Item == nil {
+		return Entry{}, ErrNotFound
+	}
+	var it entryItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return Entry{}, fmt.Errorf("decode ledger %s: %w", eventID, err)
+	}
+	return it.entry(), nil
+}
+
+// checkpoint is the one projected, strongly consistent read that resolves a cancelled billing
+// transaction: whether the checkpoint is present, and the status.
+func (s *DynamoStore) checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String("#billingAcceptedAtMs, #status"),
+		ExpressionAttributeNames: dynamo.Names("#billingAcceptedAtMs, #status"),
+	})
+	if err != nil {
+		return false, "", fmt.Errorf("read checkpoint %s: %w", eventID, err)
+	}
+	if out.Item == nil {
+		return false, "", ErrNotFound
+	}
+	return dynamo.Has(out.Item, "billingAcceptedAtMs"), Status(dynamo.Str(out.Item, "status")), nil
+}
+
+// Outcome of AcceptBilling.
+type Outcome int
+
+// Outcomes.
+const (
+	// Accepted: this call stamped the checkpoint (and moved the meter, for metered tiers).
+	Accepted Outcome = iota + 1
+	// AlreadyAccepted: an earlier attempt had billed the event; nothing moved now.
+	AlreadyAccepted
+)
+
+// AcceptBilling bills one event per its charge: one TransactWriteItems carrying the meter update
+// and the checkpoint (or the checkpoint alone for tiers that consume nothing). A cancelled write
+// is resolved from durable state — the checkpoint first, then, if it is absent, the budget row —
+// never from the error's shape. It returns ErrLimitReached only when the budget row confirms the
+// limit, and retries (bounded) a cancellation that neither explains, such as a transaction
+// conflict.
+func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowMs int64) (Outcome, error) {
+	checkpoint := types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(e.AccountID, e.EventID),
+		UpdateExpression:         aws.String(checkpointUpdate),
+		ConditionExpression:      aws.String(checkpointCondition),
+		ExpressionAttributeNames: dynamo.Names(checkpointUpdate, checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(c.Tier)), ":inserting": dynamo.S(string(Inserting)),
+		},
+	}}
+	var items []types.TransactWriteItem
+	switch c.Kind {
+	case ChargeCapped:
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, c.Feature, e.Cycle, c.Amount, c.Limit, nowMs), checkpoint}
+	case ChargeCounted:
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, c.Feature, e.Cycle, usage.ShardFor(e.EventID), c.Amount, nowMs), checkpoint}
+	case ChargeCheckpointOnly:
+		items = []types.TransactWriteItem{checkpoint}
+	default:
+		return 0, fmt.Errorf("accept billing %s: charge kind %d does not bill", e.EventID, c.Kind)
+	}
+
+	for attempt := range dynamo.MaxConflictTries {
+		err := s.write(ctx, items)
+		if err == nil {
+			return Accepted, nil
+		}
+		if !dynamo.IsTransactionCanceled(err) && !dynamo.IsConditionFailed(err) {
+			return 0, fmt.Errorf("bill event %s: %w", e.EventID, err)
+		}
+		billed, status, rerr := s.checkpoint(ctx, e.AccountID, e.EventID)
+		if rerr != nil {
+			return 0, rerr
+		}
+		if billed {
+			return AlreadyAccepted, nil
+		}
+		if status != Inserting {
+			return 0, ErrNotInserting
+		}
+		if c.Kind == ChargeCapped && !c.Limit.Unlimited {
+			budget, berr := s.Usage.ReadBudget(ctx, e.AccountID, c.Feature, e.Cycle, true)
+			if berr != nil {
+				return 0, berr
+			}
+			if budget.Committed+c.Amount > c.Limit.Max {
+				return 0, ErrLimitReached
+			}
+		}
+		// Neither the checkpoint nor the limit explains the cancellation: a conflicting
+		// transaction on the same rows. The write is keyed by the checkpoint, so retry it.
+		if attempt < dynamo.MaxConflictTries-1 {
+			if serr := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); serr != nil {
+				return 0, serr
+			}
+		}
+	}
+	return 0, fmt.Errorf("bill event %s: still contended after %d tries", e.EventID, dynamo.MaxConflictTries)
+}
+
+// write sends the billing items: a transaction, or a single conditional update when there is
+// only the checkpoint (half the cost of a one-item transaction).
+func (s *DynamoStore) write(ctx context.Context, items []types.TransactWriteItem) error {
+	if len(items) == 1 {
+		u := items[0].Update
+		_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+			ExpressionAttributeValues: u.ExpressionAttributeValues,
+		})
+		return err
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	return err
+}
+
+// Reject marks an unbilled INSERTING entry REJECTED with its reason. The condition keeps it from
+// rejecting an event another attempt has just billed (ErrNotInserting then).
+func (s *DynamoStore) Reject(ctx context.Context, accountID, eventID, reason string, nowMs int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(rejectUpdate),
+		ConditionExpression:      aws.String(checkpointCondition),
+		ExpressionAttributeNames: dynamo.Names(rejectUpdate, checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":rejected": dynamo.S(string(Rejected)), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs),
+			":inserting": dynamo.S(string(Inserting)),
+		},
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrNotInserting
+	}
+	if err != nil {
+		return fmt.Errorf("reject event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+// Quarantine counts one refused analytics row and returns the new count.
+func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error) {
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(quarantineUpdate),
+		ConditionExpression:      aws.String("#status = :inserting"),
+		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, "#status"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": dynamo.N(1), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+		},
+		ReturnValues: types.ReturnValueUpdatedNew,
+	})
+	if dynamo.IsConditionFailed(err) {
+		return 0, ErrNotInserting
+	}
+	if err != nil {
+		return 0, fmt.Errorf("quarantine event %s: %w", eventID, err)
+	}
+	return int(dynamo.Int(out.Attributes, "quarantineCount")), nil
+}
+
+// MarkUninsertable ends an INSERTING entry as UNINSERTABLE: its payload is archived, its row
+// cannot be written, and an operator re-drives it once the cause is fixed.
+func (s *DynamoStore) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	return s.setFinal(ctx, accountID, eventID, Uninsertable, "#status = :inserting", nowMs)
+}
+
+// MarkInserted ends a billed INSERTING entry as INSERTED. It is idempotent: an entry some other
+// delivery already marked counts as done.
+func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	err := s.setFinal(ctx, accountID, eventID, Inserted, markCondition, nowMs)
+	if errors.Is(err, ErrNotInserting) {
+		e, gerr := s.Get(ctx, accountID, eventID)
+		if gerr != nil {
+			return gerr
+		}
+		if e.Status == Inserted {
+			return nil
+		}
+	}
+	return err
+}
+
+func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
+	update := "SET #status = :status, #updatedAtMs = :now"
+	if status == Inserted {
+		update += ", #insertedAtMs = :now"
+	}
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(update),
+		ConditionExpression:      aws.String(cond),
+		ExpressionAttributeNames: dynamo.Names(update, cond),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+		},
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrNotInserting
+	}
+	if err != nil {
+		return fmt.Errorf("mark event %s %s: %w", eventID, status, err)
+	}
+	return nil
+}
+
+// Reopen puts an UNINSERTABLE entry back to INSERTING with its quarantine count cleared, so a
+// redelivery stores it again (it stays billed: the scenario table never bills it twice).
+func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(reopenUpdate),
+		ConditionExpression:      aws.String("#status = :uninsertable"),
+		ExpressionAttributeNames: dynamo.Names(reopenUpdate, "#status"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
+		},
+	})
+	if dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("reopen event %s: it is not UNINSERTABLE", eventID)
+	}
+	if err != nil {
+		return fmt.Errorf("reopen event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the re-reads of
+// keys DynamoDB left unprocessed under load.
+const (
+	maxBatchGetKeys      = 100
+	maxUnprocessedRounds = 5
+)
+
+// Known reports which of an account's event ids already have a ledger entry, with strongly
+// consistent reads.
+func (s *DynamoStore) Known(ctx context.Context, accountID string, eventIDs []string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for start := 0; start < len(eventIDs); start += maxBatchGetKeys {
+		ids := eventIDs[start:min(start+maxBatchGetKeys, len(eventIDs))]
+		keys := make([]map[string]types.AttributeValue, len(ids))
+		for i, id := range ids {
+			keys[i] = s.key(accountID, id)
+		}
+		request := map[string]types.KeysAndAttributes{s.Table: {
+			Keys: keys, ConsistentRead: aws.Bool(true),
+			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
+		}}
+		for round := 0; len(request) > 0; round++ {
+			if round == maxUnprocessedRounds {
+				return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
+			}
+			if round > 0 {
+				if err := dynamo.Sleep(ctx, dynamo.Backoff(round)); err != nil {
+					return nil, err
+				}
+			}
+			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
+			if err != nil {
+				return nil, fmt.Errorf("read ledger: %w", err)
+			}
+			for _, item := range out.Responses[s.Table] {
+				known[dynamo.Str(item, "eventId")] = true
+			}
+			request = out.UnprocessedKeys
+		}
+	}
+	return known, nil
+}

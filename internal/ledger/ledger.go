@@ -1,0 +1,117 @@
+// Package ledger is the authority on "has this event been processed?". One item per (account,
+// event id) is claimed with a conditional insert that exactly one delivery wins; the billing
+// checkpoint billingAcceptedAtMs is stamped in the same transaction that moves the meter, and it
+// doubles as the resume pointer: the ordered scenario table below picks every re-entry point from
+// durable state alone.
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/plans"
+)
+
+// Status of a ledger entry.
+type Status string
+
+// Statuses. INSERTING is the only non-terminal one.
+const (
+	Inserting    Status = "INSERTING"
+	Inserted     Status = "INSERTED"
+	Rejected     Status = "REJECTED"
+	Uninsertable Status = "UNINSERTABLE"
+)
+
+// Terminal reports whether no further step will ever run for the status.
+func (s Status) Terminal() bool { return s == Inserted || s == Rejected || s == Uninsertable }
+
+// Entry is one event's ledger item.
+type Entry struct {
+	AccountID string
+	EventID   string
+	Status    Status
+	// RowInsertedAtMs is the timestamp the analytics row and the archive key are stamped with,
+	// fixed by the claim so that every retry writes byte-identical storage.
+	RowInsertedAtMs int64
+	ReceivedAtMs    int64
+	// Cycle is the billing cycle the event counts toward, fixed by the claim.
+	Cycle string
+	// BillingAcceptedAtMs is the checkpoint: non-zero once the event is billed (or accepted
+	// without consuming, for tiers that are not capped).
+	BillingAcceptedAtMs int64
+	Tier                plans.Tier
+	Reason              string
+	QuarantineCount     int
+	CreatedAtMs         int64
+	UpdatedAtMs         int64
+	InsertedAtMs        int64
+}
+
+// Billed reports whether the checkpoint is present.
+func (e Entry) Billed() bool { return e.BillingAcceptedAtMs != 0 }
+
+// Errors the adapter translates DynamoDB outcomes into.
+var (
+	// ErrNotFound: no entry for the event.
+	ErrNotFound = errors.New("ledger entry not found")
+	// ErrLimitReached: the meter transaction was cancelled, the checkpoint is absent and the
+	// budget row confirms the limit is reached.
+	ErrLimitReached = errors.New("monthly limit reached")
+	// ErrNotInserting: the entry left INSERTING under us (another delivery finished it).
+	ErrNotInserting = errors.New("ledger entry is no longer INSERTING")
+)
+
+// Key is the ledger partition key of an event. Account ids never contain '#'.
+func Key(accountID, eventID string) string { return accountID + "#" + eventID }
+
+// ChargeKind is how an event's billing step runs, by the account's tier and status.
+type ChargeKind int
+
+// Charge kinds.
+const (
+	// ChargeCapped runs the meter transaction against the monthly limit.
+	ChargeCapped ChargeKind = iota + 1
+	// ChargeCounted stamps the checkpoint and moves a sharded counter, uncapped.
+	ChargeCounted
+	// ChargeCheckpointOnly stamps the checkpoint and consumes nothing.
+	ChargeCheckpointOnly
+	// ChargeReject rejects the event terminally with Reason.
+	ChargeReject
+)
+
+// Charge is the decision of how to bill one event.
+type Charge struct {
+	Kind    ChargeKind
+	Tier    plans.Tier
+	Feature string
+	Amount  int64
+	Limit   plans.Limit
+	Reason  string
+}
+
+// ChargeFor decides how to bill one event for an account: a pure function of the account, its
+// plan and the catalog.
+func ChargeFor(a accounts.Account, catalog plans.Catalog) Charge {
+	plan := a.PlanOf(catalog)
+	c := Charge{Tier: plan.Tier, Feature: plans.FeatureEvents, Amount: 1, Limit: a.Limit(plans.FeatureEvents, catalog)}
+	if a.Status == accounts.Inactive {
+		c.Kind, c.Reason = ChargeReject, fmt.Sprintf("the account is inactive (plan %s)", plan.Name)
+		return c
+	}
+	switch plan.Tier {
+	case plans.Internal:
+		c.Kind = ChargeCheckpointOnly
+	case plans.Counted:
+		c.Kind = ChargeCounted
+	default:
+		c.Kind = ChargeCapped
+	}
+	return c
+}
+
+// LimitReason is the reason stored on an event refused at the limit.
+func LimitReason(c Charge) string {
+	return fmt.Sprintf("monthly limit reached: %s limit is %d", c.Feature, c.Limit.Max)
+}

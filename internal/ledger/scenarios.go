@@ -1,0 +1,101 @@
+package ledger
+
+// Step is one durable step of the worker's pipeline.
+type Step string
+
+// Steps, in pipeline order. Archive always precedes insert: an archived payload without an
+// analytics row is recoverable and invisible; the reverse would be a row whose payload exists
+// nowhere.
+const (
+	StepBill    Step = "bill"
+	StepArchive Step = "archive"
+	StepInsert  Step = "insert"
+	StepMark    Step = "mark"
+)
+
+// State is everything durable the worker knows about an event when it picks a scenario.
+type State struct {
+	// ClaimWon: this delivery's conditional insert created the entry.
+	ClaimWon bool
+	// Readable: the entry could be read (only meaningful when the claim was lost).
+	Readable bool
+	Status   Status
+	// Billed: the checkpoint billingAcceptedAtMs is present.
+	Billed bool
+	// RowPresent: the analytics row exists (probed only while INSERTING).
+	RowPresent bool
+}
+
+// Scenario is one row of the decision table.
+type Scenario struct {
+	Name  string
+	Match func(State) bool
+	Steps []Step
+	// Retry fails the message so the queue redelivers it later.
+	Retry bool
+}
+
+// Scenarios is the ordered decision table: the first match wins. Every re-entry point derives
+// from durable state only — the claim's outcome, the entry's status, the checkpoint's presence
+// and one existence probe of the analytics row — never from how far an earlier attempt probably
+// got. Rows six and seven differ only in the checkpoint: "bill now" versus "never bill again".
+var Scenarios = []Scenario{
+	{
+		Name:  "claim won: bill, store, mark",
+		Match: func(s State) bool { return s.ClaimWon },
+		Steps: []Step{StepBill, StepArchive, StepInsert, StepMark},
+	},
+	{
+		Name:  "INSERTED: ack",
+		Match: func(s State) bool { return s.Readable && s.Status == Inserted },
+	},
+	{
+		Name:  "REJECTED: ack",
+		Match: func(s State) bool { return s.Readable && s.Status == Rejected },
+	},
+	{
+		Name:  "UNINSERTABLE: ack",
+		Match: func(s State) bool { return s.Readable && s.Status == Uninsertable },
+	},
+	{
+		Name:  "INSERTING, analytics row present: mark only",
+		Match: func(s State) bool { return s.Readable && s.Status == Inserting && s.RowPresent && s.Billed },
+		Steps: []Step{StepMark},
+	},
+	{
+		Name:  "INSERTING, billed, no row: store then mark, never bill",
+		Match: func(s State) bool { return s.Readable && s.Status == Inserting && s.Billed && !s.RowPresent },
+		Steps: []Step{StepArchive, StepInsert, StepMark},
+	},
+	{
+		Name:  "INSERTING, not billed, no row: bill, store, mark",
+		Match: func(s State) bool { return s.Readable && s.Status == Inserting && !s.Billed && !s.RowPresent },
+		Steps: []Step{StepBill, StepArchive, StepInsert, StepMark},
+	},
+	{
+		// Ferry's own steps never write a row before the checkpoint; a row written by hand (or
+		// by a sink that reordered) must still not let the event skip billing.
+		Name:  "INSERTING, row present, not billed: bill then mark",
+		Match: func(s State) bool { return s.Readable && s.Status == Inserting && !s.Billed && s.RowPresent },
+		Steps: []Step{StepBill, StepMark},
+	},
+	{
+		Name:  "ledger unreadable: fail this message (retry)",
+		Match: func(s State) bool { return !s.ClaimWon && !s.Readable },
+		Retry: true,
+	},
+}
+
+// unknownState is what Match returns for a state no row covers (an entry with a status Ferry
+// does not write): fail the message, so it retries and, if it never matches, reaches the DLQ.
+var unknownState = Scenario{Name: "unrecognised ledger state: fail this message (retry)", Retry: true}
+
+// Match returns the first scenario whose predicate holds.
+func Match(s State) Scenario {
+	for _, sc := range Scenarios {
+		if sc.Match(s) {
+			return sc
+		}
+	}
+	return unknownState
+}
