@@ -145,3 +145,19 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 	})
 	return a
 }
+
+// FromEnv composes the app the way a Lambda function runs it: configuration from the
+// environment, clients built once for the container, JSON logs and EMF metrics on stdout, the
+// wall clock.
+func FromEnv(ctx context.Context, needAdminKey bool) (*App, error) {
+	log := NewLogger(os.Stdout)
+	cfg, err := ConfigFromEnv(ctx, needAdminKey)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("clients: %w", err)
+	}
+	return New(cfg, clients, log, metrics.NewEMF(os.Stdout, time.Now), time.Now), nil
+}

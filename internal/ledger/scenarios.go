@@ -47,36 +47,36 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:  "INSERTED: ack",
-		Match: func(s State) bool { return s.Readable && s.Status == Inserted },
+		Match: func(s State) bool { return read(s) && s.Status == Inserted },
 	},
 	{
 		Name:  "REJECTED: ack",
-		Match: func(s State) bool { return s.Readable && s.Status == Rejected },
+		Match: func(s State) bool { return read(s) && s.Status == Rejected },
 	},
 	{
 		Name:  "UNINSERTABLE: ack",
-		Match: func(s State) bool { return s.Readable && s.Status == Uninsertable },
+		Match: func(s State) bool { return read(s) && s.Status == Uninsertable },
 	},
 	{
 		Name:  "INSERTING, analytics row present: mark only",
-		Match: func(s State) bool { return s.Readable && s.Status == Inserting && s.RowPresent && s.Billed },
+		Match: func(s State) bool { return read(s) && s.Status == Inserting && s.RowPresent && s.Billed },
 		Steps: []Step{StepMark},
 	},
 	{
 		Name:  "INSERTING, billed, no row: store then mark, never bill",
-		Match: func(s State) bool { return s.Readable && s.Status == Inserting && s.Billed && !s.RowPresent },
+		Match: func(s State) bool { return read(s) && s.Status == Inserting && s.Billed && !s.RowPresent },
 		Steps: []Step{StepArchive, StepInsert, StepMark},
 	},
 	{
 		Name:  "INSERTING, not billed, no row: bill, store, mark",
-		Match: func(s State) bool { return s.Readable && s.Status == Inserting && !s.Billed && !s.RowPresent },
+		Match: func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && !s.RowPresent },
 		Steps: []Step{StepBill, StepArchive, StepInsert, StepMark},
 	},
 	{
 		// Ferry's own steps never write a row before the checkpoint; a row written by hand (or
 		// by a sink that reordered) must still not let the event skip billing.
 		Name:  "INSERTING, row present, not billed: bill then mark",
-		Match: func(s State) bool { return s.Readable && s.Status == Inserting && !s.Billed && s.RowPresent },
+		Match: func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && s.RowPresent },
 		Steps: []Step{StepBill, StepMark},
 	},
 	{
@@ -85,6 +85,9 @@ var Scenarios = []Scenario{
 		Retry: true,
 	},
 }
+
+// read reports a lost claim whose entry was read: the state every row after the first starts from.
+func read(s State) bool { return !s.ClaimWon && s.Readable }
 
 // unknownState is what Match returns for a state no row covers (an entry with a status Ferry
 // does not write): fail the message, so it retries and, if it never matches, reaches the DLQ.

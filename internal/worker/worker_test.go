@@ -1,0 +1,436 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ferrymeter/ferry/internal/analytics"
+	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/archive"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/worker"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var errKilled = errors.New("killed by the test")
+
+// message builds the queue body ingest would send for one event.
+func message(t testing.TB, h *apptest.Harness, accountID, eventID string, data map[string]any) string {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": eventID, "source": "/tests", "type": "api.call", "data": data})
+	ev, err := event.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(event.Envelope{AccountID: accountID, EventID: eventID, ReceivedAtMs: h.Clock.Now().UnixMilli(), Event: ev.Canonical})
+	return string(body)
+}
+
+func entry(t testing.TB, h *apptest.Harness, accountID, eventID string) ledger.Entry {
+	t.Helper()
+	e, err := h.App.Ledger.Get(context.Background(), accountID, eventID)
+	if err != nil {
+		t.Fatalf("ledger %s: %v", eventID, err)
+	}
+	return e
+}
+
+// used is the account's events usage in the current cycle: the meter.
+func used(t testing.TB, h *apptest.Harness, accountID string) int64 {
+	t.Helper()
+	tot, err := h.App.Usage.Read(context.Background(), accountID, plans.FeatureEvents, "2026-11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tot.Used
+}
+
+// assertStoredOnce checks that an event is INSERTED, billed, archived byte for byte and has its
+// analytics row.
+func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body string) {
+	t.Helper()
+	e := entry(t, h, accountID, eventID)
+	if e.Status != ledger.Inserted || !e.Billed() {
+		t.Errorf("%s: status %s billed %v; want INSERTED and billed", eventID, e.Status, e.Billed())
+	}
+	env, _, err := event.DecodeEnvelope(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := h.App.Archive.Get(context.Background(), archive.Key(accountID, eventID, e.RowInsertedAtMs))
+	if err != nil {
+		t.Fatalf("%s: archive: %v", eventID, err)
+	}
+	if !bytes.Equal(obj, env.Event) {
+		t.Errorf("%s: archived bytes differ from the queued event:\n%s\n%s", eventID, obj, env.Event)
+	}
+	present, err := h.App.Analytics.Exists(context.Background(), accountID, eventID, e.RowInsertedAtMs)
+	if err != nil || !present {
+		t.Errorf("%s: analytics row present=%v err=%v", eventID, present, err)
+	}
+}
+
+func process(t testing.TB, h *apptest.Harness, body string) (worker.Result, error) {
+	t.Helper()
+	return h.App.Worker.Process(context.Background(), body)
+}
+
+// killAt makes the worker die at one point of the pipeline.
+func killAt(p worker.Point) worker.Hook {
+	return func(_ context.Context, at worker.Point) error {
+		if at == p {
+			return fmt.Errorf("%s: %w", at, errKilled)
+		}
+		return nil
+	}
+}
+
+// One test per crash window between two durable writes: kill the worker there, redeliver, and
+// count the money. The meter must move exactly once and storage must end complete.
+func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
+	windows := []struct {
+		name  string
+		point worker.Point
+		// after the crash, before redelivery
+		wantBilled bool
+		wantRow    bool
+		// the scenario the redelivery picks
+		scenario string
+	}{
+		{"CrashAfterClaimBeforeBilling", worker.Point{Step: worker.StepClaim}, false, false,
+			"INSERTING, not billed, no row: bill, store, mark"},
+		// The seed's "recovers inserting events with accepted billing without consuming usage again".
+		{"CrashAfterBillingBeforeArchive", worker.Point{Step: ledger.StepBill}, true, false,
+			"INSERTING, billed, no row: store then mark, never bill"},
+		{"CrashAfterArchiveBeforeRow", worker.Point{Step: ledger.StepArchive}, true, false,
+			"INSERTING, billed, no row: store then mark, never bill"},
+		{"CrashAfterRowBeforeMark", worker.Point{Step: ledger.StepInsert}, true, true,
+			"INSERTING, analytics row present: mark only"},
+		{"CrashBeforeMark", worker.Point{Before: true, Step: ledger.StepMark}, true, true,
+			"INSERTING, analytics row present: mark only"},
+	}
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_crash", "free", map[string]any{"events": 100})
+	for i, w := range windows {
+		t.Run(w.name, func(t *testing.T) {
+			id := fmt.Sprintf("evt_%d", i)
+			body := message(t, h, "acct_crash", id, map[string]any{"route": "/x"})
+			before := used(t, h, "acct_crash")
+
+			h.App.Worker.Hook = killAt(w.point)
+			_, err := process(t, h, body)
+			h.App.Worker.Hook = nil
+			if !errors.Is(err, errKilled) {
+				t.Fatalf("the worker was not killed at %s: %v", w.point, err)
+			}
+			e := entry(t, h, "acct_crash", id)
+			if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
+				t.Fatalf("after the crash: status %s billed %v; want INSERTING billed=%v", e.Status, e.Billed(), w.wantBilled)
+			}
+			if row, _ := h.App.Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
+				t.Fatalf("after the crash: row present %v, want %v", row, w.wantRow)
+			}
+			if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: 1, false: 0}[w.wantBilled] {
+				t.Fatalf("after the crash the meter moved %d", got)
+			}
+
+			res, err := process(t, h, body) // the redelivery
+			if err != nil {
+				t.Fatalf("redelivery: %v", err)
+			}
+			if res.Scenario != w.scenario {
+				t.Errorf("redelivery scenario %q, want %q", res.Scenario, w.scenario)
+			}
+			if got := used(t, h, "acct_crash") - before; got != 1 {
+				t.Errorf("the meter moved %d for one event", got)
+			}
+			assertStoredOnce(t, h, "acct_crash", id, body)
+
+			// A further redelivery acks and moves nothing.
+			if res, err := process(t, h, body); err != nil || res.Scenario != "INSERTED: ack" {
+				t.Errorf("third delivery: %q %v", res.Scenario, err)
+			}
+			if got := used(t, h, "acct_crash") - before; got != 1 {
+				t.Errorf("the meter moved %d after a redelivery of an INSERTED event", got)
+			}
+		})
+	}
+}
+
+// The worker dies right after each DynamoDB write it makes (the write commits, the answer is
+// lost), or right before it (the write never happens), for every write of the pipeline and every
+// tier. A redelivery must then finish the event with the meter moved exactly once. If billing
+// were two writes instead of one transaction, the crash between them would bill twice here.
+func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
+	faults := dynamo.NewFaults(nil)
+	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
+	for _, tier := range []struct{ plan, account string }{
+		{"free", "acct_free"}, {"plus", "acct_plus"}, {"internal", "acct_internal"},
+	} {
+		h.CreateAccount(t, tier.account, tier.plan, nil)
+		// Count the writes of one clean run (after the account's first usage is recorded).
+		warm := message(t, h, tier.account, "warm", nil)
+		if _, err := process(t, h, warm); err != nil {
+			t.Fatal(err)
+		}
+		faults.SetPlan(nil)
+		if _, err := process(t, h, message(t, h, tier.account, "probe", nil)); err != nil {
+			t.Fatal(err)
+		}
+		writes := faults.Writes()
+		if writes < 3 {
+			t.Fatalf("%s: a clean run made %d writes", tier.plan, writes)
+		}
+		wantUsed := int64(2)
+		for n := 1; n <= writes; n++ {
+			for _, kind := range []dynamo.Fault{dynamo.CrashAfter, dynamo.CrashBefore} {
+				id := fmt.Sprintf("evt_%d_%d", n, kind)
+				body := message(t, h, tier.account, id, map[string]any{"n": n})
+				faults.SetPlan(func(_ string, _, write int) dynamo.Fault {
+					if write == n {
+						return kind
+					}
+					return dynamo.NoFault
+				})
+				_, err := process(t, h, body)
+				fired := faults.Fired()
+				faults.SetPlan(nil)
+				if len(fired) != 1 || err == nil {
+					t.Fatalf("%s write %d: fault %v did not stop the worker (err %v)", tier.plan, n, fired, err)
+				}
+				if _, err := process(t, h, body); err != nil {
+					t.Fatalf("%s: redelivery after %v: %v", tier.plan, fired, err)
+				}
+				assertStoredOnce(t, h, tier.account, id, body)
+				wantUsed++
+				if tier.plan == "internal" {
+					continue // internal traffic consumes nothing
+				}
+				if got := used(t, h, tier.account); got != wantUsed {
+					t.Fatalf("%s after %v: meter %d, want %d", tier.plan, fired, got, wantUsed)
+				}
+			}
+		}
+		if tier.plan == "internal" {
+			if got := used(t, h, tier.account); got != 0 {
+				t.Errorf("internal usage moved the meter: %d", got)
+			}
+		}
+	}
+}
+
+// 50 events race for a cap of 40: exactly 40 are billed, 10 REJECTED, and the meter reads 40.
+func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_race", "free", map[string]any{"events": 40})
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		body := message(t, h, "acct_race", fmt.Sprintf("evt_%02d", i), nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.App.Worker.Process(context.Background(), body); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("process: %v", err)
+	}
+	counts := map[ledger.Status]int{}
+	for i := range 50 {
+		e := entry(t, h, "acct_race", fmt.Sprintf("evt_%02d", i))
+		counts[e.Status]++
+		if e.Status == ledger.Rejected && (e.Billed() || e.Reason == "") {
+			t.Errorf("%s: rejected with checkpoint %v, reason %q", e.EventID, e.Billed(), e.Reason)
+		}
+	}
+	if counts[ledger.Inserted] != 40 || counts[ledger.Rejected] != 10 {
+		t.Errorf("statuses %v; want 40 INSERTED and 10 REJECTED", counts)
+	}
+	if got := used(t, h, "acct_race"); got != 40 {
+		t.Errorf("meter %d, want 40", got)
+	}
+}
+
+// A redelivery of a finished event acks with no write but the refused claim, and changes nothing.
+func TestWorker_RedeliveryOfFinishedEvents_AcksWithoutWriting(t *testing.T) {
+	faults := dynamo.NewFaults(nil)
+	schema := analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
+	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}, Schema: &schema})
+	h.CreateAccount(t, "acct_done", "free", map[string]any{"events": 1})
+	inserted := message(t, h, "acct_done", "evt_inserted", nil)
+	rejected := message(t, h, "acct_done", "evt_rejected", nil)
+	h.CreateAccount(t, "acct_poison", "plus", nil)
+	poison := message(t, h, "acct_poison", "evt_poison", map[string]any{"a": 1, "b": 2})
+	for _, body := range []string{inserted, rejected} {
+		if _, err := process(t, h, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range worker.DefaultMaxQuarantines {
+		_, _ = process(t, h, poison)
+	}
+	for _, tc := range []struct {
+		body, account, id string
+		status            ledger.Status
+	}{
+		{inserted, "acct_done", "evt_inserted", ledger.Inserted},
+		{rejected, "acct_done", "evt_rejected", ledger.Rejected},
+		{poison, "acct_poison", "evt_poison", ledger.Uninsertable},
+	} {
+		before := entry(t, h, tc.account, tc.id)
+		if before.Status != tc.status {
+			t.Fatalf("%s is %s, want %s", tc.id, before.Status, tc.status)
+		}
+		meter := used(t, h, tc.account)
+		faults.SetPlan(nil)
+		res, err := process(t, h, tc.body)
+		if err != nil || res.Final != tc.status {
+			t.Errorf("redelivery of %s: %+v %v", tc.id, res, err)
+		}
+		if w := faults.Writes(); w != 1 {
+			t.Errorf("redelivery of %s made %d write calls; want only the refused claim", tc.id, w)
+		}
+		if after := entry(t, h, tc.account, tc.id); after != before {
+			t.Errorf("redelivery changed %s:\n%+v\n%+v", tc.id, before, after)
+		}
+		if used(t, h, tc.account) != meter {
+			t.Errorf("redelivery of %s moved the meter", tc.id)
+		}
+	}
+}
+
+func TestWorker_Tiers(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_free", "free", nil)
+	h.CreateAccount(t, "acct_plus", "plus", nil)
+	h.CreateAccount(t, "acct_internal", "internal", nil)
+	key := h.CreateAccount(t, "acct_lapsed", "plus", nil)
+	_ = key
+	if r := h.Do(t, "PATCH", "/v1/accounts/acct_lapsed", apptest.AdminKey, map[string]any{"status": "inactive"}); r.Status != 200 {
+		t.Fatalf("deactivate: %d %s", r.Status, r.Body)
+	}
+	for i := range 3 {
+		for _, acct := range []string{"acct_free", "acct_plus", "acct_internal", "acct_lapsed", "acct_unknown"} {
+			if _, err := process(t, h, message(t, h, acct, fmt.Sprintf("evt_%d", i), nil)); err != nil {
+				t.Fatalf("%s: %v", acct, err)
+			}
+		}
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		account string
+		status  ledger.Status
+		tier    plans.Tier
+		used    int64
+		shards  bool
+	}{
+		{"acct_free", ledger.Inserted, plans.Capped, 3, false},
+		{"acct_plus", ledger.Inserted, plans.Counted, 3, true},
+		{"acct_internal", ledger.Inserted, plans.Internal, 0, false},
+		{"acct_lapsed", ledger.Rejected, "", 0, false},
+		// An account Ferry has no record of is billed on the default (free) plan.
+		{"acct_unknown", ledger.Inserted, plans.Capped, 3, false},
+	} {
+		e := entry(t, h, tc.account, "evt_0")
+		if e.Status != tc.status || e.Tier != tc.tier {
+			t.Errorf("%s: status %s tier %q; want %s %q", tc.account, e.Status, e.Tier, tc.status, tc.tier)
+		}
+		tot, err := h.App.Usage.Read(ctx, tc.account, plans.FeatureEvents, "2026-11")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tot.Used != tc.used || (tot.Shards > 0) != tc.shards {
+			t.Errorf("%s: usage %+v; want used %d, sharded %v", tc.account, tot, tc.used, tc.shards)
+		}
+	}
+	if e := entry(t, h, "acct_lapsed", "evt_1"); e.Reason == "" {
+		t.Error("an inactive account's event was rejected without a reason")
+	}
+	if got := h.Counter.Get(metrics.EventsRejected); got != 3 {
+		t.Errorf("EventsRejected = %d, want 3", got)
+	}
+}
+
+// An analytics row that cannot be written is quarantined, retried a bounded number of times, then
+// ends UNINSERTABLE with a metric for the alarm. The event stays billed once and archived.
+func TestWorker_PoisonRow_GoesUninsertableAfterBoundedQuarantines(t *testing.T) {
+	schema := analytics.Schema{MaxDimensions: 2, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
+	h := apptest.New(t, apptest.Options{Schema: &schema})
+	h.CreateAccount(t, "acct_p", "free", nil)
+	body := message(t, h, "acct_p", "evt_drift", map[string]any{"a": 1, "b": 2, "c": 3})
+	for attempt := 1; attempt <= worker.DefaultMaxQuarantines; attempt++ {
+		res, err := process(t, h, body)
+		e := entry(t, h, "acct_p", "evt_drift")
+		if attempt < worker.DefaultMaxQuarantines {
+			if err == nil || e.Status != ledger.Inserting || e.QuarantineCount != attempt {
+				t.Fatalf("attempt %d: err %v, entry %+v", attempt, err, e)
+			}
+			continue
+		}
+		if err != nil || res.Final != ledger.Uninsertable || e.Status != ledger.Uninsertable {
+			t.Fatalf("final attempt: %+v %v, entry %+v", res, err, e)
+		}
+		if e.Reason == "" || !e.Billed() {
+			t.Errorf("UNINSERTABLE entry: reason %q billed %v", e.Reason, e.Billed())
+		}
+	}
+	if got := used(t, h, "acct_p"); got != 1 {
+		t.Errorf("meter %d after %d attempts, want 1", got, worker.DefaultMaxQuarantines)
+	}
+	if got := h.Counter.Get(metrics.EventsUninsertable); got != 1 {
+		t.Errorf("EventsUninsertable = %d, want 1", got)
+	}
+	e := entry(t, h, "acct_p", "evt_drift")
+	if _, err := h.App.Archive.Get(context.Background(), archive.Key("acct_p", "evt_drift", e.RowInsertedAtMs)); err != nil {
+		t.Errorf("the payload of an UNINSERTABLE event is not archived: %v", err)
+	}
+}
+
+// A message the worker cannot decode fails every time; the queue's redrive policy moves it to
+// the DLQ after maxReceiveCount receives, where its alarm fires. Healthy messages of the same
+// batches are deleted (partial batch response).
+func TestEventSource_PoisonMessageReachesTheDLQ_HealthyOnesAreDeleted(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_q", "free", nil)
+	ctx := context.Background()
+	queue := h.Env.Names.QueueURL(resources.QueueEvents)
+	send := func(body string) {
+		if _, err := h.Env.Clients.SQS.SendMessage(ctx, sqsSend(queue, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"not":"an envelope"}`)
+	send(message(t, h, "acct_q", "evt_ok", nil))
+	def, _ := resources.QueueByLogical(resources.QueueEvents)
+	h.Drain(t, testVisibility*time.Duration(def.MaxReceiveCount+1))
+	if e := entry(t, h, "acct_q", "evt_ok"); e.Status != ledger.Inserted {
+		t.Errorf("healthy message: %s", e.Status)
+	}
+	dlq := receiveAll(t, h, h.Env.Names.QueueURL(def.DLQLogical()))
+	if len(dlq) != 1 || dlq[0] != `{"not":"an envelope"}` {
+		t.Errorf("DLQ holds %q, want the poison message", dlq)
+	}
+	if got := h.Counter.Get(metrics.WorkerFailures); got != def.MaxReceiveCount {
+		t.Errorf("WorkerFailures = %d, want %d (one per receive)", got, def.MaxReceiveCount)
+	}
+}
