@@ -144,18 +144,18 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 		sets = append(sets, "#status = :status")
 		values[":status"] = &types.AttributeValueMemberS{Value: string(*in.Status)}
 	}
-	remove := ""
 	if in.Limits != nil {
-		if len(*in.Limits) == 0 {
-			remove = " REMOVE #limits"
-		} else {
-			av, err := attributevalue.Marshal(limitsToItem(*in.Limits))
-			if err != nil {
+		// NULL, not REMOVE or an empty map: it reads the same (no overrides), and minidyn ignores
+		// REMOVE and garbles empty maps.
+		var av types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
+		if len(*in.Limits) > 0 {
+			var err error
+			if av, err = attributevalue.Marshal(limitsToItem(*in.Limits)); err != nil {
 				return Account{}, err
 			}
-			sets = append(sets, "#limits = :limits")
-			values[":limits"] = av
 		}
+		sets = append(sets, "#limits = :limits")
+		values[":limits"] = av
 	}
 	if in.AgreementDay != nil {
 		sets = append(sets, "#agreementDay = :day")
@@ -163,7 +163,7 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 		// Setting the day it already has is not a change, even after the first usage.
 		cond += " AND (attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
 	}
-	update := "SET " + strings.Join(sets, ", ") + remove
+	update := "SET " + strings.Join(sets, ", ")
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},

@@ -143,7 +143,14 @@ func (p Principal) Scope() string {
 // serves get a 404 problem; a known path with another method gets a 405 problem.
 func (a *API) Handler(function string) http.Handler {
 	byPath := map[string]map[string]HandlerFunc{}
+	allowed := map[string][]string{}
 	for _, reg := range a.routes {
+		// Every function knows every path, so that a request with the wrong method — which API
+		// Gateway hands to the $default route — gets a 405 listing the right ones.
+		allowed[reg.route.Path] = append(allowed[reg.route.Path], reg.route.Method)
+		if byPath[reg.route.Path] == nil {
+			byPath[reg.route.Path] = map[string]HandlerFunc{}
+		}
 		if function != "" && reg.route.Function != function {
 			continue
 		}
@@ -151,14 +158,11 @@ func (a *API) Handler(function string) http.Handler {
 		for i := len(a.middleware) - 1; i >= 0; i-- {
 			h = a.middleware[i](reg.route, h)
 		}
-		if byPath[reg.route.Path] == nil {
-			byPath[reg.route.Path] = map[string]HandlerFunc{}
-		}
 		byPath[reg.route.Path][reg.route.Method] = h
 	}
 	mux := http.NewServeMux()
 	for path, methods := range byPath {
-		mux.Handle(path, a.dispatch(methods))
+		mux.Handle(path, a.dispatch(methods, allowed[path]))
 	}
 	mux.Handle("/", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		return notFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
@@ -166,11 +170,8 @@ func (a *API) Handler(function string) http.Handler {
 	return mux
 }
 
-func (a *API) dispatch(methods map[string]HandlerFunc) http.Handler {
-	allowed := make([]string, 0, len(methods))
-	for m := range methods {
-		allowed = append(allowed, m)
-	}
+func (a *API) dispatch(methods map[string]HandlerFunc, allowed []string) http.Handler {
+	allowed = append([]string(nil), allowed...)
 	sort.Strings(allowed)
 	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		h, ok := methods[r.Method]

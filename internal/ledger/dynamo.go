@@ -26,7 +26,7 @@ const (
 	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
 	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
 	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	reopenUpdate        = "SET #status = :inserting, #updatedAtMs = :now REMOVE #quarantineCount"
+	reopenUpdate        = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now"
 )
 
 // DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
@@ -331,6 +331,7 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 		ExpressionAttributeNames: dynamo.Names(reopenUpdate, "#status"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
+			":zero": dynamo.N(0),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {
