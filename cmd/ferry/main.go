@@ -21,8 +21,9 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":   {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
-	"bench": {"measure the pipeline: request units, round trips, CPU per event, cost (ferry bench pipeline)", runBench},
+	"dev":       {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
+	"bench":     {"measure Ferry: `ferry bench pipeline` (request units, round trips, CPU and cost per event)", runBench},
+	"emulators": {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
 }
 
 func main() {
@@ -36,18 +37,18 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
+		printUsage(stdout)
 		return nil
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		usage(stderr)
+		printUsage(stderr)
 		return fmt.Errorf("unknown command %q", args[0])
 	}
 	return cmd.run(ctx, args[1:], stdout, stderr)
 }
 
-func usage(w io.Writer) {
+func printUsage(w io.Writer) {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

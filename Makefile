@@ -1,0 +1,56 @@
+# Ferry's vocabulary. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+TOOLS_DIR := _tools
+TOOLS_STAMP := $(TOOLS_DIR)/node_modules/.ferry-installed
+FUNCTIONS := $(notdir $(wildcard functions/*))
+TEST_TIMEOUT ?= 45m
+
+export FERRY_FAUXQS_DIR ?= $(CURDIR)/$(TOOLS_DIR)/node_modules/fauxqs
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+
+$(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is required (Node.js 20 or later)"; exit 1; }
+	npm ci --prefix $(TOOLS_DIR) --no-audit --no-fund --loglevel=error
+	@touch $@
+
+.PHONY: tools
+tools: $(TOOLS_STAMP) ## install the Go modules and the npm tools (fauxqs, the CDK CLI) under _tools/
+	$(GO) mod download
+
+.PHONY: run
+run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS account)
+	$(GO) run ./cmd/ferry dev
+
+.PHONY: test
+test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-race
+test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
+
+.PHONY: bench
+bench: tools ## measure the pipeline: request units, round trips and CPU per event, cost per million
+	$(GO) run ./cmd/ferry bench pipeline
+
+.PHONY: build
+build: ## build every function as an arm64 bootstrap under build/<function>/
+	@for fn in $(FUNCTIONS); do \
+		echo "build/$$fn/bootstrap"; \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
+			-o build/$$fn/bootstrap ./functions/$$fn || exit 1; \
+	done
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+-include infra/infra.mk
