@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Context keys the app reads (`cdk synth -c stage=prod`, or "context" in cdk.json).
+const (
+	ctxStage                  = "stage"
+	ctxAlarmEmail             = "alarmEmail"
+	ctxLogRetentionDays       = "logRetentionDays"
+	ctxLogLevel               = "logLevel"
+	ctxPlansFile              = "plansFile"
+	ctxAPIRateLimit           = "apiRateLimit"
+	ctxAPIBurstLimit          = "apiBurstLimit"
+	ctxConsumerMaxConcurrency = "consumerMaxConcurrency"
+	ctxArchiveIADays          = "archiveInfrequentAccessDays"
+	ctxArchiveGlacierDays     = "archiveGlacierDays"
+	ctxArchiveExpireDays      = "archiveExpireDays"
+	ctxArchiveNoncurrentDays  = "archiveNoncurrentDays"
+)
+
+// Defaults for every optional setting. They suit a small production stage; each can be
+// overridden by context.
+const (
+	defaultStage            = "dev"
+	defaultLogRetentionDays = 30
+	defaultLogLevel         = "info"
+	// defaultAPIRateLimit and defaultAPIBurstLimit cap the whole HTTP API (requests per second),
+	// so a runaway client costs a bounded amount of Lambda time.
+	defaultAPIRateLimit  = 100
+	defaultAPIBurstLimit = 200
+	// defaultConsumerMaxConcurrency bounds how many worker instances one queue drives at once:
+	// every worker writes the same budget rows, which top out near 500 transactions/s each.
+	defaultConsumerMaxConcurrency = 5
+	defaultArchiveIADays          = 30
+	defaultArchiveGlacierDays     = 90
+	defaultArchiveNoncurrentDays  = 30
+)
+
+// Limits imposed by AWS on the settings above.
+const (
+	maxStageLen = 16 // physical names are "ferry-<stage>-<logical>"; SQS allows 80, DynamoDB 255
+	// minConsumerMaxConcurrency and maxConsumerMaxConcurrency are the bounds of an SQS event
+	// source's maximum concurrency.
+	minConsumerMaxConcurrency = 2
+	maxConsumerMaxConcurrency = 1000
+	// maxPlansBytes keeps FERRY_PLANS well inside Lambda's 4 KB limit on all variables together.
+	maxPlansBytes = 3 * 1024
+)
+
+var stagePattern = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// logLevels are the values FERRY_LOG_LEVEL accepts (slog's level names).
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// Config is everything about a deployment that is not in the resource definitions.
+type Config struct {
+	// Stage names the deployment ("dev", "prod"). Only "dev" may destroy data on delete.
+	Stage string
+	// AlarmEmail, if set, subscribes an address to the alarm topic.
+	AlarmEmail       string
+	LogRetentionDays int
+	LogLevel         string
+	// Plans is the compact JSON of plan definitions handed to functions as FERRY_PLANS; empty
+	// means the functions' built-in defaults.
+	Plans                  string
+	APIRateLimit           int
+	APIBurstLimit          int
+	ConsumerMaxConcurrency int
+	// Archive lifecycle, in days after an object's creation. ArchiveExpireDays 0 keeps objects
+	// forever: the archive is the copy analytics are rebuilt from.
+	ArchiveIADays         int
+	ArchiveGlacierDays    int
+	ArchiveExpireDays     int
+	ArchiveNoncurrentDays int
+}
+
+// Prefix is the physical-name prefix of the stage's resources ("ferry-prod").
+func (c Config) Prefix() string { return StackName(c.Stage) }
+
+// Disposable reports whether the stage's data may be destroyed with the stack.
+func (c Config) Disposable() bool { return c.Stage == defaultStage }
+
+// ConfigFromContext reads the configuration from context values; lookup returns nil for an unset
+// key (as Node().TryGetContext does). Values may be strings (from -c on the command line) or
+// JSON numbers (from cdk.json). Every invalid value is reported, not just the first.
+func ConfigFromContext(lookup func(key string) any) (Config, error) {
+	c := Config{}
+	var errs []error
+	str := func(key, def string) string {
+		v := lookup(key)
+		if v == nil {
+			return def
+		}
+		s, ok := v.(string)
+		if !ok {
+			errs = append(errs, fmt.Errorf("context %s: want a string, got %v", key, v))
+			return def
+		}
+		return strings.TrimSpace(s)
+	}
+	num := func(key string, def int) int {
+		v := lookup(key)
+		switch v := v.(type) {
+		case nil:
+			return def
+		case float64:
+			if v != float64(int(v)) {
+				errs = append(errs, fmt.Errorf("context %s: want a whole number, got %v", key, v))
+				return def
+			}
+			return int(v)
+		case string:
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("context %s: want a whole number, got %q", key, v))
+				return def
+			}
+			return n
+		default:
+			errs = append(errs, fmt.Errorf("context %s: want a whole number, got %v", key, v))
+			return def
+		}
+	}
+
+	c.Stage = str(ctxStage, defaultStage)
+	c.AlarmEmail = str(ctxAlarmEmail, "")
+	c.LogRetentionDays = num(ctxLogRetentionDays, defaultLogRetentionDays)
+	c.LogLevel = strings.ToLower(str(ctxLogLevel, defaultLogLevel))
+	c.APIRateLimit = num(ctxAPIRateLimit, defaultAPIRateLimit)
+	c.APIBurstLimit = num(ctxAPIBurstLimit, defaultAPIBurstLimit)
+	c.ConsumerMaxConcurrency = num(ctxConsumerMaxConcurrency, defaultConsumerMaxConcurrency)
+	c.ArchiveIADays = num(ctxArchiveIADays, defaultArchiveIADays)
+	c.ArchiveGlacierDays = num(ctxArchiveGlacierDays, defaultArchiveGlacierDays)
+	c.ArchiveExpireDays = num(ctxArchiveExpireDays, 0)
+	c.ArchiveNoncurrentDays = num(ctxArchiveNoncurrentDays, defaultArchiveNoncurrentDays)
+	if path := str(ctxPlansFile, ""); path != "" {
+		plans, err := readPlans(path)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.Plans = plans
+	}
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Validate reports every setting AWS would refuse, or that would make the stack unsafe.
+func (c Config) Validate() error {
+	var errs []error
+	if !stagePattern.MatchString(c.Stage) || len(c.Stage) > maxStageLen {
+		errs = append(errs, fmt.Errorf("stage %q: want lowercase letters, digits and hyphens, starting with a letter, at most %d characters", c.Stage, maxStageLen))
+	}
+	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
+		errs = append(errs, fmt.Errorf("alarmEmail %q is not an e-mail address", c.AlarmEmail))
+	}
+	if _, ok := retentionDays[c.LogRetentionDays]; !ok {
+		errs = append(errs, fmt.Errorf("logRetentionDays %d: CloudWatch Logs accepts only %s", c.LogRetentionDays, retentionChoices()))
+	}
+	if !contains(logLevels, c.LogLevel) {
+		errs = append(errs, fmt.Errorf("logLevel %q: want one of %s", c.LogLevel, strings.Join(logLevels, ", ")))
+	}
+	if c.APIRateLimit < 1 || c.APIBurstLimit < 1 {
+		errs = append(errs, fmt.Errorf("apiRateLimit %d and apiBurstLimit %d must be at least 1", c.APIRateLimit, c.APIBurstLimit))
+	}
+	if c.ConsumerMaxConcurrency < minConsumerMaxConcurrency || c.ConsumerMaxConcurrency > maxConsumerMaxConcurrency {
+		errs = append(errs, fmt.Errorf("consumerMaxConcurrency %d: SQS event sources accept %d to %d", c.ConsumerMaxConcurrency, minConsumerMaxConcurrency, maxConsumerMaxConcurrency))
+	}
+	// S3 requires at least 30 days in STANDARD before STANDARD_IA, and each later transition
+	// (and the expiry) to come after the one before.
+	if c.ArchiveIADays < 30 {
+		errs = append(errs, fmt.Errorf("archiveInfrequentAccessDays %d: S3 requires at least 30", c.ArchiveIADays))
+	}
+	if c.ArchiveGlacierDays <= c.ArchiveIADays {
+		errs = append(errs, fmt.Errorf("archiveGlacierDays %d must come after archiveInfrequentAccessDays %d", c.ArchiveGlacierDays, c.ArchiveIADays))
+	}
+	if c.ArchiveExpireDays != 0 && c.ArchiveExpireDays <= c.ArchiveGlacierDays {
+		errs = append(errs, fmt.Errorf("archiveExpireDays %d must be 0 (never) or come after archiveGlacierDays %d", c.ArchiveExpireDays, c.ArchiveGlacierDays))
+	}
+	if c.ArchiveNoncurrentDays < 1 {
+		errs = append(errs, fmt.Errorf("archiveNoncurrentDays %d must be at least 1", c.ArchiveNoncurrentDays))
+	}
+	if len(c.Plans) > maxPlansBytes {
+		errs = append(errs, fmt.Errorf("plans: %d bytes of JSON; Lambda allows 4 KB for all variables, so keep plans under %d", len(c.Plans), maxPlansBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// readPlans reads a plans JSON file and compacts it for an environment variable.
+func readPlans(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("plansFile: %w", err)
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, data); err != nil {
+		return "", fmt.Errorf("plansFile %s: not valid JSON: %w", path, err)
+	}
+	return out.String(), nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func lookupIn(ctx map[string]any) func(string) any {
+	return func(key string) any { return ctx[key] }
+}
+
+func TestConfigFromContext_Defaults(t *testing.T) {
+	cfg, err := ConfigFromContext(lookupIn(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Stage:                  "dev",
+		LogRetentionDays:       defaultLogRetentionDays,
+		LogLevel:               "info",
+		APIRateLimit:           defaultAPIRateLimit,
+		APIBurstLimit:          defaultAPIBurstLimit,
+		ConsumerMaxConcurrency: defaultConsumerMaxConcurrency,
+		ArchiveIADays:          defaultArchiveIADays,
+		ArchiveGlacierDays:     defaultArchiveGlacierDays,
+		ArchiveNoncurrentDays:  defaultArchiveNoncurrentDays,
+	}
+	if cfg != want {
+		t.Errorf("config %+v; want %+v", cfg, want)
+	}
+	if !cfg.Disposable() || cfg.Prefix() != "ferry-dev" {
+		t.Errorf("dev stage: disposable %v, prefix %q", cfg.Disposable(), cfg.Prefix())
+	}
+}
+
+// Values come as strings from `-c key=value` and as numbers from cdk.json.
+func TestConfigFromContext_StringsAndNumbers(t *testing.T) {
+	cfg, err := ConfigFromContext(lookupIn(map[string]any{
+		ctxStage:            "prod",
+		ctxAlarmEmail:       "ops@example.com",
+		ctxLogRetentionDays: "90",
+		ctxAPIRateLimit:     25.0,
+		ctxLogLevel:         "WARN",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Stage != "prod" || cfg.Disposable() || cfg.AlarmEmail != "ops@example.com" || cfg.LogRetentionDays != 90 || cfg.APIRateLimit != 25 || cfg.LogLevel != "warn" {
+		t.Errorf("config %+v", cfg)
+	}
+}
+
+func TestConfigFromContext_ReportsEveryInvalidValue(t *testing.T) {
+	_, err := ConfigFromContext(lookupIn(map[string]any{
+		ctxStage:                  "Prod_1",
+		ctxAlarmEmail:             "nobody",
+		ctxLogRetentionDays:       "31",
+		ctxLogLevel:               "loud",
+		ctxAPIRateLimit:           "fast",
+		ctxConsumerMaxConcurrency: 1.0,
+		ctxArchiveIADays:          "10",
+		ctxArchiveExpireDays:      "5",
+	}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"stage", "alarmEmail", "logRetentionDays", "logLevel", "apiRateLimit", "consumerMaxConcurrency", "archiveInfrequentAccessDays", "archiveExpireDays"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestConfigFromContext_PlansFileIsCompactedJSON(t *testing.T) {
+	path := writeFile(t, "plans.json", "{\n  \"plus\": {\"included\": 100000}\n}\n")
+	cfg, err := ConfigFromContext(lookupIn(map[string]any{ctxPlansFile: path}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Plans != `{"plus":{"included":100000}}` {
+		t.Errorf("plans %q", cfg.Plans)
+	}
+}
+
+func TestConfigFromContext_PlansFileRefused(t *testing.T) {
+	for name, content := range map[string]string{
+		"invalid JSON": "{plus",
+		"too large":    `{"x":"` + strings.Repeat("a", maxPlansBytes) + `"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := writeFile(t, "plans.json", content)
+			if _, err := ConfigFromContext(lookupIn(map[string]any{ctxPlansFile: path})); err == nil || !strings.Contains(err.Error(), "plans") {
+				t.Errorf("err = %v; want a plans error", err)
+			}
+		})
+	}
+	if _, err := ConfigFromContext(lookupIn(map[string]any{ctxPlansFile: filepath.Join(t.TempDir(), "missing.json")})); err == nil {
+		t.Error("missing plans file accepted")
+	}
+}

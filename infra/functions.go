@@ -1,0 +1,255 @@
+package main
+
+import (
+	"sort"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsschedulertargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// Environment variables the functions read besides the resource names (resources.EnvVar).
+const (
+	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN"
+	EnvPlans             = "FERRY_PLANS"
+	EnvLogLevel          = "FERRY_LOG_LEVEL"
+)
+
+// adminKeyReaders are the functions that serve operator routes, and so the only ones that may
+// read the operator key.
+var adminKeyReaders = []string{resources.FunctionAPI}
+
+// eventSourceBatchSize is how many messages one worker invocation gets. Failed messages are
+// reported one by one (ReportBatchItemFailures), so a bigger batch costs no redelivered work.
+const eventSourceBatchSize = 10
+
+// maxScheduleEventAge bounds how late a scheduled invocation may run; EventBridge Scheduler
+// accepts 1 minute to 24 hours.
+const (
+	minScheduleEventAge = time.Minute
+	maxScheduleEventAge = 24 * time.Hour
+)
+
+// IAM actions per access level. DynamoDB authorizes TransactWriteItems and TransactGetItems by
+// the per-item actions below, so there are no separate transaction actions.
+var (
+	tableReadActions   = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"}
+	tableWriteActions  = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+	queueSendActions   = []string{"sqs:SendMessage"} // SendMessageBatch is authorized by SendMessage
+	bucketListActions  = []string{"s3:ListBucket"}   // lets a missing object read as 404, not 403
+	objectReadActions  = []string{"s3:GetObject"}
+	objectWriteActions = []string{"s3:PutObject"}
+)
+
+// FunctionsProps configures the Lambda functions.
+type FunctionsProps struct {
+	Config      Config
+	Definitions Definitions
+	Storage     *Storage
+	// AdminKey is the operator key's secret; its ARN goes to adminKeyReaders only.
+	AdminKey awssecretsmanager.ISecret
+	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
+	SourceRoot   string
+	SourceDigest string
+}
+
+// Functions holds every Lambda function by name.
+type Functions struct {
+	ByName map[string]awslambda.Function
+}
+
+// NewFunctions creates each function with its own role, granted exactly the access its
+// definition lists, its own log group, its queue event sources and its schedule.
+// A function that does not build is an error naming it, with the compiler's output.
+func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) (*Functions, error) {
+	this := constructs.NewConstruct(scope, jsii.String(id))
+	fns := &Functions{ByName: map[string]awslambda.Function{}}
+	env := baseEnvironment(props.Config, props.Storage.Names())
+	for _, def := range props.Definitions.Functions {
+		fn, err := newFunction(this, props, def, env)
+		if err != nil {
+			return nil, err
+		}
+		fns.ByName[def.Name] = fn
+	}
+	return fns, nil
+}
+
+// baseEnvironment is what every function gets: each resource's physical name under
+// resources.EnvVar (as resources.NamesFromEnv reads them), the log level and the plans.
+func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
+	env := map[string]*string{EnvLogLevel: jsii.String(cfg.LogLevel)}
+	for k, v := range names.Env() {
+		env[k] = jsii.String(v)
+	}
+	if cfg.Plans != "" {
+		env[EnvPlans] = jsii.String(cfg.Plans)
+	}
+	return env
+}
+
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base map[string]*string) (awslambda.Function, error) {
+	cfg := props.Config
+	id := pascal(def.Name)
+	env := make(map[string]*string, len(base)+1)
+	for k, v := range base {
+		env[k] = v
+	}
+	readsAdminKey := contains(adminKeyReaders, def.Name)
+	if readsAdminKey {
+		env[EnvAdminKeySecretARN] = props.AdminKey.SecretArn()
+	}
+
+	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+		Retention:     retentionDays[cfg.LogRetentionDays],
+		RemovalPolicy: removalPolicy(cfg),
+	})
+	// A role of its own with no managed policy: AWSLambdaBasicExecutionRole would allow writing
+	// to every log group in the account.
+	role := awsiam.NewRole(scope, jsii.String(id+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Ferry " + cfg.Stage + " " + def.Name + " function"),
+	})
+	logs.GrantWrite(role)
+	grantAccess(role, props, def)
+	if readsAdminKey {
+		props.AdminKey.GrantRead(role, nil)
+	}
+
+	code, bundler := goFunctionCode(props.SourceRoot, props.SourceDigest, def.Name)
+	fnProps := &awslambda.FunctionProps{
+		FunctionName: jsii.String(resources.PhysicalName(cfg.Prefix(), def.Name)),
+		Description:  jsii.String(def.Purpose),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: awslambda.Architecture_ARM_64(),
+		Handler:      jsii.String("bootstrap"),
+		Code:         code,
+		Timeout:      seconds(def.Timeout),
+		MemorySize:   jsii.Number(def.MemoryMB),
+		Environment:  &env,
+		Role:         role,
+		LogGroup:     logs,
+	}
+	if def.ReservedConcurrency > 0 {
+		fnProps.ReservedConcurrentExecutions = jsii.Number(def.ReservedConcurrency)
+	}
+	if def.Every > 0 {
+		// The next scheduled run is the retry; Lambda's own async retries would only overlap it.
+		fnProps.RetryAttempts = jsii.Number(0)
+	}
+	fn, err := newLambda(scope, id+"Function", fnProps, bundler)
+	if err != nil {
+		return nil, err
+	}
+
+	for _, q := range props.Definitions.Queues {
+		if def.Queues[q.Logical] != resources.Consume {
+			continue
+		}
+		// The event source grants what it needs on this queue only: receive, delete, change
+		// visibility and read the queue's attributes.
+		fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(props.Storage.Queues[q.Logical], &awslambdaeventsources.SqsEventSourceProps{
+			BatchSize:               jsii.Number(eventSourceBatchSize),
+			ReportBatchItemFailures: jsii.Bool(true),
+			MaxConcurrency:          jsii.Number(cfg.ConsumerMaxConcurrency),
+		}))
+	}
+	if def.Every > 0 {
+		newSchedule(scope, id, fn, def)
+	}
+	return fn, nil
+}
+
+// newLambda creates the function, turning CDK's refusal of an asset whose build failed into the
+// build's own error.
+func newLambda(scope constructs.Construct, id string, props *awslambda.FunctionProps, bundler *goBundler) (fn awslambda.Function, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if bundler.err == nil {
+				panic(r)
+			}
+			fn, err = nil, bundler.err
+		}
+	}()
+	return awslambda.NewFunction(scope, jsii.String(id), props), nil
+}
+
+// newSchedule invokes fn every def.Every through EventBridge Scheduler.
+func newSchedule(scope constructs.Construct, id string, fn awslambda.IFunction, def resources.Function) {
+	maxAge := min(max(def.Every, minScheduleEventAge), maxScheduleEventAge)
+	awsscheduler.NewSchedule(scope, jsii.String(id+"Schedule"), &awsscheduler.ScheduleProps{
+		Description: jsii.String("Runs " + def.Name + " every " + def.Every.String()),
+		Schedule:    awsscheduler.ScheduleExpression_Rate(awscdk.Duration_Minutes(jsii.Number(def.Every.Minutes()))),
+		Target: awsschedulertargets.NewLambdaInvoke(fn, &awsschedulertargets.ScheduleTargetBaseProps{
+			MaxEventAge:   seconds(maxAge),
+			RetryAttempts: jsii.Number(0),
+		}),
+	})
+}
+
+// grantAccess adds one statement per resource and access level the definition lists, naming
+// the resource (and, for tables, each of its indexes) so no statement reaches further. Resources
+// are visited in definition order so the policy reads the same on every synthesis.
+func grantAccess(role awsiam.IRole, props *FunctionsProps, def resources.Function) {
+	allow := func(sid string, actions []string, arns ...string) {
+		role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String(sid),
+			Effect:    awsiam.Effect_ALLOW,
+			Actions:   jsii.Strings(actions...),
+			Resources: jsii.Strings(arns...),
+		}))
+	}
+	for _, t := range props.Definitions.Tables {
+		access, ok := def.Tables[t.Logical]
+		if !ok {
+			continue
+		}
+		table := props.Storage.Tables[t.Logical]
+		arns := []string{*table.TableArn()}
+		for _, ix := range sortedIndexNames(t) {
+			arns = append(arns, *table.TableArn()+"/index/"+ix)
+		}
+		sid := "Table" + pascal(t.Logical)
+		allow(sid+"Read", tableReadActions, arns...)
+		if access == resources.ReadWrite {
+			allow(sid+"Write", tableWriteActions, *table.TableArn())
+		}
+	}
+	for _, q := range props.Definitions.Queues {
+		if def.Queues[q.Logical] == resources.Send {
+			allow("Queue"+pascal(q.Logical)+"Send", queueSendActions, *props.Storage.Queues[q.Logical].QueueArn())
+		}
+	}
+	for _, b := range props.Definitions.Buckets {
+		access, ok := def.Buckets[b.Logical]
+		if !ok {
+			continue
+		}
+		bucket := props.Storage.Buckets[b.Logical]
+		sid := "Bucket" + pascal(b.Logical)
+		allow(sid+"List", bucketListActions, *bucket.BucketArn())
+		allow(sid+"ReadObjects", objectReadActions, *bucket.ArnForObjects(jsii.String("*")))
+		if access == resources.ReadWrite {
+			allow(sid+"WriteObjects", objectWriteActions, *bucket.ArnForObjects(jsii.String("*")))
+		}
+	}
+}
+
+func sortedIndexNames(t resources.Table) []string {
+	names := make([]string, 0, len(t.Indexes))
+	for _, ix := range t.Indexes {
+		names = append(names, ix.Name)
+	}
+	sort.Strings(names)
+	return names
+}

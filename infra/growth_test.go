@@ -1,0 +1,162 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// fakeRoot makes a module root with a trivial main package for each function, so a test can
+// synthesize definitions whose function code does not exist yet. Broken names get code that
+// does not compile.
+func fakeRoot(t *testing.T, defs Definitions, broken ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	write := func(rel, content string) {
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module "+modulePath+"\n\ngo 1.26\n")
+	write("go.sum", "")
+	for _, f := range defs.Functions {
+		code := "package main\n\nfunc main() {}\n"
+		if contains(broken, f.Name) {
+			code = "package main\n\nfunc main() { undefinedCall() }\n"
+		}
+		write(filepath.Join(functionsDir, f.Name, "main.go"), code)
+	}
+	return root
+}
+
+// grownDefinitions are Ferry's definitions plus what later capabilities are expected to add: a
+// holds table with a GSI and a TTL, an idempotency table with a TTL, a scheduled sweeper, a
+// route and an alarm.
+func grownDefinitions() Definitions {
+	d := copyDefinitions(DefaultDefinitions())
+	d.Tables = append(d.Tables,
+		resources.Table{
+			Logical:      "holds",
+			PartitionKey: resources.Attribute{Name: "pk", Type: resources.String},
+			SortKey:      &resources.Attribute{Name: "sk", Type: resources.String},
+			TTLAttribute: "expiresAt",
+			Indexes: []resources.Index{{
+				Name:         "byLease",
+				PartitionKey: resources.Attribute{Name: "leaseShard", Type: resources.String},
+				SortKey:      &resources.Attribute{Name: "leaseExpiresAtMs", Type: resources.Number},
+				ProjectAll:   true,
+			}},
+		},
+		resources.Table{
+			Logical:      "idempotency",
+			PartitionKey: resources.Attribute{Name: "pk", Type: resources.String},
+			TTLAttribute: "expiresAt",
+		},
+	)
+	for i, f := range d.Functions {
+		if f.Name == resources.FunctionAPI {
+			d.Functions[i].Tables["holds"] = resources.ReadWrite
+			d.Functions[i].Tables["idempotency"] = resources.ReadWrite
+		}
+	}
+	d.Functions = append(d.Functions, resources.Function{
+		Name:                "sweeper",
+		Purpose:             "settles holds whose lease expired",
+		Timeout:             time.Minute,
+		MemoryMB:            256,
+		ReservedConcurrency: 1,
+		Tables:              map[string]resources.Access{"holds": resources.ReadWrite, resources.TableUsage: resources.ReadWrite},
+		Every:               time.Minute,
+	}, resources.Function{
+		Name:     "reconciler",
+		Purpose:  "compares the ledger with the provider meter",
+		Timeout:  5 * time.Minute,
+		MemoryMB: 512,
+		Tables:   map[string]resources.Access{resources.TableLedger: resources.Read},
+		Every:    24 * time.Hour,
+	})
+	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/holds", Function: resources.FunctionAPI, Mutating: true})
+	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WebhooksDead", Threshold: 1, Description: "A webhook event is DEAD."})
+	return d
+}
+
+func TestStack_FollowsAppendedDefinitions(t *testing.T) {
+	defs := grownDefinitions()
+	s := synthWith(t, map[string]any{}, defs, fakeRoot(t, defs), false)
+
+	for _, table := range defs.Tables {
+		assertTable(t, s, table)
+	}
+	for _, f := range defs.Functions {
+		if f.Every > 0 {
+			assertSchedule(t, s, f)
+		}
+	}
+	check(t, func() {
+		s.tmpl.ResourceCountIs(jsii.String("AWS::Scheduler::Schedule"), jsii.Number(2))
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Scheduler::Schedule"), like(object{"ScheduleExpression": "rate(1 day)"}))
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), like(object{
+			"FunctionName":                 "ferry-dev-sweeper",
+			"ReservedConcurrentExecutions": 1,
+			"Environment":                  object{"Variables": like(object{"FERRY_TABLE_HOLDS": like(object{}), "FERRY_TABLE_IDEMPOTENCY": like(object{})})},
+		}))
+		s.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(object{
+			"Namespace": metrics.Namespace, "MetricName": "WebhooksDead", "AlarmActions": arrayWith(object{"Ref": topicID(t, s)}),
+		}))
+	})
+	for _, r := range defs.Routes {
+		assertRoute(t, s, r)
+	}
+
+	// The sweeper reads the holds table and its index, and writes only the table.
+	fn := props(s.json["Resources"].(object)[functionID(t, s, "sweeper")].(object))
+	holdsID := s.id(t, "AWS::DynamoDB::Table", object{"TableName": "ferry-dev-holds"})
+	var readsIndex, writesIndex bool
+	for _, st := range s.roleStatements(refs(fn["Role"])[0]) {
+		for _, res := range list(st["Resource"]) {
+			if strings.HasSuffix(flatJoin(res), "{"+holdsID+"}/index/byLease") {
+				actions := strings.Join(strs(st["Action"]), " ")
+				readsIndex = readsIndex || strings.Contains(actions, "dynamodb:Query")
+				writesIndex = writesIndex || strings.Contains(actions, "dynamodb:PutItem")
+			}
+		}
+	}
+	if !readsIndex || writesIndex {
+		t.Errorf("sweeper on holds/index/byLease: query %v, put %v; want query only", readsIndex, writesIndex)
+	}
+}
+
+func TestStack_ScheduledFunctionsDoNotRetryAsync(t *testing.T) {
+	defs := grownDefinitions()
+	s := synthWith(t, map[string]any{}, defs, fakeRoot(t, defs), false)
+	check(t, func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), like(object{
+			"FunctionName":         object{"Ref": functionID(t, s, "sweeper")},
+			"MaximumRetryAttempts": 0,
+		}))
+	})
+}
+
+func TestStack_RefusesConsumerWithReservedConcurrencyBelowMaxConcurrency(t *testing.T) {
+	defs := copyDefinitions(DefaultDefinitions())
+	for i, f := range defs.Functions {
+		if f.Name == resources.FunctionWorker {
+			defs.Functions[i].ReservedConcurrency = 1
+		}
+	}
+	_, err := trySynth(map[string]any{}, defs, fakeRoot(t, defs), false, "")
+	if err == nil || !strings.Contains(err.Error(), "reserved concurrency 1 below consumerMaxConcurrency") {
+		t.Errorf("err = %v", err)
+	}
+}

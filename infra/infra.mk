@@ -1,0 +1,55 @@
+# The CDK app's targets. The top-level Makefile includes this file (after defining TOOLS_STAMP,
+# the file that marks _tools/ installed, and its `tools` target); every path is relative to the
+# repository root.
+#
+#   make synth                      # offline: writes cdk.out/, prints the resource count
+#   make cdk-bootstrap AWS_PROFILE=ferry-prod          # once per account and region
+#   make deploy STAGE=prod ALARM_EMAIL=ops@example.com AWS_PROFILE=ferry-prod
+#   make test-infra
+
+STAGE ?= dev
+# Optional settings, passed to the app as CDK context when set.
+ALARM_EMAIL ?=
+PLANS_FILE ?=
+CDK_FLAGS ?=
+
+CDK := _tools/node_modules/.bin/cdk
+CDK_STACK := ferry-$(STAGE)
+CDK_CONTEXT := -c stage=$(STAGE) \
+	$(if $(ALARM_EMAIL),-c alarmEmail=$(ALARM_EMAIL)) \
+	$(if $(PLANS_FILE),-c plansFile=$(PLANS_FILE))
+
+# Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
+CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	CDK_DISABLE_VERSION_CHECK=1 \
+	CDK_DISABLE_CLI_TELEMETRY=1 \
+	npm_config_update_notifier=false
+
+# The first `go test` of infra/ compiles the CDK bindings (a few minutes, once per build cache).
+INFRA_TEST_TIMEOUT ?= 20m
+
+ifndef TOOLS_STAMP
+TOOLS_STAMP := _tools/node_modules/.package-lock.json
+$(TOOLS_STAMP): _tools/package.json _tools/package-lock.json
+	npm ci --prefix _tools --no-audit --no-fund
+	@touch $@
+
+.PHONY: tools
+tools: $(TOOLS_STAMP) ## Install the npm tools (CDK CLI, SQS emulator) into _tools/
+endif
+
+.PHONY: synth deploy cdk-bootstrap test-infra
+
+synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk.out/ (STAGE=dev)
+	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
+	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
+
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE)
+	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
+		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
+
+cdk-bootstrap: $(TOOLS_STAMP) ## Prepare the account and region of AWS_PROFILE for CDK deployments (once)
+	$(CDK_ENV) $(CDK) bootstrap $(CDK_CONTEXT) $(if $(AWS_PROFILE),--profile $(AWS_PROFILE))
+
+test-infra: ## Run the CDK app's tests (assertions on the synthesized template)
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 go test -count=1 -timeout $(INFRA_TEST_TIMEOUT) ./infra/...

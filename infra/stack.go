@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// adminKeyLength is the length of the generated operator key, in letters and digits (~285 bits).
+const adminKeyLength = 48
+
+// FerryStackProps configures the stack.
+type FerryStackProps struct {
+	awscdk.StackProps
+	Config      Config
+	Definitions Definitions
+	// SourceRoot is the module root, where functions/<name> live.
+	SourceRoot string
+}
+
+// NewFerryStack creates everything Ferry needs in one account and region: the tables, queues and
+// archive bucket, the functions with least-privilege roles, their schedules, the HTTP API, the
+// operator key and the alarms. The stack names no account or region, so it synthesizes offline.
+func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps) (awscdk.Stack, error) {
+	cfg, defs := props.Config, props.Definitions
+	if err := errors.Join(cfg.Validate(), defs.Validate(), checkDeployable(cfg, defs, props.SourceRoot)); err != nil {
+		return nil, err
+	}
+	digest, err := sourceDigest(props.SourceRoot)
+	if err != nil {
+		return nil, err
+	}
+
+	stackProps := props.StackProps
+	if stackProps.Description == nil {
+		stackProps.Description = jsii.String("Ferry (" + cfg.Stage + "): correct usage billing on AWS serverless")
+	}
+	stack := awscdk.NewStack(scope, jsii.String(id), &stackProps)
+	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("ferry"), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("stage"), jsii.String(cfg.Stage), nil)
+
+	storage := NewStorage(stack, "Storage", &StorageProps{Config: cfg, Definitions: defs})
+	adminKey := awssecretsmanager.NewSecret(stack, jsii.String("AdminKey"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String(resources.PhysicalName(cfg.Prefix(), "admin-key")),
+		Description: jsii.String("Ferry " + cfg.Stage + " operator key (Authorization: Bearer <key> on operator routes)"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(adminKeyLength),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+		RemovalPolicy: removalPolicy(cfg),
+	})
+	functions, err := NewFunctions(stack, "Functions", &FunctionsProps{
+		Config:       cfg,
+		Definitions:  defs,
+		Storage:      storage,
+		AdminKey:     adminKey,
+		SourceRoot:   props.SourceRoot,
+		SourceDigest: digest,
+	})
+	if err != nil {
+		return nil, err
+	}
+	api := NewHTTPAPI(stack, "Http", &HTTPAPIProps{Config: cfg, Routes: defs.Routes, Functions: functions.ByName})
+	alarms := NewAlarms(stack, "Alarms", &AlarmsProps{Config: cfg, Definitions: defs, Storage: storage, Functions: functions})
+
+	output := func(id, value, description string) {
+		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: jsii.String(value), Description: jsii.String(description)})
+	}
+	output("ApiUrl", *api.Stage.Url(), "Base URL of the HTTP API")
+	output("AlarmTopicArn", *alarms.Topic.TopicArn(), "SNS topic every alarm notifies")
+	output("AdminKeySecretArn", *adminKey.SecretArn(), "Secrets Manager secret holding the operator key")
+	for _, t := range defs.Tables {
+		output("Table"+pascal(t.Logical), *storage.Tables[t.Logical].TableName(), t.Purpose)
+	}
+	for _, q := range defs.Queues {
+		output("Queue"+pascal(q.Logical)+"Url", *storage.Queues[q.Logical].QueueUrl(), q.Purpose)
+		output("Queue"+pascal(q.DLQLogical())+"Url", *storage.Queues[q.DLQLogical()].QueueUrl(), "dead-letter queue of "+q.Logical)
+	}
+	for _, b := range defs.Buckets {
+		output("Bucket"+pascal(b.Logical), *storage.Buckets[b.Logical].BucketName(), b.Purpose)
+	}
+	return stack, nil
+}
+
+// checkDeployable reports what the stack could not deploy safely: a function without code, or a
+// queue consumer whose reserved concurrency is below the event source's maximum concurrency
+// (SQS would keep receiving messages Lambda throttles, and throttled receives count toward
+// maxReceiveCount, so events would reach the dead-letter queue without ever running).
+func checkDeployable(cfg Config, defs Definitions, root string) error {
+	var errs []error
+	if root == "" {
+		errs = append(errs, errors.New("no source root: the stack needs the module root to build the functions"))
+	}
+	for _, f := range defs.Functions {
+		if root != "" {
+			if err := checkFunctionSources(root, f.Name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for logical, access := range f.Queues {
+			if access == resources.Consume && f.ReservedConcurrency > 0 && f.ReservedConcurrency < cfg.ConsumerMaxConcurrency {
+				errs = append(errs, fmt.Errorf("function %q consumes queue %q with reserved concurrency %d below consumerMaxConcurrency %d", f.Name, logical, f.ReservedConcurrency, cfg.ConsumerMaxConcurrency))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func seconds(d time.Duration) awscdk.Duration {
+	return awscdk.Duration_Seconds(jsii.Number(d.Seconds()))
+}
+
+func days(n int) awscdk.Duration {
+	return awscdk.Duration_Days(jsii.Number(n))
+}
