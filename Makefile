@@ -9,6 +9,10 @@ FUNCTIONS := $(notdir $(wildcard functions/*))
 TEST_TIMEOUT ?= 45m
 
 export FERRY_FAUXQS_DIR ?= $(CURDIR)/$(TOOLS_DIR)/node_modules/fauxqs
+# The CDK's jsii runtime runs on the machine's Node.js; keep it quiet and offline.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_DISABLE_CLI_TELEMETRY := 1
 
 .PHONY: help
 help: ## list the targets

@@ -86,23 +86,34 @@ func NewHTTPAPI(scope constructs.Construct, id string, props *HTTPAPIProps) *HTT
 
 	// One integration per function, shared by its routes.
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
-	for _, r := range props.Routes {
-		integration, ok := integrations[r.Function]
+	integrationFor := func(function string) awsapigatewayv2integrations.HttpLambdaIntegration {
+		integration, ok := integrations[function]
 		if !ok {
 			integration = awsapigatewayv2integrations.NewHttpLambdaIntegration(
-				jsii.String(pascal(r.Function)+"Integration"),
-				props.Functions[r.Function],
+				jsii.String(pascal(function)+"Integration"),
+				props.Functions[function],
 				&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 					PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 				})
-			integrations[r.Function] = integration
+			integrations[function] = integration
 		}
+		return integration
+	}
+	for _, r := range props.Routes {
 		api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
-			Integration: integration,
+			Integration: integrationFor(r.Function),
 		})
 	}
+	// Requests no route matches (an unknown path, a wrong method) go to one function, which
+	// answers them with problem documents (404, or 405 with Allow) instead of API Gateway's bare
+	// {"message":"Not Found"}.
+	awsapigatewayv2.NewHttpRoute(this, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
+		HttpApi:     api,
+		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
+		Integration: integrationFor(resources.DefaultRouteFunction),
+	})
 	return &HTTPAPI{API: api, Stage: stage}
 }
 

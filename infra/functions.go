@@ -18,17 +18,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
-// Environment variables the functions read besides the resource names (resources.EnvVar).
-const (
-	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN"
-	EnvPlans             = "FERRY_PLANS"
-	EnvLogLevel          = "FERRY_LOG_LEVEL"
-)
-
-// adminKeyReaders are the functions that serve operator routes, and so the only ones that may
-// read the operator key.
-var adminKeyReaders = []string{resources.FunctionAPI}
-
 // eventSourceBatchSize is how many messages one worker invocation gets. Failed messages are
 // reported one by one (ReportBatchItemFailures), so a bigger batch costs no redelivered work.
 const eventSourceBatchSize = 10
@@ -56,7 +45,7 @@ type FunctionsProps struct {
 	Config      Config
 	Definitions Definitions
 	Storage     *Storage
-	// AdminKey is the operator key's secret; its ARN goes to adminKeyReaders only.
+	// AdminKey is the operator key's secret; its ARN goes only to functions with ReadsAdminKey.
 	AdminKey awssecretsmanager.ISecret
 	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
 	SourceRoot   string
@@ -88,12 +77,12 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 // baseEnvironment is what every function gets: each resource's physical name under
 // resources.EnvVar (as resources.NamesFromEnv reads them), the log level and the plans.
 func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
-	env := map[string]*string{EnvLogLevel: jsii.String(cfg.LogLevel)}
+	env := map[string]*string{resources.EnvLogLevel: jsii.String(cfg.LogLevel)}
 	for k, v := range names.Env() {
 		env[k] = jsii.String(v)
 	}
 	if cfg.Plans != "" {
-		env[EnvPlans] = jsii.String(cfg.Plans)
+		env[resources.EnvPlans] = jsii.String(cfg.Plans)
 	}
 	return env
 }
@@ -105,9 +94,9 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	for k, v := range base {
 		env[k] = v
 	}
-	readsAdminKey := contains(adminKeyReaders, def.Name)
+	readsAdminKey := def.ReadsAdminKey
 	if readsAdminKey {
-		env[EnvAdminKeySecretARN] = props.AdminKey.SecretArn()
+		env[resources.EnvAdminKeySecretARN] = props.AdminKey.SecretArn()
 	}
 
 	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{

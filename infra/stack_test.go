@@ -339,18 +339,18 @@ func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
 			}); err != nil {
 				t.Error(err)
 			}
-			if env[EnvLogLevel] != s.cfg.LogLevel {
-				t.Errorf("%s = %v; want %q", EnvLogLevel, env[EnvLogLevel], s.cfg.LogLevel)
+			if env[resources.EnvLogLevel] != s.cfg.LogLevel {
+				t.Errorf("%s = %v; want %q", resources.EnvLogLevel, env[resources.EnvLogLevel], s.cfg.LogLevel)
 			}
-			if _, ok := env[EnvPlans]; ok {
-				t.Errorf("%s set with no plansFile", EnvPlans)
+			if _, ok := env[resources.EnvPlans]; ok {
+				t.Errorf("%s set with no plansFile", resources.EnvPlans)
 			}
-			arn, ok := env[EnvAdminKeySecretARN]
+			arn, ok := env[resources.EnvAdminKeySecretARN]
 			switch {
-			case contains(adminKeyReaders, f.Name) && !(ok && refersTo(arn, secretID)):
-				t.Errorf("%s = %v; want the operator key secret's ARN", EnvAdminKeySecretARN, arn)
-			case !contains(adminKeyReaders, f.Name) && ok:
-				t.Errorf("%s set on a function that serves no operator route", EnvAdminKeySecretARN)
+			case f.ReadsAdminKey && !(ok && refersTo(arn, secretID)):
+				t.Errorf("%s = %v; want the operator key secret's ARN", resources.EnvAdminKeySecretARN, arn)
+			case !f.ReadsAdminKey && ok:
+				t.Errorf("%s set on a function that serves no operator route", resources.EnvAdminKeySecretARN)
 			}
 		})
 	}
@@ -364,8 +364,8 @@ func TestFunctions_PlansAndLogLevelFromContext(t *testing.T) {
 			s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), like(object{
 				"FunctionName": resources.PhysicalName(s.cfg.Prefix(), f.Name),
 				"Environment": object{"Variables": like(object{
-					EnvPlans:    `{"free":{"events":1000}}`,
-					EnvLogLevel: "debug",
+					resources.EnvPlans:    `{"free":{"events":1000}}`,
+					resources.EnvLogLevel: "debug",
 				})},
 			}))
 		})
@@ -472,7 +472,7 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 					expect(id)
 				}
 			}
-			if contains(adminKeyReaders, f.Name) {
+			if f.ReadsAdminKey {
 				expect(secretID, wantSecretRead)
 			} else {
 				expect(secretID)
@@ -601,12 +601,25 @@ func TestAPI_EveryRouteIntegratedWithItsFunction(t *testing.T) {
 	s := synthStage(t, dev)
 	check(t, func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), like(object{"ProtocolType": "HTTP"}))
-		s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(resources.Routes)))
+		// Every declared route, and $default.
+		s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(resources.Routes)+1))
 	})
 	for _, r := range resources.Routes {
 		t.Run(r.Method+" "+r.Path, func(t *testing.T) {
 			assertRoute(t, s, r)
 		})
+	}
+}
+
+// Requests no route matches reach the function that answers them with problem documents.
+func TestAPI_DefaultRouteGoesToTheDefaultFunction(t *testing.T) {
+	s := synthStage(t, dev)
+	fnID := functionID(t, s, resources.DefaultRouteFunction)
+	routeID := s.id(t, "AWS::ApiGatewayV2::Route", object{"RouteKey": "$default"})
+	route := props(s.json["Resources"].(object)[routeID].(object))
+	integration := props(s.json["Resources"].(object)[refs(route["Target"])[0]].(object))
+	if !refersTo(integration["IntegrationUri"], fnID) || integration["PayloadFormatVersion"] != "2.0" {
+		t.Errorf("$default integration %v; want %s with payload format 2.0", integration, fnID)
 	}
 }
 

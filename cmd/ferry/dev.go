@@ -10,6 +10,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // EnvAddr names the environment variable for ferry dev's listen address.
@@ -23,7 +24,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	adminKey := envOr(app.EnvAdminKey, devstack.DefaultAdminKey)
+	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
 		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,

@@ -31,13 +31,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/worker"
 )
 
-// Environment variables the functions read besides the resource names.
-const (
-	EnvAdminKey          = "FERRY_ADMIN_KEY"
-	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN"
-	EnvLogLevel          = "FERRY_LOG_LEVEL"
-)
-
 // Config is everything the services need besides clients.
 type Config struct {
 	Names          resources.Names
@@ -56,17 +49,17 @@ func ConfigFromEnv(ctx context.Context, needAdminKey bool) (Config, error) {
 		return Config{}, err
 	}
 	catalog := plans.Default()
-	if raw := os.Getenv(plans.EnvPlans); raw != "" {
+	if raw := os.Getenv(resources.EnvPlans); raw != "" {
 		if catalog, err = plans.Parse([]byte(raw)); err != nil {
-			return Config{}, fmt.Errorf("%s: %w", plans.EnvPlans, err)
+			return Config{}, fmt.Errorf("%s: %w", resources.EnvPlans, err)
 		}
 	}
 	cfg := Config{Names: names, Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
 	if !needAdminKey {
 		return cfg, nil
 	}
-	cfg.AdminKey = os.Getenv(EnvAdminKey)
-	if arn := os.Getenv(EnvAdminKeySecretARN); cfg.AdminKey == "" && arn != "" {
+	cfg.AdminKey = os.Getenv(resources.EnvAdminKey)
+	if arn := os.Getenv(resources.EnvAdminKeySecretARN); cfg.AdminKey == "" && arn != "" {
 		if cfg.AdminKey, err = readSecret(ctx, arn); err != nil {
 			return Config{}, err
 		}
@@ -92,7 +85,7 @@ func readSecret(ctx context.Context, arn string) (string, error) {
 // NewLogger is the JSON logger every function uses, at FERRY_LOG_LEVEL (default info).
 func NewLogger(out io.Writer) *slog.Logger {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv(EnvLogLevel))); err != nil {
+	if err := level.UnmarshalText([]byte(os.Getenv(resources.EnvLogLevel))); err != nil {
 		level = slog.LevelInfo
 	}
 	return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}))

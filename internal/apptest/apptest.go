@@ -119,7 +119,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 	for _, f := range resources.Functions {
 		handlers[f.Name] = httpapi.NewLambdaHandler(a.API.Handler(f.Name))
 	}
-	gw, err := devstack.NewGateway(handlers, resources.FunctionAPI, a.Log)
+	gw, err := devstack.NewGateway(handlers, resources.DefaultRouteFunction, a.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

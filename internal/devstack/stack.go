@@ -138,7 +138,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	for _, f := range resources.Functions {
 		handlers[f.Name] = httpapi.NewLambdaHandler(s.App.API.Handler(f.Name))
 	}
-	gw, err := NewGateway(handlers, resources.FunctionAPI, log)
+	gw, err := NewGateway(handlers, resources.DefaultRouteFunction, log)
 	if err != nil {
 		return fail(err)
 	}

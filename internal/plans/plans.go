@@ -1,7 +1,7 @@
 // Package plans holds Ferry's plans as data: each plan's tier (how its events are billed), its
 // monthly price and, per feature, its limit, included quantity and overage price. The defaults
 // are the published pricing (Free: 1,000 events a month, no overage; Plus: $28 a month with
-// 100,000 events included and $0.00028 per extra event); FERRY_PLANS replaces them.
+// 100,000 events included and $0.00028 per extra event); a catalog in FERRY_PLANS replaces them.
 package plans
 
 import (
@@ -16,9 +16,6 @@ import (
 
 //go:embed plans.json
 var defaultJSON []byte
-
-// EnvPlans names the environment variable that may carry a replacement catalog as JSON.
-const EnvPlans = "FERRY_PLANS"
 
 // Tier is how a plan's events are billed.
 type Tier string

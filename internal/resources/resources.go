@@ -204,6 +204,15 @@ func EnvVar(kind, logical string) string {
 	return "FERRY_" + kind + "_" + envUnsafe.ReplaceAllString(strings.ToUpper(logical), "_")
 }
 
+// Environment variables a function reads besides the resource names. The CDK app sets them;
+// internal/app reads them.
+const (
+	EnvAdminKey          = "FERRY_ADMIN_KEY"            // the operator key itself (local use)
+	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN" // the Secrets Manager secret holding it (AWS)
+	EnvPlans             = "FERRY_PLANS"                // JSON plan catalog replacing the built-in one
+	EnvLogLevel          = "FERRY_LOG_LEVEL"            // debug, info, warn or error
+)
+
 // Environment kinds for EnvVar.
 const (
 	KindTable  = "TABLE"
@@ -283,6 +292,9 @@ type Function struct {
 	Buckets map[string]Access
 	// Every runs the function on a schedule (EventBridge Scheduler; a ticker in ferry dev).
 	Every time.Duration
+	// ReadsAdminKey grants the function the operator key's secret: only functions that serve
+	// operator routes get it.
+	ReadsAdminKey bool
 }
 
 // Function names.
@@ -303,10 +315,11 @@ var Functions = []Function{
 		Queues:   map[string]Access{QueueEvents: Send},
 	},
 	{
-		Name:     FunctionAPI,
-		Purpose:  "accounts, event status and usage routes",
-		Timeout:  10 * time.Second,
-		MemoryMB: 256,
+		Name:          FunctionAPI,
+		Purpose:       "accounts, event status and usage routes, and every path no route declares",
+		ReadsAdminKey: true,
+		Timeout:       10 * time.Second,
+		MemoryMB:      256,
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
 		},
@@ -323,6 +336,10 @@ var Functions = []Function{
 		Buckets: map[string]Access{BucketArchive: ReadWrite},
 	},
 }
+
+// DefaultRouteFunction serves the $default route: requests no route matches (unknown paths,
+// wrong methods) get its problem answers instead of API Gateway's bare 404.
+const DefaultRouteFunction = FunctionAPI
 
 // Route is one HTTP API route and the function that serves it. Path parameters use the {name}
 // syntax that both API Gateway and net/http understand.
