@@ -61,7 +61,7 @@ func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
 	ferry, naive := results[0], results[1]
 	ff, nf := figures(ferry, distinct), figures(naive, distinct)
 	var t table
-	t.add("", "Ferry", "naive apply-on-arrival", "naive / Ferry")
+	t.add("", "Ferry", "naive apply-on-arrival", "Ferry / naive")
 	t.add("deliveries to the worker", thousands(int64(ferry.delivered)), thousands(int64(naive.delivered)), "")
 	t.add(fmt.Sprintf("meter after the run (exact: %s)", thousands(int64(distinct))), thousands(ferry.meter), thousands(naive.meter), "")
 	t.add("ledger", ledgerSummary(ferry.ledger), "(none)", "")
@@ -70,8 +70,8 @@ func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
 	t.add("per delivery:", "", "", "")
 	row := func(name string, a, b float64, format string) {
 		ratio := ""
-		if a > 0 {
-			ratio = fmt.Sprintf("%.2f×", b/a)
+		if b > 0 {
+			ratio = fmt.Sprintf("%.2f×", a/b)
 		}
 		t.add("  "+name, fmt.Sprintf(format, a), fmt.Sprintf(format, b), ratio)
 	}
