@@ -434,3 +434,89 @@ func TestEventSource_PoisonMessageReachesTheDLQ_HealthyOnesAreDeleted(t *testing
 		t.Errorf("WorkerFailures = %d, want %d (one per receive)", got, def.MaxReceiveCount)
 	}
 }
+
+// The scenario rows that only failures reach: a ledger that cannot be read fails the message
+// (and a later delivery finishes it), and a row written without a checkpoint never lets the
+// event skip billing.
+func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
+	faults := dynamo.NewFaults(nil)
+	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
+	h.CreateAccount(t, "acct_s", "free", nil)
+	if _, err := process(t, h, message(t, h, "acct_s", "warm", nil)); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("claim fails: unreadable, retry", func(t *testing.T) {
+		body := message(t, h, "acct_s", "evt_claim_fails", nil)
+		faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+			if op == "PutItem" {
+				return dynamo.CrashBefore
+			}
+			return dynamo.NoFault
+		})
+		res, err := process(t, h, body)
+		faults.SetPlan(nil)
+		if err == nil || res.Scenario != "ledger unreadable: fail this message (retry)" {
+			t.Fatalf("%q %v", res.Scenario, err)
+		}
+		if _, err := process(t, h, body); err != nil {
+			t.Fatal(err)
+		}
+		assertStoredOnce(t, h, "acct_s", "evt_claim_fails", body)
+	})
+
+	t.Run("claim lost and the ledger read fails: unreadable, retry", func(t *testing.T) {
+		body := message(t, h, "acct_s", "evt_read_fails", nil)
+		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		_, _ = process(t, h, body)
+		h.App.Worker.Hook = nil
+		gets := 0
+		faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+			if op == "GetItem" {
+				if gets++; gets == 2 { // the first read is the account's, the second the ledger's
+					return dynamo.CrashBefore
+				}
+			}
+			return dynamo.NoFault
+		})
+		res, err := process(t, h, body)
+		faults.SetPlan(nil)
+		if err == nil || res.Scenario != "ledger unreadable: fail this message (retry)" {
+			t.Fatalf("%q %v", res.Scenario, err)
+		}
+		if _, err := process(t, h, body); err != nil {
+			t.Fatal(err)
+		}
+		assertStoredOnce(t, h, "acct_s", "evt_read_fails", body)
+		if got := used(t, h, "acct_s"); got != 3 {
+			t.Errorf("meter %d, want 3", got)
+		}
+	})
+
+	t.Run("row present without a checkpoint: bill then mark", func(t *testing.T) {
+		body := message(t, h, "acct_s", "evt_row_first", map[string]any{"k": "v"})
+		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		_, _ = process(t, h, body)
+		h.App.Worker.Hook = nil
+		e := entry(t, h, "acct_s", "evt_row_first")
+		_, ev, _ := event.DecodeEnvelope(body)
+		row, err := analytics.RowFor(analytics.DefaultSchema, ev, "acct_s", e.ReceivedAtMs, e.RowInsertedAtMs, e.Cycle,
+			archive.Key("acct_s", "evt_row_first", e.RowInsertedAtMs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.App.Analytics.Write(context.Background(), row); err != nil {
+			t.Fatal(err)
+		}
+		res, err := process(t, h, body)
+		if err != nil || res.Scenario != "INSERTING, row present, not billed: bill then mark" || !res.Billed {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if e := entry(t, h, "acct_s", "evt_row_first"); e.Status != ledger.Inserted || !e.Billed() {
+			t.Errorf("entry %+v", e)
+		}
+		if got := used(t, h, "acct_s"); got != 4 {
+			t.Errorf("meter %d, want 4", got)
+		}
+	})
+}
