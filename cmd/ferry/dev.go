@@ -35,11 +35,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer stack.Close()
 	e := stack.Emulators.Endpoints
+	if err := writeDevEnv(devEnvFile, e, stack.Names); err != nil {
+		return err
+	}
+	defer os.Remove(devEnvFile)
 	fmt.Fprint(stdout, joinLines(
 		"Ferry is running on "+stack.URL,
 		"  operator key: "+adminKey+"   (Authorization: Bearer "+adminKey+")",
 		"  health:       "+stack.URL+"/healthz",
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
+		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
 		"Press Ctrl-C to stop.",
 	))
 	<-ctx.Done()

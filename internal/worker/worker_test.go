@@ -520,3 +520,31 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 		}
 	})
 }
+
+// An UNINSERTABLE event is re-driven from the archive once its cause is fixed: it is stored and
+// marked INSERTED, and billed only the once it already was.
+func TestRedrive_UninsertableEventIsStoredWithoutBillingAgain(t *testing.T) {
+	strict := analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
+	h := apptest.New(t, apptest.Options{Schema: &strict})
+	h.CreateAccount(t, "acct_rd", "free", nil)
+	body := message(t, h, "acct_rd", "evt_wide", map[string]any{"a": 1, "b": 2})
+	for range worker.DefaultMaxQuarantines {
+		_, _ = process(t, h, body)
+	}
+	if e := entry(t, h, "acct_rd", "evt_wide"); e.Status != ledger.Uninsertable {
+		t.Fatalf("status %s", e.Status)
+	}
+	h.App.Worker.Schema = analytics.DefaultSchema // the drift is fixed
+	r := &worker.Redrive{Ledger: h.App.Ledger, Archive: h.App.Archive, Queue: h.App.Ingest.Queue, NowMs: func() int64 { return h.Clock.Now().UnixMilli() }}
+	if before, err := r.Run(context.Background(), "acct_rd", "evt_wide"); err != nil || before != ledger.Uninsertable {
+		t.Fatalf("redrive: %s %v", before, err)
+	}
+	h.Drain(t, 0)
+	assertStoredOnce(t, h, "acct_rd", "evt_wide", body)
+	if got := used(t, h, "acct_rd"); got != 1 {
+		t.Errorf("meter %d, want 1", got)
+	}
+	if _, err := r.Run(context.Background(), "acct_rd", "evt_wide"); !errors.Is(err, worker.ErrNotRedrivable) {
+		t.Errorf("redriving an INSERTED event: %v", err)
+	}
+}
