@@ -70,9 +70,13 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 				Fingerprint: idempotency.Fingerprint(r.Method, r.URL.Path, r.URL.RawQuery, body),
 			})
 			if err != nil {
+				if out.Decision == idempotency.Wait || out.Decision == idempotency.Mismatch {
+					log.Info("keyed request not run", "route", routeKey, "scope", p.Scope(), "decision", out.Decision.String())
+				}
 				return err
 			}
 			if out.Decision == idempotency.Replay {
+				log.Debug("keyed request replayed", "route", routeKey, "scope", p.Scope(), "status", out.Response.Status)
 				for k, v := range out.Response.Header {
 					w.Header().Set(k, v)
 				}

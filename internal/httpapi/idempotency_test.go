@@ -177,6 +177,7 @@ func TestIdempotency_InvalidKey_400AndNothingRuns(t *testing.T) {
 	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_1", "free", nil)
 	for name, k := range map[string]string{
+		"empty":     "",
 		"too long":  strings.Repeat("k", idempotency.MaxKeyLength+1),
 		"non-ASCII": "clé",
 	} {
