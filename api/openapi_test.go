@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -23,6 +24,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
@@ -65,6 +67,25 @@ func TestOpenAPI_IsAValid31Document(t *testing.T) {
 	doc := loadDoc(t)
 	if !doc.IsOpenAPI31OrLater() {
 		t.Errorf("openapi %s; want 3.1", doc.OpenAPI)
+	}
+}
+
+// The prose states the contract's numbers; they must be the code's.
+func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	for _, want := range []string{
+		fmt.Sprintf("1–%d printable ASCII", idempotency.MaxKeyLength),
+		fmt.Sprintf("%d s lease", int(idempotency.Lease/time.Second)),
+		fmt.Sprintf("kept %d hours", int(idempotency.DefaultRetention/time.Hour)),
+		fmt.Sprintf("%d days for the event routes", int(idempotency.EventRetention/(24*time.Hour))),
+	} {
+		if !strings.Contains(doc.Info.Description, want) {
+			t.Errorf("the description does not say %q", want)
+		}
+	}
+	key := doc.Components.Parameters["IdempotencyKey"].Value.Schema.Value
+	if key.MaxLength == nil || *key.MaxLength != idempotency.MaxKeyLength {
+		t.Errorf("Idempotency-Key maxLength %v, want %d", key.MaxLength, idempotency.MaxKeyLength)
 	}
 }
 
