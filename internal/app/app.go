@@ -22,6 +22,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/metrics"
@@ -106,6 +107,10 @@ type App struct {
 	Log       *slog.Logger
 	Metrics   metrics.Recorder
 	Now       func() time.Time
+
+	// Idempotency claims Idempotency-Keys for every mutating route. Its middleware is installed
+	// on API here, so every function, ferry dev and the tests get it.
+	Idempotency *idempotency.Service
 }
 
 // New composes the services. now is the clock every service reads (once per unit of work).
@@ -136,6 +141,11 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
 		AdminKey: cfg.AdminKey, Log: log, Now: now,
 	})
+	a.Idempotency = &idempotency.Service{
+		Store:  &idempotency.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableIdempotency)},
+		Policy: idempotency.DefaultPolicy(), Now: now,
+	}
+	a.API.Use(httpapi.Idempotency(a.Idempotency, log))
 	return a
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
@@ -143,6 +144,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		return fail(err)
 	}
 	s.Routes.HandleFunc("GET /healthz", s.health)
+	s.Routes.Handle("GET /openapi.yaml", api.Handler())
 	s.Routes.Handle("/", gw)
 
 	for _, f := range resources.Functions {

@@ -59,7 +59,8 @@ const (
 // router turns into a problem document.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Middleware wraps the handler of one route. Capabilities (idempotency) add theirs.
+// Middleware wraps the handler of one route. Capabilities (idempotency) add theirs. It runs after
+// authentication, so PrincipalFrom always finds the caller.
 type Middleware func(route resources.Route, next HandlerFunc) HandlerFunc
 
 // registered is a route with its handler.
@@ -103,7 +104,8 @@ func (a *API) register(key string, auth Auth, h HandlerFunc) {
 	panic(fmt.Sprintf("httpapi: route %q is not declared in resources.Routes", key)) // a build defect
 }
 
-// Use adds middleware around every route handler.
+// Use adds middleware around every route handler, inside authentication. Middleware added first
+// runs first.
 func (a *API) Use(m Middleware) { a.middleware = append(a.middleware, m) }
 
 // Keys returns the registered route keys, sorted.
@@ -154,10 +156,14 @@ func (a *API) Handler(function string) http.Handler {
 		if function != "" && reg.route.Function != function {
 			continue
 		}
-		h := a.authenticate(reg.auth, reg.handler)
+		// Middleware runs inside authentication: it sees only authenticated requests and can
+		// scope what it stores by the caller (PrincipalFrom), and an unauthenticated request
+		// never reaches it or anything it stores.
+		h := reg.handler
 		for i := len(a.middleware) - 1; i >= 0; i-- {
 			h = a.middleware[i](reg.route, h)
 		}
+		h = a.authenticate(reg.auth, h)
 		byPath[reg.route.Path][reg.route.Method] = h
 	}
 	mux := http.NewServeMux()

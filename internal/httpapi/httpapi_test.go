@@ -11,7 +11,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/httpapi"
@@ -42,25 +41,6 @@ func assertProblem(t testing.TB, r apptest.Response, status int, kind string) ma
 		t.Errorf("problem %v, want status %d kind %s", p, status, kind)
 	}
 	return p
-}
-
-// queued drains the events queue's visible messages (without processing them) and counts them.
-func queued(t testing.TB, h *apptest.Harness) int {
-	t.Helper()
-	n := 0
-	for {
-		out, err := h.Env.Clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(h.Env.Names.QueueURL(resources.QueueEvents)), MaxNumberOfMessages: 10, WaitTimeSeconds: 0,
-			VisibilityTimeout: 30,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Messages) == 0 {
-			return n
-		}
-		n += len(out.Messages)
-	}
 }
 
 func TestAccounts_CreateGetPatch(t *testing.T) {

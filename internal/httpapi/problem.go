@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 )
@@ -57,6 +59,8 @@ const (
 	kindUnavailable  = "unavailable"
 	kindInternal     = "internal"
 	kindUnsupported  = "unsupported-media-type"
+	kindInFlight     = "idempotency-in-flight"
+	kindKeyReused    = "idempotency-key-reused"
 )
 
 func newProblem(status int, kind, title, detail string) *Problem {
@@ -109,7 +113,21 @@ func problemFor(err error) *Problem {
 	var batchInvalid *ingest.BatchInvalidError
 	var invalidAccount *accounts.InvalidError
 	var invalidEvent *event.InvalidError
+	var invalidKey *idempotency.KeyError
 	switch {
+	case errors.As(err, &invalidKey):
+		return badRequest(invalidKey.Error() + ".")
+	case errors.Is(err, idempotency.ErrInFlight):
+		return newProblem(http.StatusConflict, kindInFlight, "Request in flight",
+			"A request with this Idempotency-Key is still being processed; retry after it completes.").
+			header("Retry-After", strconv.Itoa(int(idempotency.RetryAfterInFlight/time.Second)))
+	case errors.Is(err, idempotency.ErrKeyReused):
+		return newProblem(http.StatusUnprocessableEntity, kindKeyReused, "Idempotency-Key reused",
+			"This Idempotency-Key was used with a different request (method, path or body); send a new key for a new request.")
+	case errors.Is(err, idempotency.ErrUnavailable):
+		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
+			"The Idempotency-Key could not be checked, so nothing was done; retry it.").
+			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
 	case errors.As(err, &invalidAccount):
 		return badRequest(invalidAccount.Error()).with("errors", invalidAccount.Problems)
 	case errors.As(err, &invalidEvent):

@@ -115,7 +115,21 @@ var Tables = []Table{
 		PartitionKey: Attribute{"pk", String},
 		SortKey:      &Attribute{"sk", String},
 	},
+	{
+		Logical:      TableIdempotency,
+		Purpose:      "Idempotency-Key claims and stored answers, one item per (caller, route, key)",
+		PartitionKey: Attribute{"pk", String},
+		TTLAttribute: IdempotencyTTLAttribute,
+	},
 }
+
+// TableIdempotency is the logical name of the table the idempotency middleware claims keys in.
+// Every function that serves a mutating route needs read-write access to it.
+const TableIdempotency = "idempotency"
+
+// IdempotencyTTLAttribute is the epoch-seconds attribute DynamoDB expires idempotency records by,
+// once their retention has passed.
+const IdempotencyTTLAttribute = "expiresAt"
 
 // Queues lists every queue Ferry uses.
 var Queues = []Queue{
@@ -311,7 +325,7 @@ var Functions = []Function{
 		Purpose:  "POST /v1/events: authenticate, advisory gate, enqueue",
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
-		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read, TableLedger: Read},
+		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read, TableLedger: Read, TableIdempotency: ReadWrite},
 		Queues:   map[string]Access{QueueEvents: Send},
 	},
 	{
@@ -322,6 +336,7 @@ var Functions = []Function{
 		MemoryMB:      256,
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
+			TableIdempotency: ReadWrite,
 		},
 	},
 	{

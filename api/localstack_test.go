@@ -1,0 +1,38 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/ferrymeter/ferry/api"
+	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/testenv"
+)
+
+// The local stack's own paths conform too: ferry dev serves the document it is validated against.
+func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
+	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
+		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stack.Close()
+		if err := devstack.Teardown(context.Background(), stack.App.Clients, stack.Names); err != nil {
+			t.Logf("teardown: %v", err)
+		}
+	})
+	v := newValidator(t, stack.URL)
+	client := &http.Client{}
+	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false); r.status != http.StatusOK {
+		t.Errorf("healthz: %d %s", r.status, r.body)
+	}
+	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false)
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
+		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	}
+}

@@ -1,0 +1,590 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/ferrymeter/ferry/api"
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/idempotency"
+	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// localRoutes are served by the local stack (ferry dev) rather than by a Lambda function.
+var localRoutes = map[string]bool{"GET /healthz": true, "GET /openapi.yaml": true}
+
+// aheadOfHandlers are documented (DESIGN §8) before their routes are declared and served; the
+// conformance table already holds their requests, which run as soon as the routes are served.
+var aheadOfHandlers = map[string]bool{
+	"POST /v1/holds": true, "GET /v1/holds/{id}": true,
+	"POST /v1/holds/{id}/charges": true, "POST /v1/holds/{id}/settle": true,
+}
+
+func loadDoc(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	return doc
+}
+
+func operation(doc *openapi3.T, method, path string) *openapi3.Operation {
+	item := doc.Paths.Value(path)
+	if item == nil {
+		return nil
+	}
+	return item.GetOperation(method)
+}
+
+func TestOpenAPI_IsAValid31Document(t *testing.T) {
+	doc := loadDoc(t)
+	if !doc.IsOpenAPI31OrLater() {
+		t.Errorf("openapi %s; want 3.1", doc.OpenAPI)
+	}
+}
+
+// The prose states the contract's numbers; they must be the code's.
+func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	for _, want := range []string{
+		fmt.Sprintf("1–%d printable ASCII", idempotency.MaxKeyLength),
+		fmt.Sprintf("%d s lease", int(idempotency.Lease/time.Second)),
+		fmt.Sprintf("kept %d hours", int(idempotency.DefaultRetention/time.Hour)),
+		fmt.Sprintf("%d days for the event routes", int(idempotency.EventRetention/(24*time.Hour))),
+	} {
+		if !strings.Contains(doc.Info.Description, want) {
+			t.Errorf("the description does not say %q", want)
+		}
+	}
+	key := doc.Components.Parameters["IdempotencyKey"].Value.Schema.Value
+	if key.MaxLength == nil || *key.MaxLength != idempotency.MaxKeyLength {
+		t.Errorf("Idempotency-Key maxLength %v, want %d", key.MaxLength, idempotency.MaxKeyLength)
+	}
+}
+
+// The document covers every declared route and nothing else, and gives each mutating route the
+// idempotency contract: the header, the replay header on its answers, the 409 and the 422.
+func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
+	doc := loadDoc(t)
+	declared := map[string]bool{}
+	for _, r := range resources.Routes {
+		key := r.Method + " " + r.Path
+		declared[key] = true
+		op := operation(doc, r.Method, r.Path)
+		if op == nil {
+			t.Errorf("%s is not documented", key)
+			continue
+		}
+		if op.Security == nil || len(*op.Security) == 0 {
+			t.Errorf("%s documents no security requirement", key)
+		}
+		hasKey := false
+		for _, p := range op.Parameters {
+			if p.Value != nil && p.Value.In == "header" && p.Value.Name == "Idempotency-Key" {
+				hasKey = true
+			}
+		}
+		if hasKey != r.Mutating {
+			t.Errorf("%s: Idempotency-Key documented %v, mutating %v", key, hasKey, r.Mutating)
+		}
+		if !r.Mutating {
+			continue
+		}
+		for _, status := range []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable} {
+			if op.Responses.Status(status) == nil {
+				t.Errorf("%s does not document %d", key, status)
+			}
+		}
+		for code, resp := range op.Responses.Map() {
+			if strings.HasPrefix(code, "2") && resp.Value.Headers["Idempotent-Replayed"] == nil {
+				t.Errorf("%s %s does not document Idempotent-Replayed", key, code)
+			}
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			key := method + " " + path
+			switch {
+			case declared[key], localRoutes[key]:
+			case aheadOfHandlers[key]:
+				t.Logf("%s is documented ahead of its handler", key)
+			default:
+				t.Errorf("%s is documented but not declared in resources.Routes", key)
+			}
+			for code, resp := range op.Responses.Map() {
+				if strings.HasPrefix(code, "4") || strings.HasPrefix(code, "5") && !localRoutes[key] {
+					if resp.Value.Content.Get(httpProblem) == nil {
+						t.Errorf("%s %s is not a problem document", key, code)
+					}
+				}
+			}
+		}
+	}
+}
+
+const httpProblem = "application/problem+json"
+
+// validator checks exchanges against the document.
+type validator struct {
+	doc    *openapi3.T
+	router routers.Router
+}
+
+func newValidator(t *testing.T, baseURL string) *validator {
+	t.Helper()
+	doc := loadDoc(t)
+	doc.Servers = openapi3.Servers{{URL: baseURL}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &validator{doc: doc, router: router}
+}
+
+// bearerPresent stands in for authentication: the handlers decide who the key belongs to; the
+// document only says a bearer key is required.
+func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	if in.SecurityScheme.Type != "http" || in.SecurityScheme.Scheme != "bearer" {
+		return fmt.Errorf("unexpected security scheme %s", in.SecuritySchemeName)
+	}
+	h := in.RequestValidationInput.Request.Header.Get("Authorization")
+	if len(h) <= len("Bearer ") || !strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
+		return errors.New("no bearer key")
+	}
+	return nil
+}
+
+// exchangeResult is one request and its answer.
+type exchangeResult struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request and validates it and its answer. A request that breaks the contract on
+// purpose (invalidRequest) must fail validation; its answer must still conform.
+func (v *validator) do(t *testing.T, client *http.Client, method, url string, header http.Header, body []byte, invalidRequest bool) exchangeResult {
+	t.Helper()
+	ctx := context.Background()
+	newReq := func() *http.Request {
+		req, err := http.NewRequest(method, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = header.Clone()
+		return req
+	}
+	checked := newReq()
+	route, params, err := v.router.FindRoute(checked)
+	if err != nil {
+		t.Fatalf("%s %s: not in the document: %v", method, url, err)
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: checked, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent, MultiError: true},
+	}
+	reqErr := openapi3filter.ValidateRequest(ctx, in)
+	switch {
+	case invalidRequest && reqErr == nil:
+		t.Errorf("%s %s breaks the contract on purpose but validates", method, url)
+	case !invalidRequest && reqErr != nil:
+		t.Errorf("request %s %s does not conform: %v", method, url, reqErr)
+	}
+
+	resp, err := client.Do(newReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(data)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}); err != nil {
+		t.Errorf("answer %d to %s %s does not conform: %v\n%s", resp.StatusCode, method, url, err, data)
+	}
+	return exchangeResult{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// The validator is only as good as its refusals: a body the document forbids must fail.
+func TestOpenAPI_ValidatorRefusesWhatTheDocumentForbids(t *testing.T) {
+	v := newValidator(t, "http://127.0.0.1:8080")
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:8080/v1/accounts/acct_1", nil)
+	req.Header.Set("Authorization", "Bearer k")
+	route, params, err := v.router.FindRoute(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent}}
+	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z"`
+	for name, c := range map[string]struct {
+		status int
+		body   string
+		ok     bool
+	}{
+		"an account":                     {200, account + `}`, true},
+		"an account with its key":        {200, account + `,"apiKey":"fk_0123456789012345678901234567890123456789abc"}`, false},
+		"an account with a stray member": {200, account + `,"colour":"red"}`, false},
+		"a problem":                      {404, `{"type":"tag:ferrymeter.dev,2026:problem:not-found","title":"Not found","status":404}`, true},
+		"a problem without a title":      {404, `{"type":"tag:ferrymeter.dev,2026:problem:not-found","status":404}`, false},
+		"an undocumented status":         {418, `{}`, false},
+	} {
+		ct := "application/json"
+		if c.status >= 400 {
+			ct = httpProblem
+		}
+		err := openapi3filter.ValidateResponse(context.Background(), &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: in, Status: c.status, Header: http.Header{"Content-Type": {ct}},
+			Body: io.NopCloser(strings.NewReader(c.body)), Options: &openapi3filter.Options{IncludeResponseStatus: true},
+		})
+		if (err == nil) != c.ok {
+			t.Errorf("%s: validation error %v; want ok=%v", name, err, c.ok)
+		}
+	}
+}
+
+// switchQueue fails sends while down is set, as SQS does when it is unavailable.
+type switchQueue struct {
+	ingest.Queue
+	down atomic.Bool
+}
+
+func (q *switchQueue) Send(ctx context.Context, env event.Envelope) error {
+	if q.down.Load() {
+		return errors.New("queue unavailable")
+	}
+	return q.Queue.Send(ctx, env)
+}
+
+// crashAfterFirstWrite lets the first write (the idempotency claim) commit and then kills the
+// process: later writes fail before they reach DynamoDB.
+func crashAfterFirstWrite(op string, _, write int) dynamo.Fault {
+	switch op {
+	case "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem":
+		if write == 1 {
+			return dynamo.CrashAfter
+		}
+		return dynamo.CrashBefore
+	}
+	return dynamo.NoFault
+}
+
+// exchange is one row of the conformance table.
+type exchange struct {
+	name string
+	// route is the declared route the request exercises ("POST /v1/accounts").
+	route string
+	// path is the request path; "{hold}" is replaced by the id of the hold created earlier.
+	path string
+	// as is who sends it: "operator", an account id created earlier, "none" or "wrong".
+	as          string
+	body        string
+	contentType string
+	idemKey     string
+	status      int
+	// replayed: the answer must carry Idempotent-Replayed: true.
+	replayed bool
+	// invalidRequest: the request breaks the contract on purpose and must fail validation.
+	invalidRequest bool
+	// before runs first (a crash to inject, the worker to drain); after runs once answered.
+	before func(t *testing.T, c *conformanceRun)
+	after  func(t *testing.T, c *conformanceRun, r exchangeResult)
+}
+
+// conformanceRun is the state a table run carries from row to row.
+type conformanceRun struct {
+	h      *apptest.Harness
+	faults *dynamo.Faults
+	queue  *switchQueue
+	keys   map[string]string // account id → API key
+	vars   map[string]string
+}
+
+func cloudEvent(id string) string {
+	return fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/tests","type":"api.call","time":"2026-11-15T12:00:00Z","data":{"n":1}}`, id)
+}
+
+func batch(items ...string) string { return "[" + strings.Join(items, ",") + "]" }
+
+func captureKey(id string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
+	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+		var body struct{ APIKey string }
+		if err := json.Unmarshal(r.body, &body); err != nil || body.APIKey == "" {
+			t.Fatalf("no apiKey in %s", r.body)
+		}
+		c.keys[id] = body.APIKey
+	}
+}
+
+// conformanceTable exercises every route of the contract, its answers and its errors. Rows whose
+// route is not served yet (declared in the document ahead of its handlers) are skipped; once the
+// route is registered, its rows run and validate.
+func conformanceTable() []exchange {
+	const invalidEvent = `{"specversion":"1.0"}`
+	oversizedAccount := `{"id":"acct_big","plan":"` + strings.Repeat("x", 70<<10) + `"}`
+	oversizedEvent := `{"specversion":"1.0","id":"evt_big","source":"/tests","type":"api.call","data":"` + strings.Repeat("x", event.MaxEventBytes) + `"}`
+	var hundredAndOne []string
+	for i := range event.MaxBatchItems + 1 {
+		hundredAndOne = append(hundredAndOne, cloudEvent(fmt.Sprintf("evt_many_%d", i)))
+	}
+	return []exchange{
+		// Accounts.
+		{name: "create", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator", idemKey: "create-1",
+			body: `{"id":"acct_1","plan":"free"}`, status: 201, after: captureKey("acct_1")},
+		{name: "create, repeated", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator", idemKey: "create-1",
+			body: `{"id":"acct_1","plan":"free"}`, status: 201, replayed: true},
+		{name: "create, the key on another request", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator", idemKey: "create-1",
+			body: `{"id":"acct_1","plan":"plus"}`, status: 422},
+		{name: "create, the id exists", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_1"}`, status: 409},
+		{name: "create, capped at zero events", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_capped","plan":"free","status":"active","limits":{"events":0}}`, status: 201, after: captureKey("acct_capped")},
+		{name: "create, one event a month", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_one","limits":{"events":1,"tokens":null}}`, status: 201, after: captureKey("acct_one")},
+		{name: "create, invalid id", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"bad id!","plan":"nope"}`, status: 400, invalidRequest: true},
+		{name: "create, unknown member", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_9","colour":"red"}`, status: 400, invalidRequest: true},
+		{name: "create, not JSON", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":`, status: 400, invalidRequest: true},
+		{name: "create, over the body limit", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: oversizedAccount, status: 413},
+		{name: "create, no key", route: "POST /v1/accounts", path: "/v1/accounts", as: "none",
+			body: `{"id":"acct_9"}`, status: 401, invalidRequest: true},
+		{name: "create, an account's key", route: "POST /v1/accounts", path: "/v1/accounts", as: "acct_1",
+			body: `{"id":"acct_9"}`, status: 401},
+		{name: "create, an invalid Idempotency-Key", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			idemKey: strings.Repeat("k", 256), body: `{"id":"acct_9"}`, status: 400, invalidRequest: true},
+		{name: "read", route: "GET /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator", status: 200},
+		{name: "read, unknown", route: "GET /v1/accounts/{id}", path: "/v1/accounts/nobody", as: "operator", status: 404},
+		{name: "update", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator", idemKey: "patch-1",
+			body: `{"limits":{"tokens":500}}`, status: 200},
+		{name: "update, repeated", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator", idemKey: "patch-1",
+			body: `{"limits":{"tokens":500}}`, status: 200, replayed: true},
+		{name: "update, unknown", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/nobody", as: "operator",
+			body: `{"status":"inactive"}`, status: 404},
+		{name: "update, nothing to change", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
+			body: `{}`, status: 400, invalidRequest: true},
+
+		// Events.
+		{name: "event", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-1",
+			body: cloudEvent("evt_1"), status: 202},
+		{name: "event, repeated", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-1",
+			body: cloudEvent("evt_1"), status: 202, replayed: true},
+		{name: "event, the key on another event", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-1",
+			body: cloudEvent("evt_3"), status: 422},
+		{name: "event as application/cloudevents+json", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			contentType: "application/cloudevents+json", body: cloudEvent("evt_2"), status: 202},
+		{name: "event as text", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			contentType: "text/plain", body: cloudEvent("evt_2"), status: 415, invalidRequest: true},
+		{name: "event, invalid", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-invalid",
+			body: invalidEvent, status: 400, invalidRequest: true},
+		{name: "event, invalid, repeated", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-invalid",
+			body: invalidEvent, status: 400, replayed: true, invalidRequest: true},
+		{name: "event, over the body limit", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			body: oversizedEvent, status: 413},
+		{name: "event at the limit", route: "POST /v1/events", path: "/v1/events", as: "acct_capped",
+			body: cloudEvent("evt_capped"), status: 402},
+		{name: "event, the process dies after the claim", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-4",
+			body: cloudEvent("evt_4"), status: 503,
+			before: func(t *testing.T, c *conformanceRun) { c.faults.SetPlan(crashAfterFirstWrite) },
+			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.faults.SetPlan(nil) }},
+		{name: "event, repeated while the claim is in flight", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-4",
+			body: cloudEvent("evt_4"), status: 409},
+		{name: "event, the queue is down", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-5",
+			body: cloudEvent("evt_5"), status: 503,
+			before: func(t *testing.T, c *conformanceRun) { c.queue.down.Store(true) },
+			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.queue.down.Store(false) }},
+		{name: "event, for the account of one event", route: "POST /v1/events", path: "/v1/events", as: "acct_one",
+			body: cloudEvent("evt_a"), status: 202},
+		{name: "event, over the account's one event", route: "POST /v1/events", path: "/v1/events", as: "acct_one",
+			body: cloudEvent("evt_b"), status: 202},
+
+		// Batches.
+		{name: "batch with a duplicate", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1", idemKey: "batch-1",
+			body: batch(cloudEvent("evt_10"), cloudEvent("evt_10"), cloudEvent("evt_11")), status: 202},
+		{name: "batch, repeated", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1", idemKey: "batch-1",
+			body: batch(cloudEvent("evt_10"), cloudEvent("evt_10"), cloudEvent("evt_11")), status: 202, replayed: true},
+		{name: "batch as application/cloudevents-batch+json", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1",
+			contentType: "application/cloudevents-batch+json", body: batch(cloudEvent("evt_12")), status: 202},
+		{name: "batch with an invalid item", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1",
+			body: batch(cloudEvent("evt_13"), invalidEvent), status: 202, invalidRequest: true},
+		{name: "batch, no valid item", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1",
+			body: batch(invalidEvent), status: 400, invalidRequest: true},
+		{name: "batch, not an array", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1",
+			body: cloudEvent("evt_14"), status: 400, invalidRequest: true},
+		{name: "batch, too many items", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_1",
+			body: batch(hundredAndOne...), status: 400, invalidRequest: true},
+		{name: "batch at the limit", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_capped",
+			body: batch(cloudEvent("evt_capped")), status: 402},
+
+		// Event status, once the worker has run.
+		{name: "event status, inserted", route: "GET /v1/events/{id}", path: "/v1/events/evt_1", as: "acct_1", status: 200,
+			before: func(t *testing.T, c *conformanceRun) { c.h.Drain(t, 0) }},
+		// acct_one may take one event and sent two: the worker inserts one and rejects the
+		// other (the queue does not keep order, so either may be the one), and both answers
+		// must conform.
+		{name: "event status, one of two", route: "GET /v1/events/{id}", path: "/v1/events/evt_a", as: "acct_one", status: 200,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) { c.vars["evt_a"] = string(r.body) }},
+		{name: "event status, the other of two", route: "GET /v1/events/{id}", path: "/v1/events/evt_b", as: "acct_one", status: 200,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				both := c.vars["evt_a"] + string(r.body)
+				if strings.Count(both, `"INSERTED"`) != 1 || strings.Count(both, `"REJECTED"`) != 1 || !strings.Contains(both, `"reason"`) {
+					t.Errorf("want one INSERTED and one REJECTED with a reason: %s", both)
+				}
+			}},
+		{name: "event status, another account's", route: "GET /v1/events/{id}", path: "/v1/events/evt_1", as: "acct_one", status: 404},
+		{name: "update, agreement start after the first usage", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
+			body: `{"agreementStart":5}`, status: 409},
+
+		// Usage.
+		{name: "usage", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200},
+		{name: "usage of tokens in a cycle", route: "GET /v1/usage", path: "/v1/usage?feature=tokens&cycle=2026-11", as: "acct_1", status: 200},
+		{name: "usage, unlimited", route: "GET /v1/usage", path: "/v1/usage?feature=tokens", as: "acct_one", status: 200},
+		{name: "usage, unknown feature", route: "GET /v1/usage", path: "/v1/usage?feature=nope", as: "acct_1", status: 400},
+		{name: "usage, malformed cycle", route: "GET /v1/usage", path: "/v1/usage?cycle=2026-13", as: "acct_1", status: 400, invalidRequest: true},
+		{name: "usage, unknown key", route: "GET /v1/usage", path: "/v1/usage", as: "wrong", status: 401},
+
+		// Holds (DESIGN §8).
+		{name: "hold", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1", idemKey: "hold-1",
+			body: `{"key":"job-1","feature":"tokens","amount":100}`, status: 201,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				var body struct{ ID string }
+				if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
+					t.Fatalf("no hold id in %s", r.body)
+				}
+				c.vars["hold"] = body.ID
+			}},
+		{name: "hold, repeated", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1", idemKey: "hold-1",
+			body: `{"key":"job-1","feature":"tokens","amount":100}`, status: 201, replayed: true},
+		{name: "hold, the job key again", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1",
+			body: `{"key":"job-1","feature":"tokens","amount":100}`, status: 200},
+		{name: "hold, over the limit", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1",
+			body: `{"key":"job-2","feature":"tokens","amount":100000}`, status: 402},
+		{name: "hold, invalid", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1",
+			body: `{"key":"job-3","feature":"tokens"}`, status: 400, invalidRequest: true},
+		{name: "hold, read", route: "GET /v1/holds/{id}", path: "/v1/holds/{hold}", as: "acct_1", status: 200},
+		{name: "hold, another account's", route: "GET /v1/holds/{id}", path: "/v1/holds/{hold}", as: "acct_one", status: 404},
+		{name: "charge", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1", idemKey: "charge-1",
+			body: `{"key":"step-1","amount":40}`, status: 200},
+		{name: "charge, repeated", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1", idemKey: "charge-1",
+			body: `{"key":"step-1","amount":40}`, status: 200, replayed: true},
+		{name: "charge, the step key again", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-1","amount":40}`, status: 200},
+		{name: "charge, capped", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-2","amount":1000}`, status: 200},
+		{name: "settle", route: "POST /v1/holds/{id}/settle", path: "/v1/holds/{hold}/settle", as: "acct_1", idemKey: "settle-1",
+			body: `{}`, status: 200},
+		{name: "settle, repeated", route: "POST /v1/holds/{id}/settle", path: "/v1/holds/{hold}/settle", as: "acct_1", idemKey: "settle-1",
+			body: `{}`, status: 200, replayed: true},
+		{name: "settle, again", route: "POST /v1/holds/{id}/settle", path: "/v1/holds/{hold}/settle", as: "acct_1",
+			body: `{}`, status: 200},
+		{name: "charge, after settlement", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-3","amount":1}`, status: 409},
+		{name: "hold, unknown", route: "GET /v1/holds/{id}", path: "/v1/holds/nohold", as: "acct_1", status: 404},
+	}
+}
+
+// Every route of the API answers as the document says, errors included: each request (unless it
+// breaks the contract on purpose) and each answer is validated against openapi.yaml. The test
+// fails for a served route that has no row here, so a route added later must join the table.
+func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
+	faults := dynamo.NewFaults(nil)
+	run := &conformanceRun{faults: faults, keys: map[string]string{}, vars: map[string]string{}}
+	run.h = apptest.New(t, apptest.Options{
+		DynamoDB: []func(*dynamodb.Options){faults.Option},
+		Configure: func(a *app.App) {
+			run.queue = &switchQueue{Queue: a.Ingest.Queue}
+			a.Ingest.Queue = run.queue
+		},
+	})
+	v := newValidator(t, run.h.Server.URL)
+	served := map[string]bool{}
+	for _, k := range run.h.App.API.Keys() {
+		served[k] = true
+	}
+	exercised := map[string]bool{}
+	for _, x := range conformanceTable() {
+		if !served[x.route] {
+			t.Logf("%s: %s is documented but not served yet; skipped", x.name, x.route)
+			continue
+		}
+		if x.before != nil {
+			x.before(t, run)
+		}
+		header := http.Header{}
+		switch x.as {
+		case "none":
+		case "operator":
+			header.Set("Authorization", "Bearer "+apptest.AdminKey)
+		case "wrong":
+			header.Set("Authorization", "Bearer fk_this-key-does-not-exist")
+		default:
+			key, ok := run.keys[x.as]
+			if !ok {
+				t.Fatalf("%s: no key for %s", x.name, x.as)
+			}
+			header.Set("Authorization", "Bearer "+key)
+		}
+		if x.body != "" {
+			ct := x.contentType
+			if ct == "" {
+				ct = "application/json"
+			}
+			header.Set("Content-Type", ct)
+		}
+		if x.idemKey != "" {
+			header.Set("Idempotency-Key", x.idemKey)
+		}
+		path := strings.ReplaceAll(x.path, "{hold}", run.vars["hold"])
+		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(x.body), x.invalidRequest)
+		if r.status != x.status {
+			t.Errorf("%s: %d, want %d: %s", x.name, r.status, x.status, r.body)
+		}
+		if got := r.header.Get("Idempotent-Replayed") == "true"; got != x.replayed {
+			t.Errorf("%s: replayed %v, want %v", x.name, got, x.replayed)
+		}
+		exercised[x.route] = true
+		if x.after != nil {
+			x.after(t, run, r)
+		}
+	}
+	for route := range served {
+		if !exercised[route] {
+			t.Errorf("%s is served but the conformance table has no request for it", route)
+		}
+	}
+}
+
+func routeMethod(route string) string { return route[:strings.IndexByte(route, ' ')] }
