@@ -41,13 +41,13 @@ func fakeRoot(t *testing.T, defs Definitions, broken ...string) string {
 }
 
 // grownDefinitions are Ferry's definitions plus what later capabilities are expected to add: a
-// holds table with a GSI and a TTL, an idempotency table with a TTL, a scheduled sweeper, a
-// route and an alarm.
+// table with a GSI and a TTL, a table with a TTL, two scheduled functions, a route and an alarm.
+// The names are made up so they never collide with what the definitions really grow.
 func grownDefinitions() Definitions {
 	d := copyDefinitions(DefaultDefinitions())
 	d.Tables = append(d.Tables,
 		resources.Table{
-			Logical:      "holds",
+			Logical:      "widgets",
 			PartitionKey: resources.Attribute{Name: "pk", Type: resources.String},
 			SortKey:      &resources.Attribute{Name: "sk", Type: resources.String},
 			TTLAttribute: "expiresAt",
@@ -59,35 +59,35 @@ func grownDefinitions() Definitions {
 			}},
 		},
 		resources.Table{
-			Logical:      "idempotency",
+			Logical:      "receipts",
 			PartitionKey: resources.Attribute{Name: "pk", Type: resources.String},
 			TTLAttribute: "expiresAt",
 		},
 	)
 	for i, f := range d.Functions {
 		if f.Name == resources.FunctionAPI {
-			d.Functions[i].Tables["holds"] = resources.ReadWrite
-			d.Functions[i].Tables["idempotency"] = resources.ReadWrite
+			d.Functions[i].Tables["widgets"] = resources.ReadWrite
+			d.Functions[i].Tables["receipts"] = resources.ReadWrite
 		}
 	}
 	d.Functions = append(d.Functions, resources.Function{
-		Name:                "sweeper",
-		Purpose:             "settles holds whose lease expired",
+		Name:                "janitor",
+		Purpose:             "settles widgets whose lease expired",
 		Timeout:             time.Minute,
 		MemoryMB:            256,
 		ReservedConcurrency: 1,
-		Tables:              map[string]resources.Access{"holds": resources.ReadWrite, resources.TableUsage: resources.ReadWrite},
+		Tables:              map[string]resources.Access{"widgets": resources.ReadWrite, resources.TableUsage: resources.ReadWrite},
 		Every:               time.Minute,
 	}, resources.Function{
-		Name:     "reconciler",
+		Name:     "auditor",
 		Purpose:  "compares the ledger with the provider meter",
 		Timeout:  5 * time.Minute,
 		MemoryMB: 512,
 		Tables:   map[string]resources.Access{resources.TableLedger: resources.Read},
 		Every:    24 * time.Hour,
 	})
-	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/holds", Function: resources.FunctionAPI, Mutating: true})
-	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WebhooksDead", Threshold: 1, Description: "A webhook event is DEAD."})
+	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Mutating: true})
+	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WidgetsDead", Threshold: 1, Description: "A widget is DEAD."})
 	return d
 }
 
@@ -107,25 +107,25 @@ func TestStack_FollowsAppendedDefinitions(t *testing.T) {
 		s.tmpl.ResourceCountIs(jsii.String("AWS::Scheduler::Schedule"), jsii.Number(2))
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Scheduler::Schedule"), like(object{"ScheduleExpression": "rate(1 day)"}))
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), like(object{
-			"FunctionName":                 "ferry-dev-sweeper",
+			"FunctionName":                 "ferry-dev-janitor",
 			"ReservedConcurrentExecutions": 1,
-			"Environment":                  object{"Variables": like(object{"FERRY_TABLE_HOLDS": like(object{}), "FERRY_TABLE_IDEMPOTENCY": like(object{})})},
+			"Environment":                  object{"Variables": like(object{"FERRY_TABLE_WIDGETS": like(object{}), "FERRY_TABLE_RECEIPTS": like(object{})})},
 		}))
 		s.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(object{
-			"Namespace": metrics.Namespace, "MetricName": "WebhooksDead", "AlarmActions": arrayWith(object{"Ref": topicID(t, s)}),
+			"Namespace": metrics.Namespace, "MetricName": "WidgetsDead", "AlarmActions": arrayWith(object{"Ref": topicID(t, s)}),
 		}))
 	})
 	for _, r := range defs.Routes {
 		assertRoute(t, s, r)
 	}
 
-	// The sweeper reads the holds table and its index, and writes only the table.
-	fn := props(s.json["Resources"].(object)[functionID(t, s, "sweeper")].(object))
-	holdsID := s.id(t, "AWS::DynamoDB::Table", object{"TableName": "ferry-dev-holds"})
+	// The janitor reads the widgets table and its index, and writes only the table.
+	fn := props(s.json["Resources"].(object)[functionID(t, s, "janitor")].(object))
+	widgetsID := s.id(t, "AWS::DynamoDB::Table", object{"TableName": "ferry-dev-widgets"})
 	var readsIndex, writesIndex bool
 	for _, st := range s.roleStatements(refs(fn["Role"])[0]) {
 		for _, res := range list(st["Resource"]) {
-			if strings.HasSuffix(flatJoin(res), "{"+holdsID+"}/index/byLease") {
+			if strings.HasSuffix(flatJoin(res), "{"+widgetsID+"}/index/byLease") {
 				actions := strings.Join(strs(st["Action"]), " ")
 				readsIndex = readsIndex || strings.Contains(actions, "dynamodb:Query")
 				writesIndex = writesIndex || strings.Contains(actions, "dynamodb:PutItem")
@@ -133,7 +133,7 @@ func TestStack_FollowsAppendedDefinitions(t *testing.T) {
 		}
 	}
 	if !readsIndex || writesIndex {
-		t.Errorf("sweeper on holds/index/byLease: query %v, put %v; want query only", readsIndex, writesIndex)
+		t.Errorf("janitor on widgets/index/byLease: query %v, put %v; want query only", readsIndex, writesIndex)
 	}
 }
 
@@ -142,7 +142,7 @@ func TestStack_ScheduledFunctionsDoNotRetryAsync(t *testing.T) {
 	s := synthWith(t, map[string]any{}, defs, fakeRoot(t, defs), false)
 	check(t, func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), like(object{
-			"FunctionName":         object{"Ref": functionID(t, s, "sweeper")},
+			"FunctionName":         object{"Ref": functionID(t, s, "janitor")},
 			"MaximumRetryAttempts": 0,
 		}))
 	})
