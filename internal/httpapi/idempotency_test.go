@@ -32,7 +32,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/worker"
 )
 
-
 const (
 	keyHeader      = httpapi.HeaderIdempotencyKey
 	replayedHeader = httpapi.HeaderIdempotentReplayed
