@@ -82,6 +82,23 @@ const (
 	BucketArchive  = "archive"
 )
 
+// Logical names of the usage holds' tables.
+const (
+	TableHolds      = "holds"
+	TableRateLimits = "ratelimits"
+)
+
+// The holds table's sparse lease index: only RUNNING holds carry IndexHoldsLeaseShard, so the
+// sweeper reads exactly the holds it may have to expire, oldest lease first, and never scans.
+// The partition key is spread over HoldsLeaseShards values so that no index partition takes
+// every running hold's lease renewals.
+const (
+	IndexHoldsByLease        = "byLeaseExpiry"
+	IndexHoldsLeaseShard     = "leaseShard"
+	IndexHoldsLeaseExpiresAt = "leaseExpiresAtMs"
+	HoldsLeaseShards         = 16
+)
+
 // WorkerTimeout is the event worker's function timeout; the events queue's visibility timeout is
 // six times it, as AWS recommends for SQS event sources.
 const WorkerTimeout = 30 * time.Second
@@ -114,6 +131,25 @@ var Tables = []Table{
 		Purpose:      "analytics rows, keyed for per-account, per-time-range queries",
 		PartitionKey: Attribute{"pk", String},
 		SortKey:      &Attribute{"sk", String},
+	},
+	{
+		Logical:      TableHolds,
+		Purpose:      "usage holds (one item per (account, job key)) and their charge steps (one item per step key)",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		// Settled holds and steps expire after their retention; running holds carry no TTL.
+		TTLAttribute: "expiresAt",
+		Indexes: []Index{{
+			Name:         IndexHoldsByLease,
+			PartitionKey: Attribute{IndexHoldsLeaseShard, String},
+			SortKey:      &Attribute{IndexHoldsLeaseExpiresAt, Number},
+		}},
+	},
+	{
+		Logical:      TableRateLimits,
+		Purpose:      "fixed-window rate-limit counters (one small item per account and minute), kept off the budget rows",
+		PartitionKey: Attribute{"pk", String},
+		TTLAttribute: "expiresAt",
 	},
 }
 
@@ -292,6 +328,16 @@ const (
 	FunctionWorker = "worker"
 )
 
+// Functions of the usage holds.
+const (
+	FunctionHolds   = "holds"
+	FunctionSweeper = "sweeper"
+)
+
+// SweeperTimeout is the sweeper's function timeout: well inside its one-minute schedule, so two
+// runs overlap only when one is stuck.
+const SweeperTimeout = 50 * time.Second
+
 // Functions lists every function. Capabilities add theirs here.
 var Functions = []Function{
 	{
@@ -322,6 +368,17 @@ var Functions = []Function{
 		Queues:  map[string]Access{QueueEvents: Consume},
 		Buckets: map[string]Access{BucketArchive: ReadWrite},
 	},
+	{
+		Name:     FunctionHolds,
+		Purpose:  "usage holds: reserve (check and hold in one transaction), charge, settle, read",
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
+		// Accounts: read, plus the one-time first-usage stamp that fixes the billing cycle.
+		Tables: map[string]Access{
+			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
+			TableHolds: ReadWrite, TableRateLimits: ReadWrite,
+		},
+	},
 }
 
 // Route is one HTTP API route and the function that serves it. Path parameters use the {name}
@@ -343,6 +400,10 @@ var Routes = []Route{
 	{"POST", "/v1/events/batch", FunctionIngest, true},
 	{"GET", "/v1/events/{id}", FunctionAPI, false},
 	{"GET", "/v1/usage", FunctionAPI, false},
+	{"POST", "/v1/holds", FunctionHolds, true},
+	{"GET", "/v1/holds/{id}", FunctionHolds, false},
+	{"POST", "/v1/holds/{id}/charges", FunctionHolds, true},
+	{"POST", "/v1/holds/{id}/settle", FunctionHolds, true},
 }
 
 // FunctionByName returns a function's definition.
