@@ -59,6 +59,14 @@ const (
 	kindUnsupported  = "unsupported-media-type"
 )
 
+// Problem kinds of the usage holds.
+const (
+	kindRateLimited    = "rate-limited"
+	kindLimitUnknown   = "limit-unknown"
+	kindHoldNotRunning = "hold-not-running"
+	kindKeyReused      = "key-reused"
+)
+
 func newProblem(status int, kind, title, detail string) *Problem {
 	return &Problem{Type: problemTypePrefix + kind, Title: title, Status: status, Detail: detail}
 }
@@ -103,6 +111,9 @@ const retryAfterUnavailableSeconds = 1
 func problemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
+		return p
+	}
+	if p, ok := holdsProblem(err); ok {
 		return p
 	}
 	var refused *ingest.RefusedError
