@@ -14,6 +14,7 @@ require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/johannesboyne/gofakes3 v1.2.0
 	github.com/truora/minidyn v0.8.2
+	golang.org/x/oauth2 v0.36.0
 )
 
 require (
@@ -40,7 +41,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/ryszard/goskiplist v0.0.0-20150312221310-2dfbae5fcf46 // indirect
 	go.shabbyrobe.org/gocovmerge v0.0.0-20230507111327-fa4f82cfbf4d // indirect
-	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
 	golang.org/x/tools v0.8.0 // indirect
 )

@@ -379,6 +379,16 @@ var Functions = []Function{
 			TableHolds: ReadWrite, TableRateLimits: ReadWrite,
 		},
 	},
+	{
+		Name:     FunctionSweeper,
+		Purpose:  "every minute: settle RUNNING holds whose lease expired, at their recorded usage, as EXPIRED",
+		Timeout:  SweeperTimeout,
+		MemoryMB: 256,
+		// One run at a time: overlapping runs would only contend on the same budget rows.
+		ReservedConcurrency: 1,
+		Tables:              map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
+		Every:               time.Minute,
+	},
 }
 
 // Route is one HTTP API route and the function that serves it. Path parameters use the {name}
