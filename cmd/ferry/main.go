@@ -22,7 +22,7 @@ type command struct {
 
 var commands = map[string]command{
 	"dev":   {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
-	"bench": {"measure the pipeline: request units, round trips, CPU per event, cost (ferry bench pipeline)", runBench},
+	"bench": {"measure Ferry: request units, round trips, latency, cost (ferry bench pipeline | holds)", runBench},
 	"lab":   {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load)", runLab},
 }
 
