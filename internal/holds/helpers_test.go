@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/holds"
@@ -138,7 +139,7 @@ func holdItems(t *testing.T, h *apptest.Harness) int {
 	t.Helper()
 	out, err := h.Env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
 		TableName: aws.String(h.Env.Names.Table(resources.TableHolds)), ConsistentRead: aws.Bool(true),
-		Select: "COUNT",
+		Select: types.SelectCount,
 	})
 	if err != nil {
 		t.Fatal(err)

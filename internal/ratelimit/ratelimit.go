@@ -6,8 +6,6 @@
 package ratelimit
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -100,18 +98,3 @@ func (t Table) Get(l Limit, subject string, now time.Time) types.TransactGetItem
 
 // CountOf reads the count from an item returned for Get; a missing item counts zero.
 func CountOf(item map[string]types.AttributeValue) int64 { return dynamo.Int(item, "count") }
-
-// Count reads subject's counter in the window containing now, strongly consistent.
-func (t Table) Count(ctx context.Context, l Limit, subject string, now time.Time) (int64, error) {
-	out, err := t.DB.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:                aws.String(t.Name),
-		Key:                      t.key(l, subject, WindowAt(now, l.Window)),
-		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#count"),
-		ExpressionAttributeNames: dynamo.Names("#count"),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("read rate counter %s %s: %w", l.Name, subject, err)
-	}
-	return CountOf(out.Item), nil
-}
