@@ -112,6 +112,7 @@ func TestSweeper_CrashAfterExpiring_NextRunMovesNothing(t *testing.T) {
 	id := mustStatus(t, reserve(t, h, key, "job-1", 40_000), http.StatusCreated)["id"].(string)
 	mustStatus(t, charge(t, h, key, id, "step-1", 5_000), http.StatusOK)
 	h.Clock.Advance(holds.LeaseDuration)
+	waitForIndex(t, h, func(ids map[string]bool) bool { return ids[id] })
 
 	faults.SetPlan(crashNext(dynamo.CrashAfter))
 	if _, err := h.App.Holds.Sweep(t.Context()); err == nil {

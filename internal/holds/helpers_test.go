@@ -133,6 +133,36 @@ func sweep(t *testing.T, h *apptest.Harness, want int) holds.SweepResult {
 	return total
 }
 
+// lapsedIDs lists the holds the lease index shows as lapsed at the harness clock's time.
+func lapsedIDs(t *testing.T, h *apptest.Harness) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for shard := range resources.HoldsLeaseShards {
+		refs, err := h.App.Holds.Store.LapsedLeases(context.Background(), shard, h.Clock.Now().UnixMilli(), 100, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs {
+			ids[r.HoldID] = true
+		}
+	}
+	return ids
+}
+
+// waitForIndex waits until the lease index lists exactly the lapsed holds want says. The index
+// is eventually consistent on real DynamoDB; the emulator's is immediate.
+func waitForIndex(t *testing.T, h *apptest.Harness, want func(ids map[string]bool) bool) {
+	t.Helper()
+	const maxReads = 40
+	for range maxReads {
+		if want(lapsedIDs(t, h)) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("the lease index never showed what was expected: %v", lapsedIDs(t, h))
+}
+
 // holdItems counts the items in the test's holds table (holds and steps). The table is the
 // test's own and small, so a scan is fine here.
 func holdItems(t *testing.T, h *apptest.Harness) int {

@@ -82,6 +82,7 @@ func TestSweeper_BoundedRun_TheNextRunContinues(t *testing.T) {
 	h.App.Holds.SweepMaxHolds = 3
 	h.App.Holds.SweepPageSize = 1
 	h.Clock.Advance(holds.LeaseDuration)
+	waitForIndex(t, h, func(ids map[string]bool) bool { return len(ids) == 5 })
 
 	res := sweep(t, h, 3)
 	if !res.Truncated {
@@ -96,12 +97,11 @@ func TestSweeper_SettledHoldsLeaveTheIndex(t *testing.T) {
 	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_index", "free", nil)
 	settled := mustStatus(t, reserve(t, h, key, "job-settled", 1_000), http.StatusCreated)["id"].(string)
-	mustStatus(t, reserve(t, h, key, "job-lapsed", 1_000), http.StatusCreated)
+	lapsed := mustStatus(t, reserve(t, h, key, "job-lapsed", 1_000), http.StatusCreated)["id"].(string)
 	mustStatus(t, settleHold(t, h, key, settled, nil), http.StatusOK)
 	h.Clock.Advance(holds.LeaseDuration)
 
-	res := sweep(t, h, 1)
-	if res.Skipped != 0 {
-		t.Errorf("the sweeper re-read a settled hold: %+v", res)
-	}
+	waitForIndex(t, h, func(ids map[string]bool) bool { return ids[lapsed] && !ids[settled] })
+	sweep(t, h, 1)
+	waitForIndex(t, h, func(ids map[string]bool) bool { return len(ids) == 0 })
 }
