@@ -384,10 +384,11 @@ var Functions = []Function{
 		Purpose:  "every minute: settle RUNNING holds whose lease expired, at their recorded usage, as EXPIRED",
 		Timeout:  SweeperTimeout,
 		MemoryMB: 256,
-		// One run at a time: overlapping runs would only contend on the same budget rows.
-		ReservedConcurrency: 1,
-		Tables:              map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
-		Every:               time.Minute,
+		// No reserved concurrency: a run ends before the next starts, and the rare overlap (an
+		// asynchronous retry of a failed run) is safe, since every settlement is conditioned on
+		// the hold's revision; capping it at one would turn that overlap into throttle alarms.
+		Tables: map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
+		Every:  time.Minute,
 	},
 }
 
