@@ -21,6 +21,7 @@ require (
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/johannesboyne/gofakes3 v1.2.0
 	github.com/truora/minidyn v0.8.2
+	golang.org/x/oauth2 v0.36.0
 )
 
 require (

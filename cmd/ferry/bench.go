@@ -15,6 +15,7 @@ import (
 // benches are the benchmark programs `ferry bench <name>` runs.
 var benches = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"pipeline": benchPipeline,
+	"holds":    runBenchHolds,
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -53,7 +53,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
-func extendDevStack(a *app.App, s *devstack.Stack) error { return nil }
+func extendDevStack(a *app.App, s *devstack.Stack) error {
+	return extendHolds(a, s)
+}
 
 func envOr(name, fallback string) string {
 	if v := os.Getenv(name); v != "" {

@@ -21,12 +21,16 @@ import (
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/provider/kinde"
+	"github.com/ferrymeter/ferry/internal/ratelimit"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/usage"
 	"github.com/ferrymeter/ferry/internal/worker"
@@ -39,6 +43,8 @@ type Config struct {
 	Catalog        plans.Catalog
 	Schema         analytics.Schema
 	MaxQuarantines int
+	// Limits selects where usage holds read limits from; the zero value reads the plans.
+	Limits LimitsConfig
 }
 
 // ConfigFromEnv reads a function's configuration: resource names, plans (FERRY_PLANS or the
@@ -71,6 +77,66 @@ func ConfigFromEnv(ctx context.Context, needAdminKey bool) (Config, error) {
 	return cfg, nil
 }
 
+// LimitsConfig selects where admissions read limits: the account's plan, or Kinde's billing
+// entitlements through a machine-to-machine client.
+type LimitsConfig struct {
+	// Source is limits.SourcePlan ("" too) or limits.SourceKinde.
+	Source string
+	Kinde  kinde.Config
+}
+
+// LimitsConfigFromEnv reads the limit source of a function that admits holds: FERRY_LIMITS_SOURCE,
+// and for kinde FERRY_KINDE_DOMAIN, FERRY_KINDE_CLIENT_ID and the client secret
+// (FERRY_KINDE_CLIENT_SECRET, or the Secrets Manager secret named by
+// FERRY_KINDE_CLIENT_SECRET_ARN). A misconfigured source is an error at start, never a silent
+// fall back to another source.
+func LimitsConfigFromEnv(ctx context.Context) (LimitsConfig, error) {
+	cfg := LimitsConfig{Source: os.Getenv(resources.EnvLimitsSource)}
+	switch cfg.Source {
+	case "", limits.SourcePlan:
+		cfg.Source = limits.SourcePlan
+		return cfg, nil
+	case limits.SourceKinde:
+	default:
+		return LimitsConfig{}, fmt.Errorf("%s=%q: use %q or %q", resources.EnvLimitsSource, cfg.Source, limits.SourcePlan, limits.SourceKinde)
+	}
+	cfg.Kinde = kinde.Config{
+		Domain: os.Getenv(resources.EnvKindeDomain), ClientID: os.Getenv(resources.EnvKindeClientID), ClientSecret: os.Getenv(resources.EnvKindeClientSecret),
+	}
+	if arn := os.Getenv(resources.EnvKindeClientSecretARN); cfg.Kinde.ClientSecret == "" && arn != "" {
+		secret, err := readSecret(ctx, arn)
+		if err != nil {
+			return LimitsConfig{}, fmt.Errorf("the Kinde client secret: %w", err)
+		}
+		cfg.Kinde.ClientSecret = secret
+	}
+	if err := cfg.Kinde.Validate(); err != nil {
+		return LimitsConfig{}, fmt.Errorf("%s=kinde: %w", resources.EnvLimitsSource, err)
+	}
+	return cfg, nil
+}
+
+// newLimits builds the limit source a configuration selects. A Kinde source that cannot be built
+// refuses every admission with the reason (fail closed) rather than falling back to the plans.
+func newLimits(cfg Config, log *slog.Logger, rec metrics.Recorder, now func() time.Time) limits.Source {
+	if cfg.Limits.Source != limits.SourceKinde {
+		return limits.Plan{Catalog: cfg.Catalog}
+	}
+	client, err := kinde.New(cfg.Limits.Kinde)
+	if err != nil {
+		log.Error("the Kinde limit source is misconfigured; every admission will be refused", "err", err)
+		return unknownLimits{reason: "The limit source is misconfigured: " + err.Error()}
+	}
+	return &limits.Cached{Fetch: client, Metrics: rec, Log: log, Now: now}
+}
+
+// unknownLimits is a source that knows no limit.
+type unknownLimits struct{ reason string }
+
+func (u unknownLimits) Limit(_ context.Context, acct accounts.Account, _ string) (plans.Limit, error) {
+	return plans.Limit{}, &limits.UnknownError{CustomerID: acct.ID, Reason: u.reason}
+}
+
 func readSecret(ctx context.Context, arn string) (string, error) {
 	awsCfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -78,7 +144,7 @@ func readSecret(ctx context.Context, arn string) (string, error) {
 	}
 	out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
 	if err != nil {
-		return "", fmt.Errorf("read the operator key secret: %w", err)
+		return "", fmt.Errorf("read the secret %s: %w", arn, err)
 	}
 	return strings.TrimSpace(aws.ToString(out.SecretString)), nil
 }
@@ -111,6 +177,10 @@ type App struct {
 	// Idempotency claims Idempotency-Keys for every mutating route. Its middleware is installed
 	// on API here, so every function, ferry dev and the tests get it.
 	Idempotency *idempotency.Service
+
+	// Holds runs the usage holds and their sweeper; Limits is where admissions read limits.
+	Holds  *holds.Service
+	Limits limits.Source
 }
 
 // New composes the services. now is the clock every service reads (once per unit of work).
@@ -137,9 +207,17 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 		Schema: cfg.Schema, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
 		MaxQuarantines: cfg.MaxQuarantines,
 	}
+	a.Limits = newLimits(cfg, log, rec, now)
+	a.Holds = &holds.Service{
+		Store: &holds.DynamoStore{
+			DB: clients.DynamoDB, Table: names.Table(resources.TableHolds), Usage: a.Usage,
+			RateLimits: ratelimit.Table{DB: clients.DynamoDB, Name: names.Table(resources.TableRateLimits)},
+		},
+		Accounts: a.Accounts, Limits: a.Limits, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
+	}
 	a.API = httpapi.New(httpapi.Deps{
 		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
-		AdminKey: cfg.AdminKey, Log: log, Now: now,
+		Holds: a.Holds, AdminKey: cfg.AdminKey, Log: log, Now: now,
 	})
 	a.Idempotency = &idempotency.Service{
 		Store:  &idempotency.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableIdempotency)},

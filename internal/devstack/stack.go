@@ -129,6 +129,14 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines,
 	}
 	s.App = app.New(cfg, clients, log, s.Counter, opts.Now)
+	// The schedules EventBridge runs in AWS.
+	s.Schedules[resources.FunctionSweeper] = func(ctx context.Context) error {
+		res, err := s.App.Holds.Sweep(ctx)
+		if res.Expired > 0 || res.Failed > 0 {
+			log.Info("sweep done", "expired", res.Expired, "skipped", res.Skipped, "failed", res.Failed)
+		}
+		return err
+	}
 	if opts.Extend != nil {
 		if err := opts.Extend(s.App, s); err != nil {
 			return fail(err)

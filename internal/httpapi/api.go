@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -40,6 +41,8 @@ type Deps struct {
 	Events   EventReader
 	Usage    usage.Table
 	Catalog  plans.Catalog
+	// Holds serves the usage holds routes.
+	Holds *holds.Service
 	// AdminKey authenticates the operator routes. Empty disables them.
 	AdminKey string
 	Log      *slog.Logger
@@ -87,6 +90,10 @@ func New(d Deps) *API {
 	a.register("POST /v1/events/batch", Account, a.postBatch)
 	a.register("GET /v1/events/{id}", Account, a.getEvent)
 	a.register("GET /v1/usage", Account, a.getUsage)
+	a.register("POST /v1/holds", Account, a.reserveHold)
+	a.register("GET /v1/holds/{id}", Account, a.getHold)
+	a.register("POST /v1/holds/{id}/charges", Account, a.chargeHold)
+	a.register("POST /v1/holds/{id}/settle", Account, a.settleHold)
 	return a
 }
 

@@ -63,6 +63,14 @@ const (
 	kindKeyReused    = "idempotency-key-reused"
 )
 
+// Problem kinds of the usage holds.
+const (
+	kindRateLimited    = "rate-limited"
+	kindLimitUnknown   = "limit-unknown"
+	kindHoldNotRunning = "hold-not-running"
+	kindHoldKeyReused  = "key-reused"
+)
+
 func newProblem(status int, kind, title, detail string) *Problem {
 	return &Problem{Type: problemTypePrefix + kind, Title: title, Status: status, Detail: detail}
 }
@@ -107,6 +115,9 @@ const retryAfterUnavailableSeconds = 1
 func problemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
+		return p
+	}
+	if p, ok := holdsProblem(err); ok {
 		return p
 	}
 	var refused *ingest.RefusedError

@@ -28,6 +28,19 @@ const (
 	WorkerFailures     = "WorkerFailures"     // worker: a message failed and will be redelivered
 )
 
+// Metric names of the usage holds.
+const (
+	HoldsAdmitted    = "HoldsAdmitted"    // holds: a new hold was opened
+	HoldsRefused     = "HoldsRefused"     // holds: 402, the limit had no room
+	HoldsRateLimited = "HoldsRateLimited" // holds: 429, too many new holds this minute
+	HoldsCapped      = "HoldsCapped"      // holds: a charge step was cut to what the hold had left
+	HoldsSettled     = "HoldsSettled"     // holds: settled by its worker
+	HoldsExpired     = "HoldsExpired"     // sweeper: settled as EXPIRED after its lease ran out
+	SweepFailures    = "SweepFailures"    // sweeper: a lapsed hold could not be settled this run (the run then fails, and the function's Errors alarm fires)
+	LimitsStale      = "LimitsStale"      // limits: the provider failed and a stale limit was used
+	LimitsUnknown    = "LimitsUnknown"    // limits: no usable limit; an admission failed closed (503)
+)
+
 // Alarm describes an alarm on a metric: it fires when the metric's sum over one period reaches
 // Threshold. Every terminal failure state has one.
 type Alarm struct {
@@ -39,6 +52,7 @@ type Alarm struct {
 // Alarms are the alarms the CDK app creates on Ferry's own metrics. Capabilities add theirs.
 var Alarms = []Alarm{
 	{EventsUninsertable, 1, "An event's analytics row was refused too many times; it is UNINSERTABLE. Fix the drift, then re-drive it from the archive (ferry redrive)."},
+	{LimitsUnknown, 1, "New holds are being refused (503): the billing provider's entitlements have been unreadable for longer than the stale allowance. Check the provider and its credentials."},
 }
 
 // Dimension is one metric dimension.

@@ -82,6 +82,23 @@ const (
 	BucketArchive  = "archive"
 )
 
+// Logical names of the usage holds' tables.
+const (
+	TableHolds      = "holds"
+	TableRateLimits = "ratelimits"
+)
+
+// The holds table's sparse lease index: only RUNNING holds carry IndexHoldsLeaseShard, so the
+// sweeper reads exactly the holds it may have to expire, oldest lease first, and never scans.
+// The partition key is spread over HoldsLeaseShards values so that no index partition takes
+// every running hold's lease renewals.
+const (
+	IndexHoldsByLease        = "byLeaseExpiry"
+	IndexHoldsLeaseShard     = "leaseShard"
+	IndexHoldsLeaseExpiresAt = "leaseExpiresAtMs"
+	HoldsLeaseShards         = 16
+)
+
 // WorkerTimeout is the event worker's function timeout; the events queue's visibility timeout is
 // six times it, as AWS recommends for SQS event sources.
 const WorkerTimeout = 30 * time.Second
@@ -120,6 +137,25 @@ var Tables = []Table{
 		Purpose:      "Idempotency-Key claims and stored answers, one item per (caller, route, key)",
 		PartitionKey: Attribute{"pk", String},
 		TTLAttribute: IdempotencyTTLAttribute,
+	},
+	{
+		Logical:      TableHolds,
+		Purpose:      "usage holds (one item per (account, job key)) and their charge steps (one item per step key)",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		// Settled holds and steps expire after their retention; running holds carry no TTL.
+		TTLAttribute: "expiresAt",
+		Indexes: []Index{{
+			Name:         IndexHoldsByLease,
+			PartitionKey: Attribute{IndexHoldsLeaseShard, String},
+			SortKey:      &Attribute{IndexHoldsLeaseExpiresAt, Number},
+		}},
+	},
+	{
+		Logical:      TableRateLimits,
+		Purpose:      "fixed-window rate-limit counters (one small item per account and minute), kept off the budget rows",
+		PartitionKey: Attribute{"pk", String},
+		TTLAttribute: "expiresAt",
 	},
 }
 
@@ -225,6 +261,13 @@ const (
 	EnvAdminKeySecretARN = "FERRY_ADMIN_KEY_SECRET_ARN" // the Secrets Manager secret holding it (AWS)
 	EnvPlans             = "FERRY_PLANS"                // JSON plan catalog replacing the built-in one
 	EnvLogLevel          = "FERRY_LOG_LEVEL"            // debug, info, warn or error
+
+	// Where usage holds read limits: "plan" (default) or "kinde", and the Kinde client.
+	EnvLimitsSource         = "FERRY_LIMITS_SOURCE"
+	EnvKindeDomain          = "FERRY_KINDE_DOMAIN"
+	EnvKindeClientID        = "FERRY_KINDE_CLIENT_ID"
+	EnvKindeClientSecret    = "FERRY_KINDE_CLIENT_SECRET"     // the secret itself (local use)
+	EnvKindeClientSecretARN = "FERRY_KINDE_CLIENT_SECRET_ARN" // the Secrets Manager secret (AWS)
 )
 
 // Environment kinds for EnvVar.
@@ -318,6 +361,16 @@ const (
 	FunctionWorker = "worker"
 )
 
+// Functions of the usage holds.
+const (
+	FunctionHolds   = "holds"
+	FunctionSweeper = "sweeper"
+)
+
+// SweeperTimeout is the sweeper's function timeout: well inside its one-minute schedule, so two
+// runs overlap only when one is stuck.
+const SweeperTimeout = 50 * time.Second
+
 // Functions lists every function. Capabilities add theirs here.
 var Functions = []Function{
 	{
@@ -350,6 +403,28 @@ var Functions = []Function{
 		Queues:  map[string]Access{QueueEvents: Consume},
 		Buckets: map[string]Access{BucketArchive: ReadWrite},
 	},
+	{
+		Name:     FunctionHolds,
+		Purpose:  "usage holds: reserve (check and hold in one transaction), charge, settle, read",
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
+		// Accounts: read, plus the one-time first-usage stamp that fixes the billing cycle.
+		Tables: map[string]Access{
+			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
+			TableHolds: ReadWrite, TableRateLimits: ReadWrite, TableIdempotency: ReadWrite,
+		},
+	},
+	{
+		Name:     FunctionSweeper,
+		Purpose:  "every minute: settle RUNNING holds whose lease expired, at their recorded usage, as EXPIRED",
+		Timeout:  SweeperTimeout,
+		MemoryMB: 256,
+		// No reserved concurrency: a run ends before the next starts, and the rare overlap (an
+		// asynchronous retry of a failed run) is safe, since every settlement is conditioned on
+		// the hold's revision; capping it at one would turn that overlap into throttle alarms.
+		Tables: map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
+		Every:  time.Minute,
+	},
 }
 
 // DefaultRouteFunction serves the $default route: requests no route matches (unknown paths,
@@ -375,6 +450,10 @@ var Routes = []Route{
 	{"POST", "/v1/events/batch", FunctionIngest, true},
 	{"GET", "/v1/events/{id}", FunctionAPI, false},
 	{"GET", "/v1/usage", FunctionAPI, false},
+	{"POST", "/v1/holds", FunctionHolds, true},
+	{"GET", "/v1/holds/{id}", FunctionHolds, false},
+	{"POST", "/v1/holds/{id}/charges", FunctionHolds, true},
+	{"POST", "/v1/holds/{id}/settle", FunctionHolds, true},
 }
 
 // FunctionByName returns a function's definition.

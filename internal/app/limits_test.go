@@ -1,0 +1,79 @@
+package app_test
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/limits"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+func TestLimitsConfigFromEnv(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		source  string
+		wantErr []string
+	}{
+		{"nothing set reads the plans", nil, limits.SourcePlan, nil},
+		{"plan", map[string]string{resources.EnvLimitsSource: "plan"}, limits.SourcePlan, nil},
+		{"an unknown source is refused", map[string]string{resources.EnvLimitsSource: "stripe"}, "", []string{`"stripe"`}},
+		{"kinde without settings names each missing one", map[string]string{resources.EnvLimitsSource: "kinde"}, "",
+			[]string{"domain", "client id", "client secret"}},
+		{"kinde with settings", map[string]string{
+			resources.EnvLimitsSource: "kinde", resources.EnvKindeDomain: "acme.kinde.com",
+			resources.EnvKindeClientID: "id", resources.EnvKindeClientSecret: "secret",
+		}, limits.SourceKinde, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, name := range []string{resources.EnvLimitsSource, resources.EnvKindeDomain, resources.EnvKindeClientID, resources.EnvKindeClientSecret, resources.EnvKindeClientSecretARN} {
+				t.Setenv(name, c.env[name])
+			}
+			cfg, err := app.LimitsConfigFromEnv(t.Context())
+			if len(c.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("no error; config %+v", cfg)
+				}
+				for _, want := range c.wantErr {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not mention %s", err, want)
+					}
+				}
+				return
+			}
+			if err != nil || cfg.Source != c.source {
+				t.Errorf("config %+v, %v; want source %s", cfg, err, c.source)
+			}
+		})
+	}
+}
+
+// A Kinde source that cannot be built must not fall back to the plans: every admission is
+// refused with the reason.
+func TestNew_MisconfiguredKindeSource_FailsClosed(t *testing.T) {
+	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
+	for _, tbl := range resources.Tables {
+		names.Tables[tbl.Logical] = tbl.Logical
+	}
+	for _, q := range resources.Queues {
+		names.Queues[q.Logical], names.Queues[q.DLQLogical()] = q.Logical, q.DLQLogical()
+	}
+	for _, b := range resources.Buckets {
+		names.Buckets[b.Logical] = b.Logical
+	}
+	cfg := app.Config{Names: names, Catalog: plans.Default(), Limits: app.LimitsConfig{Source: limits.SourceKinde}}
+	a := app.New(cfg, cloud.Clients{}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewCounter(), time.Now)
+	_, err := a.Holds.Limits.Limit(t.Context(), accounts.Account{ID: "acct_1"}, "tokens")
+	if !limits.IsUnknown(err) || !strings.Contains(err.Error(), "misconfigured") {
+		t.Errorf("err = %v, want a fail-closed unknown limit", err)
+	}
+}

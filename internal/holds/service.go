@@ -1,0 +1,313 @@
+package holds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/limits"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/ratelimit"
+	"github.com/ferrymeter/ferry/internal/usage"
+)
+
+// ErrCancelled is what the Store returns when a transaction was cancelled: one of its
+// conditions did not hold, or another transaction conflicted with it. The Store does not say
+// which; the service reads durable state to find out.
+var ErrCancelled = errors.New("transaction cancelled")
+
+// Reservation is the durable state that explains a cancelled reservation.
+type Reservation struct {
+	// Hold is the hold the job key already names, if any.
+	Hold      *Hold
+	Budget    usage.Totals
+	RateCount int64
+}
+
+// Ref names a hold.
+type Ref struct {
+	AccountID string
+	HoldID    string
+}
+
+// Store is where holds live. DynamoStore implements it.
+type Store interface {
+	// Reserve opens h, holding h.Amount on the budget row under h.Limit, and counts it against
+	// rate, in one transaction.
+	Reserve(ctx context.Context, h Hold, rate ratelimit.Limit, now time.Time) error
+	ReadReservation(ctx context.Context, accountID, holdID, feature, cycleLabel string, rate ratelimit.Limit, now time.Time) (Reservation, error)
+	Get(ctx context.Context, accountID, holdID string) (Hold, error)
+	// ReadCharge returns the hold and, if the step key was charged before, its stored answer.
+	ReadCharge(ctx context.Context, accountID, holdID, stepKey string) (Hold, *Step, error)
+	Charge(ctx context.Context, h Hold, st Step) error
+	Settle(ctx context.Context, h Hold, st Settlement, nowMs int64) error
+	LapsedLeases(ctx context.Context, shard int, nowMs int64, pageSize int32, maxPages int) ([]Ref, error)
+}
+
+// Service runs the holds: reserve, charge, settle, and the sweep of lapsed leases.
+type Service struct {
+	Store    Store
+	Accounts *accounts.Service
+	Limits   limits.Source
+	Catalog  plans.Catalog
+	Metrics  metrics.Recorder
+	Log      *slog.Logger
+	Now      func() time.Time
+	// RatePerMinute is how many new holds one account may open per minute; 0 means
+	// DefaultRatePerMinute.
+	RatePerMinute int64
+	// Sweep bounds; zero values mean the defaults in sweep.go.
+	SweepPageSize int32
+	SweepMaxPages int
+	SweepMaxHolds int
+}
+
+func (s *Service) rate() ratelimit.Limit {
+	perMinute := s.RatePerMinute
+	if perMinute <= 0 {
+		perMinute = DefaultRatePerMinute
+	}
+	return ratelimit.Limit{Name: "holds", Max: perMinute, Window: rateWindow}
+}
+
+// Reserve opens a hold for a job, or returns the hold its key already names (created false).
+// The check and the hold are one transaction, so jobs that start together can never hold more
+// than the limit has room for. It returns *RefusedError when the limit has no room,
+// *RateLimitedError past the account's rate, *limits.UnknownError when the limit cannot be known
+// (fail closed), and *KeyReusedError when the key names a hold for another feature or amount.
+func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in ReserveInput) (h Hold, created bool, err error) {
+	if err := in.Validate(s.Catalog); err != nil {
+		return Hold{}, false, err
+	}
+	now := s.Now()
+	id := ID(acct.ID, in.Key)
+	log := s.Log.With("account", acct.ID, "hold", id)
+
+	limit, err := s.Limits.Limit(ctx, acct, in.Feature)
+	if err != nil {
+		// A job that already holds capacity keeps its hold, whatever the provider says now.
+		if existing, gerr := s.Store.Get(ctx, acct.ID, id); gerr == nil {
+			return sameHold(existing, in)
+		}
+		if limits.IsUnknown(err) {
+			log.Warn("limit unknown; admission refused (fail closed)", "feature", in.Feature, "err", err)
+		}
+		return Hold{}, false, err
+	}
+	// The first usage fixes the account's billing cycle; after it, the cycle of an instant can
+	// no longer change under a running hold.
+	if acct, err = s.Accounts.EnsureUsageStarted(ctx, acct, now); err != nil {
+		return Hold{}, false, err
+	}
+	nowMs := now.UnixMilli()
+	h = Hold{
+		ID: id, AccountID: acct.ID, Key: in.Key, Feature: in.Feature, Cycle: acct.CycleAt(now).Label(),
+		Amount: in.Amount, Limit: limit, Status: Running, LeaseExpiresAtMs: nowMs + LeaseDuration.Milliseconds(),
+		CreatedAtMs: nowMs, UpdatedAtMs: nowMs, Rev: 1,
+	}
+	rate := s.rate()
+	for attempt := range dynamo.MaxConflictTries {
+		err := s.Store.Reserve(ctx, h, rate, now)
+		if err == nil {
+			s.Metrics.Count(metrics.HoldsAdmitted, 1)
+			log.Info("hold admitted", "feature", h.Feature, "amount", h.Amount, "cycle", h.Cycle)
+			return h, true, nil
+		}
+		if !errors.Is(err, ErrCancelled) {
+			return Hold{}, false, err
+		}
+		// Find out from durable state why the transaction was cancelled.
+		r, err := s.Store.ReadReservation(ctx, acct.ID, id, h.Feature, h.Cycle, rate, now)
+		switch {
+		case errors.Is(err, ErrCancelled):
+			// The snapshot read itself met a transaction in flight; back off and try again.
+		case err != nil:
+			return Hold{}, false, err
+		case r.Hold != nil:
+			return sameHold(*r.Hold, in)
+		case r.RateCount >= rate.Max:
+			s.Metrics.Count(metrics.HoldsRateLimited, 1)
+			retry := ratelimit.WindowAt(now, rate.Window).RetryAfter(now)
+			return Hold{}, false, &RateLimitedError{PerMinute: rate.Max, RetryAfter: retry}
+		default:
+			if d := admit(r.Budget, limit, h.Amount); !d.Admitted {
+				s.Metrics.Count(metrics.HoldsRefused, 1)
+				log.Info("hold refused", "feature", h.Feature, "amount", h.Amount, "remaining", *d.Remaining)
+				return Hold{}, false, &RefusedError{Needed: h.Amount, Remaining: *d.Remaining, Limit: limit.Max}
+			}
+			// Nothing durable explains it: a conflicting transaction on the budget row.
+		}
+		if attempt < dynamo.MaxConflictTries-1 {
+			if err := backoff(ctx, attempt); err != nil {
+				return Hold{}, false, err
+			}
+		}
+	}
+	log.Warn("reservation still contended after bounded retries", "tries", dynamo.MaxConflictTries)
+	return Hold{}, false, ErrBusy
+}
+
+// sameHold answers a repeated job key with the hold it names, if the request is the same one.
+func sameHold(h Hold, in ReserveInput) (Hold, bool, error) {
+	if h.Feature != in.Feature || h.Amount != in.Amount {
+		return Hold{}, false, &KeyReusedError{Detail: fmt.Sprintf(
+			"The key %q already names a hold of %d %s; a repeated key must repeat the request.", in.Key, h.Amount, h.Feature)}
+	}
+	return h, false, nil
+}
+
+// Get returns one of the account's holds.
+func (s *Service) Get(ctx context.Context, acct accounts.Account, holdID string) (Hold, error) {
+	if !ValidID(holdID) {
+		return Hold{}, ErrNotFound
+	}
+	return s.Store.Get(ctx, acct.ID, holdID)
+}
+
+// Charge charges one step of a job against its hold and renews the hold's lease. The step is
+// cut to what the hold has left (Capped: the job must stop). A step key that was charged before
+// returns its stored answer and charges nothing again. A hold that is no longer RUNNING takes no
+// charge (*NotRunningError): its worker is late, and is ignored.
+func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeInput) (Step, error) {
+	if !ValidID(in.HoldID) {
+		return Step{}, ErrNotFound
+	}
+	if err := in.Validate(); err != nil {
+		return Step{}, err
+	}
+	lastRev := int64(-1)
+	for attempt := range dynamo.MaxConflictTries {
+		h, prior, err := s.Store.ReadCharge(ctx, acct.ID, in.HoldID, in.Key)
+		if errors.Is(err, ErrCancelled) {
+			// The snapshot read met a transaction in flight.
+			if err := backoff(ctx, attempt); err != nil {
+				return Step{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return Step{}, err
+		}
+		if prior != nil {
+			if prior.Requested != in.Amount {
+				return Step{}, &KeyReusedError{Detail: fmt.Sprintf(
+					"The step key %q already charged a step of %d; a repeated key must repeat the request.", in.Key, prior.Requested)}
+			}
+			return *prior, nil
+		}
+		if h.Status != Running {
+			return Step{}, &NotRunningError{HoldID: h.ID, Status: h.Status}
+		}
+		if h.Rev == lastRev {
+			// The last write was cancelled and neither the hold nor the step changed: it met a
+			// conflicting transaction. Wait, then try again on the same state.
+			if err := backoff(ctx, attempt-1); err != nil {
+				return Step{}, err
+			}
+		}
+		lastRev = h.Rev
+		nowMs := s.Now().UnixMilli()
+		d := chargeStep(h.Amount, h.Used, in.Amount)
+		st := Step{
+			HoldID: h.ID, Key: in.Key, Requested: in.Amount, Charged: d.Charged, Capped: d.Capped,
+			Used: h.Used + d.Charged, Amount: h.Amount, Status: Running,
+			LeaseExpiresAtMs: nowMs + LeaseDuration.Milliseconds(), CreatedAtMs: nowMs,
+		}
+		err = s.Store.Charge(ctx, h, st)
+		if err == nil {
+			if st.Capped {
+				s.Metrics.Count(metrics.HoldsCapped, 1)
+				s.Log.Info("charge capped at the hold; the job must stop", "account", acct.ID, "hold", h.ID,
+					"requested", st.Requested, "charged", st.Charged, "amount", h.Amount)
+			}
+			return st, nil
+		}
+		if !errors.Is(err, ErrCancelled) {
+			return Step{}, err
+		}
+		// Cancelled: the hold moved (another step, a settlement), an earlier attempt stored this
+		// step, or a transaction conflicted. The next read says which.
+	}
+	return Step{}, ErrBusy
+}
+
+// Settle ends a job: it charges min(used, held) to the budget and releases the rest, in one
+// transaction with marking the hold SETTLED. used defaults to what the charges recorded. A hold
+// that is already final returns its stored settlement, and nothing moves again — whether its
+// worker settled it before or the sweeper expired it.
+func (s *Service) Settle(ctx context.Context, acct accounts.Account, in SettleInput) (Settlement, error) {
+	if !ValidID(in.HoldID) {
+		return Settlement{}, ErrNotFound
+	}
+	if err := in.Validate(); err != nil {
+		return Settlement{}, err
+	}
+	st, err := s.settle(ctx, acct.ID, in.HoldID, Settled, in.Used, nil)
+	if err == nil && st.settledNow {
+		s.Metrics.Count(metrics.HoldsSettled, 1)
+		s.Log.Info("hold settled", "account", acct.ID, "hold", in.HoldID, "charged", st.Charged, "released", st.Released)
+	}
+	return st.Settlement, err
+}
+
+// settled is a settlement and whether this call made it.
+type settled struct {
+	Settlement
+	settledNow bool
+}
+
+// settle runs the settlement loop shared by Settle and the sweeper. only, when set, decides
+// from the freshly read hold whether to settle it at all (the sweeper settles only lapsed leases);
+// a hold it declines is returned unsettled with settledNow false.
+func (s *Service) settle(ctx context.Context, accountID, holdID string, final Status, used *int64, only func(Hold, int64) bool) (settled, error) {
+	lastRev := int64(-1)
+	for attempt := range dynamo.MaxConflictTries {
+		h, err := s.Store.Get(ctx, accountID, holdID)
+		if err != nil {
+			return settled{}, err
+		}
+		if h.Status.Final() {
+			return settled{Settlement: h.Settlement()}, nil
+		}
+		if h.Rev == lastRev {
+			// The last write was cancelled and the hold did not change: it met a conflicting
+			// transaction (the budget row is shared by every hold of the feature). Wait, then
+			// try again on the same state.
+			if err := backoff(ctx, attempt-1); err != nil {
+				return settled{}, err
+			}
+		}
+		lastRev = h.Rev
+		nowMs := s.Now().UnixMilli()
+		if only != nil && !only(h, nowMs) {
+			return settled{Settlement: Settlement{HoldID: h.ID, Status: h.Status, Used: h.Used}}, nil
+		}
+		finalUsed := h.Used
+		if used != nil {
+			finalUsed = *used
+		}
+		d := settle(h.Amount, finalUsed)
+		st := Settlement{HoldID: h.ID, Status: final, Used: finalUsed, Charged: d.Charged, Released: d.Released}
+		err = s.Store.Settle(ctx, h, st, nowMs)
+		if err == nil {
+			return settled{Settlement: st, settledNow: true}, nil
+		}
+		if !errors.Is(err, ErrCancelled) {
+			return settled{}, err
+		}
+		// Cancelled: settled meanwhile (by an earlier attempt, the worker or the sweeper),
+		// charged, or conflicted. The next read says which.
+	}
+	return settled{}, ErrBusy
+}
+
+// backoff waits before retry attempt+1 of a keyed operation: jittered, exponential, capped at
+// one second.
+func backoff(ctx context.Context, attempt int) error {
+	return dynamo.Sleep(ctx, dynamo.Backoff(attempt))
+}

@@ -1,0 +1,91 @@
+package usage
+
+import (
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/plans"
+)
+
+// Budget-row expressions of usage holds. A hold adds to held and committed; a settlement moves
+// the charged part of the hold to used and gives the rest back, so committed = used + held stays
+// true after every write.
+const (
+	holdUpdate   = "ADD #held :n, #committed :n " + setLabels
+	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased SET #updatedAtMs = :now"
+	// settleCondition guards the invariant held ≥ 0: a settlement can only give back a hold the
+	// row still carries. It never fails while holds settle once each; if it does, the transaction
+	// is cancelled and the hold stays RUNNING for a visible, bounded retry.
+	settleCondition = "#held >= :held"
+)
+
+// HoldCapped is the transaction item that holds amount on the budget row only if committed stays
+// within limit. As in ConsumeCapped, the condition compares the maintained committed against
+// room = limit − amount, computed here; an unlimited feature has no condition.
+func (t Table) HoldCapped(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
+	values := map[string]types.AttributeValue{
+		":n":       dynamo.N(amount),
+		":now":     dynamo.N(nowMs),
+		":account": dynamo.S(accountID),
+		":feature": dynamo.S(feature),
+		":cycle":   dynamo.S(cycleLabel),
+	}
+	update := &types.Update{
+		TableName:                 aws.String(t.Name),
+		Key:                       BudgetKey(accountID, feature, cycleLabel),
+		UpdateExpression:          aws.String(holdUpdate),
+		ExpressionAttributeValues: values,
+	}
+	if !limit.Unlimited {
+		room := limit.Max - amount
+		values[":room"] = dynamo.N(room)
+		// A missing committed compares false, so a fresh row passes only when the amount fits.
+		cond := "#committed <= :room"
+		if room >= 0 {
+			cond = "attribute_not_exists(#committed) OR " + cond
+		}
+		update.ConditionExpression = aws.String(cond)
+	}
+	update.ExpressionAttributeNames = dynamo.Names(holdUpdate, aws.ToString(update.ConditionExpression))
+	return types.TransactWriteItem{Update: update}
+}
+
+// SettleHold is the transaction item that settles a hold of held units on the budget row:
+// charged moves to used, held − charged is released.
+func (t Table) SettleHold(accountID, feature, cycleLabel string, held, charged, nowMs int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(t.Name),
+		Key:                      BudgetKey(accountID, feature, cycleLabel),
+		UpdateExpression:         aws.String(settleUpdate),
+		ConditionExpression:      aws.String(settleCondition),
+		ExpressionAttributeNames: dynamo.Names(settleUpdate, settleCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":charged":       dynamo.N(charged),
+			":minusHeld":     dynamo.N(-held),
+			":minusReleased": dynamo.N(-(held - charged)),
+			":held":          dynamo.N(held),
+			":now":           dynamo.N(nowMs),
+		},
+	}}
+}
+
+// GetBudget is the transactional read of the budget row, for resolving a cancelled transaction
+// together with the other items it touched.
+func (t Table) GetBudget(accountID, feature, cycleLabel string) types.TransactGetItem {
+	return types.TransactGetItem{Get: &types.Get{
+		TableName:                aws.String(t.Name),
+		Key:                      BudgetKey(accountID, feature, cycleLabel),
+		ProjectionExpression:     aws.String(budgetProjection),
+		ExpressionAttributeNames: dynamo.Names(budgetProjection),
+	}}
+}
+
+// BudgetOf reads the budget from an item returned for GetBudget; a missing row is all zeros.
+func BudgetOf(item map[string]types.AttributeValue) Totals {
+	return Totals{
+		Used:      dynamo.Int(item, AttrUsed),
+		Held:      dynamo.Int(item, AttrHeld),
+		Committed: dynamo.Int(item, AttrCommitted),
+	}
+}
