@@ -225,7 +225,7 @@ func TestSettle_ChargesUsageReleasesTheRest_SettlingTwiceMovesNothing(t *testing
 	}
 	wantUsage(t, h, key, 31_200, 0)
 	c := mustStatus(t, charge(t, h, key, id, "step-2", 1), http.StatusConflict)
-	if c["status"] != "SETTLED" {
+	if c["holdStatus"] != "SETTLED" {
 		t.Errorf("charge after settle: %v", c)
 	}
 	hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK)

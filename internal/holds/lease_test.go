@@ -32,7 +32,7 @@ func TestSweeper_ExpiresALapsedLease_AndALateWorkerIsIgnored(t *testing.T) {
 	wantUsage(t, h, key, 12_000, 0)
 
 	late := mustStatus(t, charge(t, h, key, id, "step-2", 5_000), http.StatusConflict)
-	if late["status"] != "EXPIRED" {
+	if late["holdStatus"] != "EXPIRED" {
 		t.Errorf("late charge = %v", late)
 	}
 	s := mustStatus(t, settleHold(t, h, key, id, map[string]any{"used": 17_000}), http.StatusOK)
