@@ -9,33 +9,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/metrics"
 )
 
 func main() {
-	ctx := context.Background()
-	log := app.NewLogger(os.Stderr)
-	cfg, err := app.ConfigFromEnv(ctx, false)
+	a, err := app.FromEnv(context.Background(), false)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sweeper: configuration:", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sweeper: clients:", err)
-		os.Exit(1)
-	}
-	a := app.New(cfg, clients, log, metrics.NewEMF(os.Stdout, time.Now), time.Now)
 	// The schedule's payload carries nothing the sweep needs.
 	lambda.Start(func(ctx context.Context, _ json.RawMessage) error {
 		res, err := a.Holds.Sweep(ctx)
-		log.Info("sweep done", "found", res.Found, "expired", res.Expired, "skipped", res.Skipped,
+		a.Log.Info("sweep done", "found", res.Found, "expired", res.Expired, "skipped", res.Skipped,
 			"failed", res.Failed, "truncated", res.Truncated)
 		return err
 	})

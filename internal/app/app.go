@@ -236,6 +236,9 @@ func FromEnv(ctx context.Context, needAdminKey bool) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
+	if cfg.Limits, err = LimitsConfigFromEnv(ctx); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
 	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("clients: %w", err)
