@@ -300,7 +300,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 		where = "DynamoDB at " + external.DynamoDB
 	}
 	fmt.Fprintf(stdout, "ferry bench holds: %d admissions a side, %d at a time, %s of %s each, on %s.\n\n",
-		*ops, *concurrency, commas(benchHoldsAmount), benchHoldsFeature, where)
+		*ops, *concurrency, thousands(benchHoldsAmount), benchHoldsFeature, where)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tplain check\tholds\tholds ÷ plain\t")
 	fmt.Fprintf(tw, "admissions per second\t%.0f\t%.0f\t%.2f\t\n", plainSide.rate(), holdsSide.rate(), holdsSide.rate()/plainSide.rate())
@@ -314,7 +314,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(tw, "errors\t%d\t%d\t\t\n", plainSide.errors, holdsSide.errors)
 	fmt.Fprintf(tw, "room for %d jobs, %d raced: jobs let through\t%d\t%d\t\t\n", *ops/2, *ops, plainRan, holdsAdmitted)
 	fmt.Fprintf(tw, "… spent or held past the limit\t%s\t%s\t\t\n",
-		commas(max(0, int64(plainRan)*benchHoldsAmount-half)), commas(max(0, tightHeld.Committed-half)))
+		thousands(max(0, int64(plainRan)*benchHoldsAmount-half)), thousands(max(0, tightHeld.Committed-half)))
 	_ = tw.Flush()
 	if raceErrors > 0 {
 		fmt.Fprintf(stdout, "(%d errors in the contention race)\n", raceErrors)
@@ -339,7 +339,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(stdout, "\nThe hot row: the budget row is %d bytes, so a transactional write of it costs %d write units, and one item\n",
 		budgetBytes, transactionalWriteUnits*int(math.Ceil(float64(max(budgetBytes, 1))/writeUnitBytes)))
 	fmt.Fprintf(stdout, "takes about %s write units a second: about %.0f admissions a second per (account, feature, cycle), or %.0f whole\n",
-		commas(itemWriteUnitsPerSecond), rowTxPerSecond, rowTxPerSecond/2)
+		thousands(itemWriteUnitsPerSecond), rowTxPerSecond, rowTxPerSecond/2)
 	fmt.Fprintf(stdout, "jobs a second, since settling writes the row too. Nothing else touches it: charges write only the hold, and the\n")
 	fmt.Fprintf(stdout, "rate counter is its own item. The per-account limit of %d new holds a minute (%.0f a second) is far below it;\n",
 		holds.DefaultRatePerMinute, float64(holds.DefaultRatePerMinute)/60)

@@ -318,7 +318,7 @@ func runHoldsFive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	fmt.Fprintf(stdout, "Five jobs of %s tokens start at the same moment; account %s has a limit of %s.\n\n",
-		commas(seedFiveEstimate), id, commas(seedFiveLimit))
+		thousands(seedFiveEstimate), id, thousands(seedFiveLimit))
 
 	// The plain check: Ferry has no route that spends without a hold, so this is the check as
 	// a client would write it — every job reads GET /v1/usage at the same moment and runs if it
@@ -372,12 +372,12 @@ func runHoldsFive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tseed (Earmark)\tFerry\t")
 	fmt.Fprintf(tw, "plain check: jobs started\t%d\t%d\t\n", seedFiveJobs, plainStarted)
-	fmt.Fprintf(tw, "plain check: tokens spent\t%s\t%s\t\n", commas(seedFivePlainSpent), commas(plainSpent))
+	fmt.Fprintf(tw, "plain check: tokens spent\t%s\t%s\t\n", thousands(seedFivePlainSpent), thousands(plainSpent))
 	fmt.Fprintf(tw, "holds: admitted\t%d\t%d\t\n", seedFiveAdmitted, admitted)
 	fmt.Fprintf(tw, "holds: refused\t%d\t%d\t\n", seedFiveRefused, refused)
 	fmt.Fprintf(tw, "holds: failed\t%d\t%d\t\n", 0, failed)
-	fmt.Fprintf(tw, "holds: tokens spent (GET /v1/usage used)\t%s\t%s\t\n", commas(seedFiveHoldsSpent), commas(used))
-	fmt.Fprintf(tw, "holds: still held (GET /v1/usage held)\t%s\t%s\t\n", "0", commas(held))
+	fmt.Fprintf(tw, "holds: tokens spent (GET /v1/usage used)\t%s\t%s\t\n", thousands(seedFiveHoldsSpent), thousands(used))
+	fmt.Fprintf(tw, "holds: still held (GET /v1/usage held)\t%s\t%s\t\n", "0", thousands(held))
 	_ = tw.Flush()
 	fmt.Fprintln(stdout, "\nThe plain check is a real race of concurrent GET /v1/usage readers that each then run;")
 	fmt.Fprintln(stdout, "its spending is a client-side tally (Ferry has no route that spends without a hold).")
@@ -416,7 +416,7 @@ func runHoldsLoad(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	fmt.Fprintf(stdout, "%d jobs of %s tokens, %d at a time, against account %s with a limit of %s.\n\n",
-		*jobs, commas(*estimate), *concurrency, id, commas(*limit))
+		*jobs, thousands(*estimate), *concurrency, id, thousands(*limit))
 
 	var (
 		mu                        sync.Mutex
@@ -500,11 +500,11 @@ feed:
 	fmt.Fprintf(tw, "admitted\t%d\t%d\t\n", seedLoadAdmitted, admitted)
 	fmt.Fprintf(tw, "refused\t%d\t%d\t\n", seedLoadRefused, refused)
 	fmt.Fprintf(tw, "failed\t%d\t%d\t\n", seedLoadFailed, failed)
-	fmt.Fprintf(tw, "tokens spent (GET /v1/usage used)\t%s\t%s\t\n", commas(seedLoadSpent), commas(used))
-	fmt.Fprintf(tw, "still held at the end\t%s\t%s\t\n", "0", commas(held))
-	fmt.Fprintf(tw, "admission latency p50\t%s ms\t%s ms\t\n", commas(seedLoadP50Ms), commas(p50.Milliseconds()))
-	fmt.Fprintf(tw, "admission latency p95\t%s ms\t%s ms\t\n", commas(seedLoadP95Ms), commas(p95.Milliseconds()))
-	fmt.Fprintf(tw, "admission latency p99\t%s ms\t%s ms\t\n", commas(seedLoadP99Ms), commas(p99.Milliseconds()))
+	fmt.Fprintf(tw, "tokens spent (GET /v1/usage used)\t%s\t%s\t\n", thousands(seedLoadSpent), thousands(used))
+	fmt.Fprintf(tw, "still held at the end\t%s\t%s\t\n", "0", thousands(held))
+	fmt.Fprintf(tw, "admission latency p50\t%s ms\t%s ms\t\n", thousands(seedLoadP50Ms), thousands(p50.Milliseconds()))
+	fmt.Fprintf(tw, "admission latency p95\t%s ms\t%s ms\t\n", thousands(seedLoadP95Ms), thousands(p95.Milliseconds()))
+	fmt.Fprintf(tw, "admission latency p99\t%s ms\t%s ms\t\n", thousands(seedLoadP99Ms), thousands(p99.Milliseconds()))
 	fmt.Fprintf(tw, "run time\t%.1f s\t%.1f s\t\n", seedLoadRunSeconds, elapsed.Seconds())
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "\nLatency is the time from sending POST /v1/holds to its 201 or 402 (p50 %s, p95 %s, p99 %s).\n",
@@ -567,22 +567,4 @@ func round(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d
-}
-
-// commas formats an integer with thousands separators: 100000 → "100,000".
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }

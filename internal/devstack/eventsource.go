@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
 )
 
 // SQSHandler is a Lambda handler for SQS events with partial batch responses.
@@ -47,7 +49,7 @@ func (s *EventSource) Run(ctx context.Context, pollers int) {
 			for ctx.Err() == nil {
 				if _, err := s.PollOnce(ctx, longPollSeconds); err != nil && ctx.Err() == nil {
 					s.Log.Warn("event source poll failed", "err", err)
-					_ = sleep(ctx, errorPause)
+					_ = dynamo.Sleep(ctx, errorPause)
 				}
 			}
 		}()
@@ -129,15 +131,4 @@ func QueueARN(ctx context.Context, c *sqs.Client, url string) (string, error) {
 		return "", err
 	}
 	return out.Attributes[string(types.QueueAttributeNameQueueArn)], nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

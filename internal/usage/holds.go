@@ -24,31 +24,7 @@ const (
 // within limit. As in ConsumeCapped, the condition compares the maintained committed against
 // room = limit − amount, computed here; an unlimited feature has no condition.
 func (t Table) HoldCapped(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
-	values := map[string]types.AttributeValue{
-		":n":       dynamo.N(amount),
-		":now":     dynamo.N(nowMs),
-		":account": dynamo.S(accountID),
-		":feature": dynamo.S(feature),
-		":cycle":   dynamo.S(cycleLabel),
-	}
-	update := &types.Update{
-		TableName:                 aws.String(t.Name),
-		Key:                       BudgetKey(accountID, feature, cycleLabel),
-		UpdateExpression:          aws.String(holdUpdate),
-		ExpressionAttributeValues: values,
-	}
-	if !limit.Unlimited {
-		room := limit.Max - amount
-		values[":room"] = dynamo.N(room)
-		// A missing committed compares false, so a fresh row passes only when the amount fits.
-		cond := "#committed <= :room"
-		if room >= 0 {
-			cond = "attribute_not_exists(#committed) OR " + cond
-		}
-		update.ConditionExpression = aws.String(cond)
-	}
-	update.ExpressionAttributeNames = dynamo.Names(holdUpdate, aws.ToString(update.ConditionExpression))
-	return types.TransactWriteItem{Update: update}
+	return t.capped(holdUpdate, accountID, feature, cycleLabel, amount, limit, nowMs)
 }
 
 // SettleHold is the transaction item that settles a hold of held units on the budget row:

@@ -82,6 +82,12 @@ type Table struct {
 // result stays within limit. DynamoDB conditions cannot add, so the condition compares the
 // maintained committed (= used + held) against room = limit − amount, computed here.
 func (t Table) ConsumeCapped(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
+	return t.capped(consumeUpdate, accountID, feature, cycleLabel, amount, limit, nowMs)
+}
+
+// capped is a budget-row update (consume or hold) that adds amount to committed only if the
+// result stays within limit; an unlimited feature has no condition.
+func (t Table) capped(updateExpr, accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
 	values := map[string]types.AttributeValue{
 		":n":       dynamo.N(amount),
 		":now":     dynamo.N(nowMs),
@@ -92,7 +98,7 @@ func (t Table) ConsumeCapped(accountID, feature, cycleLabel string, amount int64
 	update := &types.Update{
 		TableName:                 aws.String(t.Name),
 		Key:                       BudgetKey(accountID, feature, cycleLabel),
-		UpdateExpression:          aws.String(consumeUpdate),
+		UpdateExpression:          aws.String(updateExpr),
 		ExpressionAttributeValues: values,
 	}
 	if !limit.Unlimited {
@@ -105,7 +111,7 @@ func (t Table) ConsumeCapped(accountID, feature, cycleLabel string, amount int64
 		}
 		update.ConditionExpression = aws.String(cond)
 	}
-	update.ExpressionAttributeNames = dynamo.Names(consumeUpdate, aws.ToString(update.ConditionExpression))
+	update.ExpressionAttributeNames = dynamo.Names(updateExpr, aws.ToString(update.ConditionExpression))
 	return types.TransactWriteItem{Update: update}
 }
 
