@@ -51,6 +51,10 @@ const (
 
 var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
+// stackSecrets are the secrets the stack can hand a function, by the environment variable that
+// carries the secret's ARN: the operator key, which the stack generates.
+var stackSecrets = []string{resources.EnvAdminKeySecretARN}
+
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
 // queue whose visibility timeout is shorter than six times its consumer's timeout (which would
@@ -117,6 +121,16 @@ func (d Definitions) Validate() error {
 		}
 		if f.Every != 0 && (f.Every < minScheduleInterval || f.Every%scheduleIntervalQuantum != 0) {
 			fail("function %q: schedule every %s must be a whole number of minutes", f.Name, f.Every)
+		}
+		listed := map[string]bool{}
+		for _, env := range f.Secrets {
+			if listed[env] {
+				fail("function %q: secret %q is listed twice", f.Name, env)
+			}
+			listed[env] = true
+			if !contains(stackSecrets, env) {
+				fail("function %q: unknown secret %q; the stack provides %s", f.Name, env, strings.Join(stackSecrets, ", "))
+			}
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {

@@ -48,6 +48,12 @@ func TestDefinitions_RefusesWhatCannotBeDeployed(t *testing.T) {
 		{"bad method", func(d *Definitions) {
 			d.Routes = append(d.Routes, resources.Route{Method: "FETCH", Path: "/v1/x", Function: resources.FunctionAPI})
 		}, "method must be one of"},
+		{"unknown secret", func(d *Definitions) {
+			d.Functions[0].Secrets = []string{"FERRY_NOPE_SECRET_ARN"}
+		}, `unknown secret "FERRY_NOPE_SECRET_ARN"`},
+		{"secret listed twice", func(d *Definitions) {
+			d.Functions[0].Secrets = []string{resources.EnvAdminKeySecretARN, resources.EnvAdminKeySecretARN}
+		}, "listed twice"},
 		{"alarm without threshold", func(d *Definitions) {
 			d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "Dead"})
 		}, "positive threshold"},
@@ -78,6 +84,7 @@ func copyDefinitions(d Definitions) Definitions {
 		out.Functions[i].Tables = copyAccess(f.Tables)
 		out.Functions[i].Queues = copyAccess(f.Queues)
 		out.Functions[i].Buckets = copyAccess(f.Buckets)
+		out.Functions[i].Secrets = append([]string(nil), f.Secrets...)
 	}
 	return out
 }

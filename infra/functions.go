@@ -45,8 +45,9 @@ type FunctionsProps struct {
 	Config      Config
 	Definitions Definitions
 	Storage     *Storage
-	// AdminKey is the operator key's secret; its ARN goes only to functions with ReadsAdminKey.
-	AdminKey awssecretsmanager.ISecret
+	// Secrets are the secrets this deployment provides, by the environment variable that carries
+	// each one's ARN (stackSecrets). A function gets, and may read, those its definition lists.
+	Secrets map[string]awssecretsmanager.ISecret
 	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
 	SourceRoot   string
 	SourceDigest string
@@ -90,13 +91,17 @@ func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
 func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base map[string]*string) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+1)
+	env := make(map[string]*string, len(base)+len(def.Secrets))
 	for k, v := range base {
 		env[k] = v
 	}
-	readsAdminKey := def.ReadsAdminKey
-	if readsAdminKey {
-		env[resources.EnvAdminKeySecretARN] = props.AdminKey.SecretArn()
+	// Secrets in definition order, so the policy reads the same on every synthesis.
+	var secrets []awssecretsmanager.ISecret
+	for _, name := range def.Secrets {
+		if secret, ok := props.Secrets[name]; ok {
+			env[name] = secret.SecretArn()
+			secrets = append(secrets, secret)
+		}
 	}
 
 	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
@@ -111,8 +116,9 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	})
 	logs.GrantWrite(role)
 	grantAccess(role, props, def)
-	if readsAdminKey {
-		props.AdminKey.GrantRead(role, nil)
+	for _, secret := range secrets {
+		// GetSecretValue and DescribeSecret on this secret alone.
+		secret.GrantRead(role, nil)
 	}
 
 	code, bundler := goFunctionCode(props.SourceRoot, props.SourceDigest, def.Name)

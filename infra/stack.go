@@ -57,11 +57,12 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		},
 		RemovalPolicy: removalPolicy(cfg),
 	})
+	secrets := map[string]awssecretsmanager.ISecret{resources.EnvAdminKeySecretARN: adminKey}
 	functions, err := NewFunctions(stack, "Functions", &FunctionsProps{
 		Config:       cfg,
 		Definitions:  defs,
 		Storage:      storage,
-		AdminKey:     adminKey,
+		Secrets:      secrets,
 		SourceRoot:   props.SourceRoot,
 		SourceDigest: digest,
 	})

@@ -349,9 +349,11 @@ type Function struct {
 	Buckets map[string]Access
 	// Every runs the function on a schedule (EventBridge Scheduler; a ticker in ferry dev).
 	Every time.Duration
-	// ReadsAdminKey grants the function the operator key's secret: only functions that serve
-	// operator routes get it.
-	ReadsAdminKey bool
+	// Secrets names the environment variables through which the function receives the ARNs of
+	// the Secrets Manager secrets it may read (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
+	// The CDK app sets each one the deployment provides and grants read on that secret alone;
+	// a function that lists no secret can read none.
+	Secrets []string
 }
 
 // Function names.
@@ -382,11 +384,12 @@ var Functions = []Function{
 		Queues:   map[string]Access{QueueEvents: Send},
 	},
 	{
-		Name:          FunctionAPI,
-		Purpose:       "accounts, event status and usage routes, and every path no route declares",
-		ReadsAdminKey: true,
-		Timeout:       10 * time.Second,
-		MemoryMB:      256,
+		Name:    FunctionAPI,
+		Purpose: "accounts, event status and usage routes, and every path no route declares",
+		// The operator routes check the operator key.
+		Secrets:  []string{EnvAdminKeySecretARN},
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
 			TableIdempotency: ReadWrite,
