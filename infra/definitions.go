@@ -52,8 +52,10 @@ const (
 var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
 // stackSecrets are the secrets the stack can hand a function, by the environment variable that
-// carries the secret's ARN: the operator key, which the stack generates.
-var stackSecrets = []string{resources.EnvAdminKeySecretARN}
+// carries the secret's ARN: the operator key, which the stack generates, and the Kinde client
+// secret, which the kindeClientSecretArn context names (and which exists only with
+// limitsSource=kinde).
+var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN}
 
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
@@ -131,6 +133,14 @@ func (d Definitions) Validate() error {
 			if !contains(stackSecrets, env) {
 				fail("function %q: unknown secret %q; the stack provides %s", f.Name, env, strings.Join(stackSecrets, ", "))
 			}
+		}
+		// A function that reads limits from Kinde needs the client secret, and only such a
+		// function has any use for it.
+		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
+		case f.ReadsLimits && !kindeSecret:
+			fail("function %q reads limits but does not list secret %s, which limitsSource kinde needs", f.Name, resources.EnvKindeClientSecretARN)
+		case !f.ReadsLimits && kindeSecret:
+			fail("function %q lists secret %s but does not read limits; only functions that read limits may read it", f.Name, resources.EnvKindeClientSecretARN)
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {

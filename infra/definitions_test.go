@@ -54,6 +54,12 @@ func TestDefinitions_RefusesWhatCannotBeDeployed(t *testing.T) {
 		{"secret listed twice", func(d *Definitions) {
 			d.Functions[0].Secrets = []string{resources.EnvAdminKeySecretARN, resources.EnvAdminKeySecretARN}
 		}, "listed twice"},
+		{"reads limits without the Kinde client secret", func(d *Definitions) {
+			d.Functions[0].ReadsLimits, d.Functions[0].Secrets = true, nil
+		}, "reads limits but does not list secret FERRY_KINDE_CLIENT_SECRET_ARN"},
+		{"Kinde client secret without reading limits", func(d *Definitions) {
+			d.Functions[0].ReadsLimits, d.Functions[0].Secrets = false, []string{resources.EnvKindeClientSecretARN}
+		}, "but does not read limits"},
 		{"alarm without threshold", func(d *Definitions) {
 			d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "Dead"})
 		}, "positive threshold"},

@@ -46,7 +46,9 @@ type FunctionsProps struct {
 	Definitions Definitions
 	Storage     *Storage
 	// Secrets are the secrets this deployment provides, by the environment variable that carries
-	// each one's ARN (stackSecrets). A function gets, and may read, those its definition lists.
+	// each one's ARN (stackSecrets). A function gets, and may read, those its definition lists;
+	// one it lists that the deployment does not provide (the Kinde client secret with plan
+	// limits) it does not get.
 	Secrets map[string]awssecretsmanager.ISecret
 	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
 	SourceRoot   string
@@ -65,8 +67,9 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	this := constructs.NewConstruct(scope, jsii.String(id))
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
 	env := baseEnvironment(props.Config, props.Storage.Names())
+	limitsEnv := limitsEnvironment(props.Config)
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env)
+		fn, err := newFunction(this, props, def, env, limitsEnv)
 		if err != nil {
 			return nil, err
 		}
@@ -88,12 +91,28 @@ func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
 	return env
 }
 
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base map[string]*string) (awslambda.Function, error) {
+// limitsEnvironment is what a function that reads limits gets: the limit source and, for Kinde,
+// the domain and client id (the client secret travels as a secret, by its ARN).
+func limitsEnvironment(cfg Config) map[string]*string {
+	env := map[string]*string{resources.EnvLimitsSource: jsii.String(cfg.LimitsSource)}
+	if cfg.Kinde() {
+		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
+		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
+	}
+	return env
+}
+
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+len(def.Secrets))
+	env := make(map[string]*string, len(base)+len(limitsEnv)+len(def.Secrets))
 	for k, v := range base {
 		env[k] = v
+	}
+	if def.ReadsLimits {
+		for k, v := range limitsEnv {
+			env[k] = v
+		}
 	}
 	// Secrets in definition order, so the policy reads the same on every synthesis.
 	var secrets []awssecretsmanager.ISecret

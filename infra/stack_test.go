@@ -498,7 +498,7 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 // TestIAM_NoWildcards checks every Allow statement in the template, identity and resource
 // policies alike: no "*" or "service:*" action, and no "*" resource.
 func TestIAM_NoWildcards(t *testing.T) {
-	for name, ctx := range map[string]map[string]any{"dev": dev, "prod": prod} {
+	for name, ctx := range map[string]map[string]any{"dev": dev, "prod": prod, "kinde": kindeContext(kindeSecretARN)} {
 		s := synthStage(t, ctx)
 		t.Run(name, func(t *testing.T) {
 			var checked int

@@ -354,6 +354,10 @@ type Function struct {
 	// The CDK app sets each one the deployment provides and grants read on that secret alone;
 	// a function that lists no secret can read none.
 	Secrets []string
+	// ReadsLimits marks a function that admits usage holds, and so reads limits from the
+	// deployment's limit source: it gets EnvLimitsSource and, for Kinde, the Kinde domain and
+	// client id. It must also list EnvKindeClientSecretARN in Secrets.
+	ReadsLimits bool
 }
 
 // Function names.
@@ -411,6 +415,9 @@ var Functions = []Function{
 		Purpose:  "usage holds: reserve (check and hold in one transaction), charge, settle, read",
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
+		// Reserve reads the limit of each admission from the configured source.
+		ReadsLimits: true,
+		Secrets:     []string{EnvKindeClientSecretARN},
 		// Accounts: read, plus the one-time first-usage stamp that fixes the billing cycle.
 		Tables: map[string]Access{
 			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
