@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/ferrymeter/ferry/internal/limits"
 )
 
 // Context keys the app reads (`cdk synth -c stage=prod`, or "context" in cdk.json).
@@ -25,6 +28,10 @@ const (
 	ctxArchiveGlacierDays     = "archiveGlacierDays"
 	ctxArchiveExpireDays      = "archiveExpireDays"
 	ctxArchiveNoncurrentDays  = "archiveNoncurrentDays"
+	ctxLimitsSource           = "limitsSource"
+	ctxKindeDomain            = "kindeDomain"
+	ctxKindeClientID          = "kindeClientId"
+	ctxKindeClientSecretARN   = "kindeClientSecretArn"
 )
 
 // Defaults for every optional setting. They suit a small production stage; each can be
@@ -43,6 +50,9 @@ const (
 	defaultArchiveIADays          = 30
 	defaultArchiveGlacierDays     = 90
 	defaultArchiveNoncurrentDays  = 30
+	// defaultLimitsSource reads usage holds' limits from the account's plan, which needs no
+	// outside service.
+	defaultLimitsSource = limits.SourcePlan
 )
 
 // Limits imposed by AWS on the settings above.
@@ -57,6 +67,23 @@ const (
 )
 
 var stagePattern = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// limitsSources are the values FERRY_LIMITS_SOURCE accepts.
+var limitsSources = []string{limits.SourcePlan, limits.SourceKinde}
+
+var (
+	// hostNamePattern is a DNS host name with at least two labels: "acme.kinde.com", or a
+	// custom domain such as "auth.acme.com".
+	hostNamePattern = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+	// kindeClientIDPattern is what a Kinde application's client id looks like (32 hex digits
+	// today), loosely enough to survive a change of format.
+	kindeClientIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	// secretARNPattern is the ARN of a Secrets Manager secret, complete or partial.
+	secretARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+$`)
+	// secretARNSuffix is the hyphen and six characters Secrets Manager appends to a secret's
+	// name in its complete ARN.
+	secretARNSuffix = regexp.MustCompile(`-[A-Za-z0-9]{6}$`)
+)
 
 // logLevels are the values FERRY_LOG_LEVEL accepts (slog's level names).
 var logLevels = []string{"debug", "info", "warn", "error"}
@@ -81,10 +108,20 @@ type Config struct {
 	ArchiveGlacierDays    int
 	ArchiveExpireDays     int
 	ArchiveNoncurrentDays int
+	// LimitsSource is where usage holds read limits: limits.SourcePlan or limits.SourceKinde.
+	// With Kinde, the functions that read limits get the domain and client id, and may read the
+	// client secret from the Secrets Manager secret KindeClientSecretARN names.
+	LimitsSource         string
+	KindeDomain          string
+	KindeClientID        string
+	KindeClientSecretARN string
 }
 
 // Prefix is the physical-name prefix of the stage's resources ("ferry-prod").
 func (c Config) Prefix() string { return StackName(c.Stage) }
+
+// Kinde reports whether usage holds read limits from Kinde.
+func (c Config) Kinde() bool { return c.LimitsSource == limits.SourceKinde }
 
 // Disposable reports whether the stage's data may be destroyed with the stack.
 func (c Config) Disposable() bool { return c.Stage == defaultStage }
@@ -142,6 +179,10 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.ArchiveGlacierDays = num(ctxArchiveGlacierDays, defaultArchiveGlacierDays)
 	c.ArchiveExpireDays = num(ctxArchiveExpireDays, 0)
 	c.ArchiveNoncurrentDays = num(ctxArchiveNoncurrentDays, defaultArchiveNoncurrentDays)
+	c.LimitsSource = strings.ToLower(str(ctxLimitsSource, defaultLimitsSource))
+	c.KindeDomain = str(ctxKindeDomain, "")
+	c.KindeClientID = str(ctxKindeClientID, "")
+	c.KindeClientSecretARN = str(ctxKindeClientSecretARN, "")
 	if path := str(ctxPlansFile, ""); path != "" {
 		plans, err := readPlans(path)
 		if err != nil {
@@ -196,7 +237,93 @@ func (c Config) Validate() error {
 	if len(c.Plans) > maxPlansBytes {
 		errs = append(errs, fmt.Errorf("plans: %d bytes of JSON; Lambda allows 4 KB for all variables, so keep plans under %d", len(c.Plans), maxPlansBytes))
 	}
+	errs = append(errs, c.validateLimitsSource()...)
 	return errors.Join(errs...)
+}
+
+// validateLimitsSource checks the limit source and its Kinde settings. With kinde, every Kinde
+// setting is required: a function missing one would refuse every admission. With plan, a Kinde
+// setting is refused rather than ignored: it means someone meant to configure Kinde, and
+// deploying plan limits in its place would admit work against the wrong limits unnoticed.
+func (c Config) validateLimitsSource() []error {
+	kindeKeys := []struct{ key, value string }{
+		{ctxKindeDomain, c.KindeDomain},
+		{ctxKindeClientID, c.KindeClientID},
+		{ctxKindeClientSecretARN, c.KindeClientSecretARN},
+	}
+	var errs []error
+	switch c.LimitsSource {
+	case limits.SourcePlan:
+		var set []string
+		for _, k := range kindeKeys {
+			if k.value != "" {
+				set = append(set, k.key)
+			}
+		}
+		if len(set) > 0 {
+			errs = append(errs, fmt.Errorf("%s: set only with limitsSource=%s, and limitsSource is %q", strings.Join(set, ", "), limits.SourceKinde, c.LimitsSource))
+		}
+		return errs
+	case limits.SourceKinde:
+	default:
+		return []error{fmt.Errorf("limitsSource %q: want one of %s", c.LimitsSource, strings.Join(limitsSources, ", "))}
+	}
+	var missing []string
+	for _, k := range kindeKeys {
+		if k.value == "" {
+			missing = append(missing, k.key)
+		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("limitsSource %q needs %s", limits.SourceKinde, strings.Join(missing, ", ")))
+	}
+	if c.KindeDomain != "" {
+		if err := validKindeDomain(c.KindeDomain); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.KindeClientID != "" && !kindeClientIDPattern.MatchString(c.KindeClientID) {
+		errs = append(errs, fmt.Errorf("kindeClientId %q: want the Kinde application's client id (letters, digits, '.', '_', '-')", c.KindeClientID))
+	}
+	if c.KindeClientSecretARN != "" && !secretARNPattern.MatchString(c.KindeClientSecretARN) {
+		errs = append(errs, fmt.Errorf("kindeClientSecretArn %q: want the ARN of a Secrets Manager secret (arn:aws:secretsmanager:<region>:<account>:secret:<name>)", c.KindeClientSecretARN))
+	}
+	return errs
+}
+
+// validKindeDomain accepts a Kinde business domain as a host name ("acme.kinde.com") or an
+// https URL with nothing after the host ("https://acme.kinde.com"). Plain http is refused: the
+// function sends its client secret there.
+func validKindeDomain(domain string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("kindeDomain %q: %s; want a host name such as acme.kinde.com or https://acme.kinde.com", domain, why)
+	}
+	if !strings.Contains(domain, "://") {
+		if !hostNamePattern.MatchString(domain) {
+			return bad("not a host name")
+		}
+		return nil
+	}
+	u, err := url.Parse(domain)
+	switch {
+	case err != nil:
+		return bad("not a URL")
+	case u.Scheme != "https":
+		return bad("the scheme must be https")
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return bad("nothing may follow the host")
+	case !hostNamePattern.MatchString(u.Hostname()):
+		return bad("not a host name")
+	}
+	return nil
+}
+
+// kindeSecretIsComplete reports whether the Kinde client secret's ARN is complete (ends with
+// the six characters Secrets Manager appends to the name) rather than partial. The two cannot
+// be told apart when the secret's own name ends in a hyphen and six letters or digits; the
+// complete ARN, as `aws secretsmanager describe-secret` prints it, is always read right.
+func (c Config) kindeSecretIsComplete() bool {
+	return secretARNSuffix.MatchString(c.KindeClientSecretARN)
 }
 
 // readPlans reads a plans JSON file and compacts it for an environment variable.

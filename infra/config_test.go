@@ -38,6 +38,7 @@ func TestConfigFromContext_Defaults(t *testing.T) {
 		ArchiveIADays:          defaultArchiveIADays,
 		ArchiveGlacierDays:     defaultArchiveGlacierDays,
 		ArchiveNoncurrentDays:  defaultArchiveNoncurrentDays,
+		LimitsSource:           "plan",
 	}
 	if cfg != want {
 		t.Errorf("config %+v; want %+v", cfg, want)
@@ -110,5 +111,82 @@ func TestConfigFromContext_PlansFileRefused(t *testing.T) {
 	}
 	if _, err := ConfigFromContext(lookupIn(map[string]any{ctxPlansFile: filepath.Join(t.TempDir(), "missing.json")})); err == nil {
 		t.Error("missing plans file accepted")
+	}
+}
+
+func TestConfigFromContext_KindeLimitsSource(t *testing.T) {
+	cfg, err := ConfigFromContext(lookupIn(map[string]any{
+		ctxLimitsSource:         "Kinde",
+		ctxKindeDomain:          "https://acme.kinde.com",
+		ctxKindeClientID:        "0123456789abcdef0123456789abcdef",
+		ctxKindeClientSecretARN: " " + kindeSecretARN + " ",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Kinde() || cfg.KindeDomain != "https://acme.kinde.com" || cfg.KindeClientSecretARN != kindeSecretARN || !cfg.kindeSecretIsComplete() {
+		t.Errorf("config %+v", cfg)
+	}
+}
+
+func TestConfigFromContext_KindeDomains(t *testing.T) {
+	for domain, ok := range map[string]bool{
+		"acme.kinde.com":                      true,
+		"https://acme.kinde.com":              true,
+		"https://acme.kinde.com/":             true,
+		"auth.acme.com":                       true,
+		"http://acme.kinde.com":               false, // the client secret would cross the network in clear
+		"acme":                                false,
+		"acme.kinde.com/path":                 false,
+		"https://acme.kinde.com/oauth2/token": false,
+		"https://user@acme.kinde.com":         false,
+		"acme kinde.com":                      false,
+	} {
+		t.Run(domain, func(t *testing.T) {
+			_, err := ConfigFromContext(lookupIn(kindeContext(kindeSecretARN, ctxKindeDomain, domain)))
+			if (err == nil) != ok {
+				t.Errorf("err = %v; want accepted %v", err, ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), ctxKindeDomain) {
+				t.Errorf("error does not name %s: %v", ctxKindeDomain, err)
+			}
+		})
+	}
+}
+
+func TestConfigFromContext_KindeSettingsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  map[string]any
+		want []string
+	}{
+		{"kinde with nothing", map[string]any{ctxLimitsSource: "kinde"},
+			[]string{`limitsSource "kinde" needs kindeDomain, kindeClientId, kindeClientSecretArn`}},
+		{"kinde without the secret", kindeContext(kindeSecretARN, ctxKindeClientSecretARN, ""),
+			[]string{`needs kindeClientSecretArn`}},
+		{"kinde without the client id", kindeContext(kindeSecretARN, ctxKindeClientID, ""),
+			[]string{`needs kindeClientId`}},
+		{"not a secret's ARN", kindeContext("arn:aws:s3:::ferry-kinde"),
+			[]string{"kindeClientSecretArn", "ARN of a Secrets Manager secret"}},
+		{"client id with a space", kindeContext(kindeSecretARN, ctxKindeClientID, "abc def"),
+			[]string{"kindeClientId"}},
+		{"unknown source", map[string]any{ctxLimitsSource: "stripe"},
+			[]string{`limitsSource "stripe": want one of plan, kinde`}},
+		{"plan with a Kinde domain", map[string]any{ctxKindeDomain: "acme.kinde.com"},
+			[]string{`kindeDomain: set only with limitsSource=kinde, and limitsSource is "plan"`}},
+		{"plan with every Kinde key", kindeContext(kindeSecretARN, ctxLimitsSource, "plan"),
+			[]string{"kindeDomain, kindeClientId, kindeClientSecretArn: set only with limitsSource=kinde"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ConfigFromContext(lookupIn(tc.ctx))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not mention %q:\n%v", want, err)
+				}
+			}
+		})
 	}
 }

@@ -51,6 +51,12 @@ const (
 
 var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
+// stackSecrets are the secrets the stack can hand a function, by the environment variable that
+// carries the secret's ARN: the operator key, which the stack generates, and the Kinde client
+// secret, which the kindeClientSecretArn context names (and which exists only with
+// limitsSource=kinde).
+var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN}
+
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
 // queue whose visibility timeout is shorter than six times its consumer's timeout (which would
@@ -117,6 +123,24 @@ func (d Definitions) Validate() error {
 		}
 		if f.Every != 0 && (f.Every < minScheduleInterval || f.Every%scheduleIntervalQuantum != 0) {
 			fail("function %q: schedule every %s must be a whole number of minutes", f.Name, f.Every)
+		}
+		listed := map[string]bool{}
+		for _, env := range f.Secrets {
+			if listed[env] {
+				fail("function %q: secret %q is listed twice", f.Name, env)
+			}
+			listed[env] = true
+			if !contains(stackSecrets, env) {
+				fail("function %q: unknown secret %q; the stack provides %s", f.Name, env, strings.Join(stackSecrets, ", "))
+			}
+		}
+		// A function that reads limits from Kinde needs the client secret, and only such a
+		// function has any use for it.
+		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
+		case f.ReadsLimits && !kindeSecret:
+			fail("function %q reads limits but does not list secret %s, which limitsSource kinde needs", f.Name, resources.EnvKindeClientSecretARN)
+		case !f.ReadsLimits && kindeSecret:
+			fail("function %q lists secret %s but does not read limits; only functions that read limits may read it", f.Name, resources.EnvKindeClientSecretARN)
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {

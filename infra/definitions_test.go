@@ -48,6 +48,18 @@ func TestDefinitions_RefusesWhatCannotBeDeployed(t *testing.T) {
 		{"bad method", func(d *Definitions) {
 			d.Routes = append(d.Routes, resources.Route{Method: "FETCH", Path: "/v1/x", Function: resources.FunctionAPI})
 		}, "method must be one of"},
+		{"unknown secret", func(d *Definitions) {
+			d.Functions[0].Secrets = []string{"FERRY_NOPE_SECRET_ARN"}
+		}, `unknown secret "FERRY_NOPE_SECRET_ARN"`},
+		{"secret listed twice", func(d *Definitions) {
+			d.Functions[0].Secrets = []string{resources.EnvAdminKeySecretARN, resources.EnvAdminKeySecretARN}
+		}, "listed twice"},
+		{"reads limits without the Kinde client secret", func(d *Definitions) {
+			d.Functions[0].ReadsLimits, d.Functions[0].Secrets = true, nil
+		}, "reads limits but does not list secret FERRY_KINDE_CLIENT_SECRET_ARN"},
+		{"Kinde client secret without reading limits", func(d *Definitions) {
+			d.Functions[0].ReadsLimits, d.Functions[0].Secrets = false, []string{resources.EnvKindeClientSecretARN}
+		}, "but does not read limits"},
 		{"alarm without threshold", func(d *Definitions) {
 			d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "Dead"})
 		}, "positive threshold"},
@@ -78,6 +90,7 @@ func copyDefinitions(d Definitions) Definitions {
 		out.Functions[i].Tables = copyAccess(f.Tables)
 		out.Functions[i].Queues = copyAccess(f.Queues)
 		out.Functions[i].Buckets = copyAccess(f.Buckets)
+		out.Functions[i].Secrets = append([]string(nil), f.Secrets...)
 	}
 	return out
 }

@@ -45,8 +45,11 @@ type FunctionsProps struct {
 	Config      Config
 	Definitions Definitions
 	Storage     *Storage
-	// AdminKey is the operator key's secret; its ARN goes only to functions with ReadsAdminKey.
-	AdminKey awssecretsmanager.ISecret
+	// Secrets are the secrets this deployment provides, by the environment variable that carries
+	// each one's ARN (stackSecrets). A function gets, and may read, those its definition lists;
+	// one it lists that the deployment does not provide (the Kinde client secret with plan
+	// limits) it does not get.
+	Secrets map[string]awssecretsmanager.ISecret
 	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
 	SourceRoot   string
 	SourceDigest string
@@ -64,8 +67,9 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	this := constructs.NewConstruct(scope, jsii.String(id))
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
 	env := baseEnvironment(props.Config, props.Storage.Names())
+	limitsEnv := limitsEnvironment(props.Config)
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env)
+		fn, err := newFunction(this, props, def, env, limitsEnv)
 		if err != nil {
 			return nil, err
 		}
@@ -87,16 +91,36 @@ func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
 	return env
 }
 
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base map[string]*string) (awslambda.Function, error) {
+// limitsEnvironment is what a function that reads limits gets: the limit source and, for Kinde,
+// the domain and client id (the client secret travels as a secret, by its ARN).
+func limitsEnvironment(cfg Config) map[string]*string {
+	env := map[string]*string{resources.EnvLimitsSource: jsii.String(cfg.LimitsSource)}
+	if cfg.Kinde() {
+		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
+		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
+	}
+	return env
+}
+
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+1)
+	env := make(map[string]*string, len(base)+len(limitsEnv)+len(def.Secrets))
 	for k, v := range base {
 		env[k] = v
 	}
-	readsAdminKey := def.ReadsAdminKey
-	if readsAdminKey {
-		env[resources.EnvAdminKeySecretARN] = props.AdminKey.SecretArn()
+	if def.ReadsLimits {
+		for k, v := range limitsEnv {
+			env[k] = v
+		}
+	}
+	// Secrets in definition order, so the policy reads the same on every synthesis.
+	var secrets []awssecretsmanager.ISecret
+	for _, name := range def.Secrets {
+		if secret, ok := props.Secrets[name]; ok {
+			env[name] = secret.SecretArn()
+			secrets = append(secrets, secret)
+		}
 	}
 
 	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
@@ -111,8 +135,9 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	})
 	logs.GrantWrite(role)
 	grantAccess(role, props, def)
-	if readsAdminKey {
-		props.AdminKey.GrantRead(role, nil)
+	for _, secret := range secrets {
+		// GetSecretValue and DescribeSecret on this secret alone.
+		secret.GrantRead(role, nil)
 	}
 
 	code, bundler := goFunctionCode(props.SourceRoot, props.SourceDigest, def.Name)

@@ -5,19 +5,30 @@
 #   make synth                      # offline: writes cdk.out/, prints the resource count
 #   make cdk-bootstrap AWS_PROFILE=ferry-prod          # once per account and region
 #   make deploy STAGE=prod ALARM_EMAIL=ops@example.com AWS_PROFILE=ferry-prod
+#   make deploy STAGE=prod LIMITS_SOURCE=kinde KINDE_DOMAIN=acme.kinde.com \
+#     KINDE_CLIENT_ID=<id> KINDE_CLIENT_SECRET_ARN=<arn> AWS_PROFILE=ferry-prod
 #   make test-infra
 
 STAGE ?= dev
 # Optional settings, passed to the app as CDK context when set.
 ALARM_EMAIL ?=
 PLANS_FILE ?=
+# Where usage holds read limits (plan or kinde) and, for kinde, the Kinde client.
+LIMITS_SOURCE ?=
+KINDE_DOMAIN ?=
+KINDE_CLIENT_ID ?=
+KINDE_CLIENT_SECRET_ARN ?=
 CDK_FLAGS ?=
 
 CDK := _tools/node_modules/.bin/cdk
 CDK_STACK := ferry-$(STAGE)
 CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(ALARM_EMAIL),-c alarmEmail=$(ALARM_EMAIL)) \
-	$(if $(PLANS_FILE),-c plansFile=$(PLANS_FILE))
+	$(if $(PLANS_FILE),-c plansFile=$(PLANS_FILE)) \
+	$(if $(LIMITS_SOURCE),-c limitsSource=$(LIMITS_SOURCE)) \
+	$(if $(KINDE_DOMAIN),-c kindeDomain=$(KINDE_DOMAIN)) \
+	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
+	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
@@ -44,7 +55,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

@@ -57,11 +57,15 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		},
 		RemovalPolicy: removalPolicy(cfg),
 	})
+	secrets := map[string]awssecretsmanager.ISecret{resources.EnvAdminKeySecretARN: adminKey}
+	if cfg.Kinde() {
+		secrets[resources.EnvKindeClientSecretARN] = importKindeClientSecret(stack, cfg)
+	}
 	functions, err := NewFunctions(stack, "Functions", &FunctionsProps{
 		Config:       cfg,
 		Definitions:  defs,
 		Storage:      storage,
-		AdminKey:     adminKey,
+		Secrets:      secrets,
 		SourceRoot:   props.SourceRoot,
 		SourceDigest: digest,
 	})
@@ -88,6 +92,19 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		output("Bucket"+pascal(b.Logical), *storage.Buckets[b.Logical].BucketName(), b.Purpose)
 	}
 	return stack, nil
+}
+
+// importKindeClientSecret refers to the Kinde client secret the kindeClientSecretArn context
+// names. The stack does not own it: the operator creates it (and rotates it) in Secrets Manager,
+// in the stack's account and region. A complete ARN is granted as it is; a partial one (no
+// six-character suffix) is granted on the name followed by any suffix, which is how IAM matches
+// it against the secret's complete ARN.
+func importKindeClientSecret(scope constructs.Construct, cfg Config) awssecretsmanager.ISecret {
+	id, arn := jsii.String("KindeClientSecret"), jsii.String(cfg.KindeClientSecretARN)
+	if cfg.kindeSecretIsComplete() {
+		return awssecretsmanager.Secret_FromSecretCompleteArn(scope, id, arn)
+	}
+	return awssecretsmanager.Secret_FromSecretPartialArn(scope, id, arn)
 }
 
 // checkDeployable reports what the stack could not deploy safely: a function without code, or a

@@ -346,11 +346,12 @@ func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
 				t.Errorf("%s set with no plansFile", resources.EnvPlans)
 			}
 			arn, ok := env[resources.EnvAdminKeySecretARN]
+			readsAdminKey := contains(f.Secrets, resources.EnvAdminKeySecretARN)
 			switch {
-			case f.ReadsAdminKey && !(ok && refersTo(arn, secretID)):
+			case readsAdminKey && !(ok && refersTo(arn, secretID)):
 				t.Errorf("%s = %v; want the operator key secret's ARN", resources.EnvAdminKeySecretARN, arn)
-			case !f.ReadsAdminKey && ok:
-				t.Errorf("%s set on a function that serves no operator route", resources.EnvAdminKeySecretARN)
+			case !readsAdminKey && ok:
+				t.Errorf("%s set on a function whose definition does not list it", resources.EnvAdminKeySecretARN)
 			}
 		})
 	}
@@ -472,7 +473,7 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 					expect(id)
 				}
 			}
-			if f.ReadsAdminKey {
+			if contains(f.Secrets, resources.EnvAdminKeySecretARN) {
 				expect(secretID, wantSecretRead)
 			} else {
 				expect(secretID)
@@ -497,7 +498,7 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 // TestIAM_NoWildcards checks every Allow statement in the template, identity and resource
 // policies alike: no "*" or "service:*" action, and no "*" resource.
 func TestIAM_NoWildcards(t *testing.T) {
-	for name, ctx := range map[string]map[string]any{"dev": dev, "prod": prod} {
+	for name, ctx := range map[string]map[string]any{"dev": dev, "prod": prod, "kinde": kindeContext(kindeSecretARN)} {
 		s := synthStage(t, ctx)
 		t.Run(name, func(t *testing.T) {
 			var checked int

@@ -349,9 +349,15 @@ type Function struct {
 	Buckets map[string]Access
 	// Every runs the function on a schedule (EventBridge Scheduler; a ticker in ferry dev).
 	Every time.Duration
-	// ReadsAdminKey grants the function the operator key's secret: only functions that serve
-	// operator routes get it.
-	ReadsAdminKey bool
+	// Secrets names the environment variables through which the function receives the ARNs of
+	// the Secrets Manager secrets it may read (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
+	// The CDK app sets each one the deployment provides and grants read on that secret alone;
+	// a function that lists no secret can read none.
+	Secrets []string
+	// ReadsLimits marks a function that admits usage holds, and so reads limits from the
+	// deployment's limit source: it gets EnvLimitsSource and, for Kinde, the Kinde domain and
+	// client id. It must also list EnvKindeClientSecretARN in Secrets.
+	ReadsLimits bool
 }
 
 // Function names.
@@ -382,11 +388,12 @@ var Functions = []Function{
 		Queues:   map[string]Access{QueueEvents: Send},
 	},
 	{
-		Name:          FunctionAPI,
-		Purpose:       "accounts, event status and usage routes, and every path no route declares",
-		ReadsAdminKey: true,
-		Timeout:       10 * time.Second,
-		MemoryMB:      256,
+		Name:    FunctionAPI,
+		Purpose: "accounts, event status and usage routes, and every path no route declares",
+		// The operator routes check the operator key.
+		Secrets:  []string{EnvAdminKeySecretARN},
+		Timeout:  10 * time.Second,
+		MemoryMB: 256,
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
 			TableIdempotency: ReadWrite,
@@ -408,6 +415,9 @@ var Functions = []Function{
 		Purpose:  "usage holds: reserve (check and hold in one transaction), charge, settle, read",
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
+		// Reserve reads the limit of each admission from the configured source.
+		ReadsLimits: true,
+		Secrets:     []string{EnvKindeClientSecretARN},
 		// Accounts: read, plus the one-time first-usage stamp that fixes the billing cycle.
 		Tables: map[string]Access{
 			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
