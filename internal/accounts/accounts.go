@@ -74,6 +74,11 @@ type Account struct {
 	// StatusChangedAtMs is the provider's event time of the last status change applied from a
 	// billing event (a failed payment, an overdue invoice, a payment).
 	StatusChangedAtMs int64
+	// PlanChangeKey and StatusChangeKey order the billing events that changed the plan and the
+	// status: the exact event time (nanoseconds) and the event's identity, comparable as
+	// strings (see the inbox). A billing event changes either only if its key is greater.
+	PlanChangeKey   string
+	StatusChangeKey string
 	// Known is false for an account Ferry has no record of (it is billed on the default plan).
 	Known bool
 }

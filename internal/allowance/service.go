@@ -1,0 +1,75 @@
+package allowance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/plans"
+)
+
+// Service answers what an account's allowance is in a cycle.
+type Service struct {
+	Store   *DynamoStore
+	Catalog plans.Catalog
+	Now     func() time.Time
+}
+
+// Limit is the allowance a new admission in the cycle is held to: the sum of the cycle's grant
+// rows, read strongly consistent. A cycle nobody touched yet is opened first, with the grant of
+// the plan the account is on, so the limit an admission is held to is always a sum of rows that
+// exist. Rows only ever add, so a limit read here is never more generous than the rows at the
+// moment the admission commits.
+func (s *Service) Limit(ctx context.Context, acct accounts.Account, feature, label string) (plans.Limit, error) {
+	for attempt := range dynamo.MaxConflictTries {
+		c, err := s.Store.Read(ctx, acct.ID, feature, label)
+		if err != nil {
+			return plans.Limit{}, err
+		}
+		open := Open(c, acct.PlanOf(s.Catalog), s.Now().UnixMilli())
+		if len(open) == 0 {
+			return c.Limit(), nil
+		}
+		err = s.Store.Add(ctx, c, open, s.Now().UnixMilli())
+		if err == nil {
+			c.Grants = append(c.Grants, open...)
+			return c.Limit(), nil
+		}
+		if !errors.Is(err, ErrCancelled) {
+			return plans.Limit{}, err
+		}
+		// Another writer opened or topped up the cycle meanwhile (or conflicted): read again.
+		if attempt < dynamo.MaxConflictTries-1 {
+			if err := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); err != nil {
+				return plans.Limit{}, err
+			}
+		}
+	}
+	return plans.Limit{}, fmt.Errorf("open the %s allowance of %s in %s: still contended after %d tries", feature, acct.ID, label, dynamo.MaxConflictTries)
+}
+
+// View is a cycle's allowance as it reads.
+type View struct {
+	Limit  plans.Limit
+	Grants []Grant
+	// Pending is true for a cycle nobody touched yet: Grants then holds the opening row the
+	// cycle will get (the grant of the account's plan), not a stored one.
+	Pending bool
+}
+
+// Show reads a cycle's allowance without writing anything.
+func (s *Service) Show(ctx context.Context, acct accounts.Account, feature, label string) (View, error) {
+	c, err := s.Store.Read(ctx, acct.ID, feature, label)
+	if err != nil {
+		return View{}, err
+	}
+	if c.Opened() {
+		return View{Limit: c.Limit(), Grants: c.Grants}, nil
+	}
+	open := Open(c, acct.PlanOf(s.Catalog), 0)
+	pending := Cycle{Feature: feature, Grants: open}
+	return View{Limit: pending.Limit(), Grants: open, Pending: true}, nil
+}
