@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/cloud"
@@ -45,6 +46,9 @@ type Config struct {
 	MaxQuarantines int
 	// Limits selects where usage holds read limits from; the zero value reads the plans.
 	Limits LimitsConfig
+	// Inbox configures the webhook inbox: where the providers' verification keys come from and
+	// whether the worker re-fetches Stripe objects.
+	Inbox InboxConfig
 }
 
 // ConfigFromEnv reads a function's configuration: resource names, plans (FERRY_PLANS or the
@@ -62,6 +66,9 @@ func ConfigFromEnv(ctx context.Context, needAdminKey bool) (Config, error) {
 		}
 	}
 	cfg := Config{Names: names, Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
+	if cfg.Inbox, err = InboxConfigFromEnv(ctx); err != nil {
+		return Config{}, err
+	}
 	if !needAdminKey {
 		return cfg, nil
 	}
@@ -181,6 +188,10 @@ type App struct {
 	// Holds runs the usage holds and their sweeper; Limits is where admissions read limits.
 	Holds  *holds.Service
 	Limits limits.Source
+
+	// Allowances keeps allowance features' grant rows; Inbox is the webhook inbox.
+	Allowances *allowance.Service
+	Inbox      *Inbox
 }
 
 // New composes the services. now is the clock every service reads (once per unit of work).
@@ -209,16 +220,21 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 		MaxQuarantines: cfg.MaxQuarantines,
 	}
 	a.Limits = newLimits(cfg, log, rec, now)
+	a.Allowances = &allowance.Service{
+		Store: &allowance.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableGrants)}, Catalog: cfg.Catalog, Now: now,
+	}
+	a.Inbox = newInbox(cfg, clients, a.Accounts, a.Allowances.Store, log, rec, now)
 	a.Holds = &holds.Service{
 		Store: &holds.DynamoStore{
 			DB: clients.DynamoDB, Table: names.Table(resources.TableHolds), Usage: a.Usage,
 			RateLimits: ratelimit.Table{DB: clients.DynamoDB, Name: names.Table(resources.TableRateLimits)},
 		},
-		Accounts: a.Accounts, Limits: a.Limits, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
+		Accounts: a.Accounts, Limits: a.Limits, Allowances: a.Allowances, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
 	}
 	a.API = httpapi.New(httpapi.Deps{
 		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
 		Holds: a.Holds, AdminKey: cfg.AdminKey, Log: log, Now: now,
+		Allowances: a.Allowances, Webhooks: a.Inbox.Receiver, BillingEvents: a.Inbox.Reader,
 	})
 	a.Idempotency = &idempotency.Service{
 		Store:  &idempotency.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableIdempotency)},

@@ -25,6 +25,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/provider/kinde/webhook/signer"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 	"github.com/ferrymeter/ferry/internal/worker"
@@ -84,7 +85,15 @@ type Harness struct {
 	Counter *metrics.Counter
 	Server  *httptest.Server
 	Source  *devstack.EventSource
+	// InboxSource drives the inbox worker from the inbox queue, as Lambda would.
+	InboxSource *devstack.EventSource
+
+	signerOnce sync.Once
+	signer     *signer.Signer
 }
+
+// StripeSecret is the Stripe signing secret every harness verifies Stripe deliveries with.
+const StripeSecret = "whsec_ferry_test_secret"
 
 // New builds a harness on fresh resources.
 func New(t testing.TB, opts ...Options) *Harness {
@@ -133,7 +142,35 @@ func New(t testing.TB, opts ...Options) *Harness {
 		SQS: env.Clients.SQS, QueueURL: env.Names.QueueURL(resources.QueueEvents), QueueARN: arn,
 		Handler: a.Worker.HandleSQS, Log: a.Log,
 	}
-	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source}
+	inboxURL := env.Names.QueueURL(resources.QueueInbox)
+	inboxARN, err := devstack.QueueARN(context.Background(), env.Clients.SQS, inboxURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxSource := &devstack.EventSource{SQS: env.Clients.SQS, QueueURL: inboxURL, QueueARN: inboxARN, Handler: a.Inbox.Worker.HandleSQS, Log: a.Log}
+	a.Inbox.Receiver.Config.StripeSecret = StripeSecret
+	t.Cleanup(a.Inbox.Receiver.Close)
+	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source, InboxSource: inboxSource}
+}
+
+// Signer is the harness's Kinde webhook signer: a stand-in whose JWKS (on a loopback test
+// server) the app verifies Kinde deliveries against. It starts on first use.
+func (h *Harness) Signer(t testing.TB) *signer.Signer {
+	t.Helper()
+	h.signerOnce.Do(func() {
+		s, err := signer.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		h.signer = s
+		h.App.Inbox.Receiver.Config.KindeJWKSURL = srv.URL + signer.JWKSPath
+	})
+	if h.signer == nil {
+		t.Fatal("the Kinde signer did not start")
+	}
+	return h.signer
 }
 
 // Logger writes the app's logs to the test log when FERRY_TEST_LOGS is set, and discards them

@@ -58,6 +58,8 @@ type StackOptions struct {
 	// Extend lets capabilities add routes, middleware and scheduled functions to the app before
 	// the stack starts serving.
 	Extend func(a *app.App, s *Stack) error
+	// Clients adjusts the app's SDK clients (local instrumentation such as fault injection).
+	Clients cloud.Options
 }
 
 // Stack is a running local Ferry: emulators, resources, the composed app behind a gateway on
@@ -69,6 +71,9 @@ type Stack struct {
 	URL       string
 	Counter   *metrics.Counter
 	Schedules map[string]ScheduledFunc
+	// Consumers are the queue handlers, by function name, that the local event sources drive
+	// as Lambda's SQS event source mappings do.
+	Consumers map[string]SQSHandler
 	// Routes lets capabilities serve extra local-only paths (e.g. /openapi.yaml).
 	Routes *http.ServeMux
 
@@ -105,13 +110,14 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		listener.Close()
 		return nil, err
 	}
-	s := &Stack{Emulators: emu, Counter: metrics.NewCounter(), Schedules: map[string]ScheduledFunc{}, Routes: http.NewServeMux()}
+	s := &Stack{Emulators: emu, Counter: metrics.NewCounter(), Schedules: map[string]ScheduledFunc{},
+		Consumers: map[string]SQSHandler{}, Routes: http.NewServeMux()}
 	fail := func(err error) (*Stack, error) {
 		listener.Close()
 		emu.Stop()
 		return nil, err
 	}
-	clients, err := cloud.New(ctx, emu.Endpoints, cloud.Options{})
+	clients, err := cloud.New(ctx, emu.Endpoints, opts.Clients)
 	if err != nil {
 		return fail(err)
 	}
@@ -137,6 +143,15 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		}
 		return err
 	}
+	s.Schedules[resources.FunctionInboxSweep] = func(ctx context.Context) error {
+		res, err := s.App.Inbox.Worker.Sweep(ctx)
+		if res.Nudged > 0 {
+			log.Info("inbox sweep done", "found", res.Found, "nudged", res.Nudged)
+		}
+		return err
+	}
+	s.Consumers[resources.FunctionWorker] = s.App.Worker.HandleSQS
+	s.Consumers[resources.FunctionInbox] = s.App.Inbox.Worker.HandleSQS
 	if opts.Extend != nil {
 		if err := opts.Extend(s.App, s); err != nil {
 			return fail(err)
@@ -160,17 +175,31 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 			return fail(fmt.Errorf("function %s runs every %s but the local stack has no handler for it", f.Name, f.Every))
 		}
 	}
-	queueURL := names.QueueURL(resources.QueueEvents)
-	arn, err := QueueARN(ctx, clients.SQS, queueURL)
-	if err != nil {
-		return fail(err)
+	var sources []*EventSource
+	for _, f := range resources.Functions {
+		for queue, access := range f.Queues {
+			if !access.Consumes() {
+				continue
+			}
+			handler := s.Consumers[f.Name]
+			if handler == nil {
+				return fail(fmt.Errorf("function %s consumes queue %s but the local stack has no handler for it", f.Name, queue))
+			}
+			url := names.QueueURL(queue)
+			arn, err := QueueARN(ctx, clients.SQS, url)
+			if err != nil {
+				return fail(err)
+			}
+			sources = append(sources, &EventSource{SQS: clients.SQS, QueueURL: url, QueueARN: arn, Handler: handler, Log: log})
+		}
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	source := &EventSource{SQS: clients.SQS, QueueURL: queueURL, QueueARN: arn, Handler: s.App.Worker.HandleSQS, Log: log}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); source.Run(runCtx, devPollers) }()
+	for _, source := range sources {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); source.Run(runCtx, devPollers) }()
+	}
 	for _, f := range resources.Functions {
 		if f.Every > 0 {
 			s.wg.Add(1)
@@ -241,6 +270,7 @@ func (s *Stack) Close() {
 		_ = s.server.Shutdown(ctx)
 		s.cancel()
 		s.wg.Wait()
+		s.App.Inbox.Receiver.Close()
 		s.Emulators.Stop()
 	})
 }

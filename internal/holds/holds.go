@@ -250,6 +250,14 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("The job needs %d and %d is left.", e.Needed, e.Remaining)
 }
 
+// InactiveError is a reservation refused because the account is inactive (deactivated, or its
+// invoice overdue): it spends nothing until it is active again. Nothing was held.
+type InactiveError struct{ AccountID string }
+
+func (e *InactiveError) Error() string {
+	return "The account is inactive; it can open no holds until it is active again."
+}
+
 // RateLimitedError is a reservation refused because the account opened too many holds this
 // window. Nothing was held.
 type RateLimitedError struct {

@@ -18,7 +18,10 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/inbox/webhooks"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -43,6 +46,11 @@ type Deps struct {
 	Catalog  plans.Catalog
 	// Holds serves the usage holds routes.
 	Holds *holds.Service
+	// Allowances shows an allowance feature's grant rows in GET /v1/usage.
+	Allowances *allowance.Service
+	// Webhooks verifies and stores provider deliveries; BillingEvents reads and replays them.
+	Webhooks      *webhooks.Receiver
+	BillingEvents *inbox.Reader
 	// AdminKey authenticates the operator routes. Empty disables them.
 	AdminKey string
 	Log      *slog.Logger
@@ -54,8 +62,16 @@ type Auth int
 
 // Auth kinds.
 const (
+	// Operator routes take the operator key.
 	Operator Auth = iota + 1
+	// Account routes take an account's key; the caller is that account.
 	Account
+	// AccountOrOperator routes take either: an account sees its own resources, the operator
+	// every account's.
+	AccountOrOperator
+	// Signed routes take no bearer key: the body's provider signature authenticates them, and
+	// the handler verifies it before anything is stored.
+	Signed
 )
 
 // HandlerFunc is a route handler: it writes a success answer or returns an error, which the
@@ -94,6 +110,11 @@ func New(d Deps) *API {
 	a.register("GET /v1/holds/{id}", Account, a.getHold)
 	a.register("POST /v1/holds/{id}/charges", Account, a.chargeHold)
 	a.register("POST /v1/holds/{id}/settle", Account, a.settleHold)
+	a.register("POST /v1/webhooks/kinde", Signed, a.kindeWebhook)
+	a.register("POST /v1/webhooks/stripe", Signed, a.stripeWebhook)
+	a.register("GET /v1/billing-events", AccountOrOperator, a.listBillingEvents)
+	a.register("GET /v1/billing-events/{id}", AccountOrOperator, a.getBillingEvent)
+	a.register("POST /v1/billing-events/{id}/replay", AccountOrOperator, a.replayBillingEvent)
 	return a
 }
 
@@ -206,21 +227,25 @@ func (a *API) serve(h HandlerFunc) http.Handler {
 	})
 }
 
-// authenticate checks the bearer key for the route's kind of caller.
+// authenticate checks the bearer key for the route's kind of caller. A Signed route has no
+// caller to check here: its handler verifies the provider's signature.
 func (a *API) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
+	if auth == Signed {
+		return next
+	}
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key, ok := bearer(r)
 		if !ok {
 			return unauthorized("Send the API key as Authorization: Bearer <key>.")
 		}
 		var p Principal
-		switch auth {
-		case Operator:
-			if a.deps.AdminKey == "" || subtle.ConstantTimeCompare([]byte(key), []byte(a.deps.AdminKey)) != 1 {
+		switch {
+		case auth == Operator || (auth == AccountOrOperator && a.isOperatorKey(key)):
+			if !a.isOperatorKey(key) {
 				return unauthorized("This route needs the operator key.")
 			}
 			p.Operator = true
-		case Account:
+		default:
 			acct, err := a.deps.Accounts.Authenticate(r.Context(), key)
 			if err != nil {
 				return err
@@ -229,6 +254,11 @@ func (a *API) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
 		}
 		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
+}
+
+// isOperatorKey compares in constant time; no operator key configured matches nothing.
+func (a *API) isOperatorKey(key string) bool {
+	return a.deps.AdminKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(a.deps.AdminKey)) == 1
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -164,7 +164,11 @@ func holdsProblem(err error) (p *Problem, ok bool) {
 	var notRunning *holds.NotRunningError
 	var reused *holds.KeyReusedError
 	var unknown *limits.UnknownError
+	var inactive *holds.InactiveError
 	switch {
+	case errors.As(err, &inactive):
+		return newProblem(http.StatusPaymentRequired, kindInactive, "Account inactive", inactive.Error()).
+			with("remaining", 0), true
 	case errors.As(err, &invalid):
 		return badRequest(invalid.Error()).with("errors", invalid.Problems), true
 	case errors.As(err, &refused):

@@ -69,6 +69,7 @@ const (
 	kindLimitUnknown   = "limit-unknown"
 	kindHoldNotRunning = "hold-not-running"
 	kindHoldKeyReused  = "key-reused"
+	kindInactive       = "account-inactive"
 )
 
 func newProblem(status int, kind, title, detail string) *Problem {
@@ -118,6 +119,9 @@ func problemFor(err error) *Problem {
 		return p
 	}
 	if p, ok := holdsProblem(err); ok {
+		return p
+	}
+	if p, ok := inboxProblem(err); ok {
 		return p
 	}
 	var refused *ingest.RefusedError

@@ -32,8 +32,37 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	limit := acct.Limit(feature, a.deps.Catalog)
+	var grants []grantBody
+	if a.deps.Catalog.Allowance(feature) {
+		// An allowance's limit is the sum of the cycle's grant rows. A cycle nobody touched yet
+		// shows the opening row it will get: the grant of the account's plan.
+		view, err := a.deps.Allowances.Show(r.Context(), acct, feature, c.Label())
+		if err != nil {
+			return err
+		}
+		limit = view.Limit
+		grants = make([]grantBody, 0, len(view.Grants))
+		for _, g := range view.Grants {
+			b := grantBody{Plan: g.Plan, Amount: g.Amount, Reason: string(g.Reason), EventID: g.EventID, Pending: view.Pending}
+			if g.GrantedAtMs != 0 {
+				b.GrantedAt = rfc3339(g.GrantedAtMs)
+			}
+			grants = append(grants, b)
+		}
+	}
 	return writeJSON(w, http.StatusOK, usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
-		Remaining: limit.Remaining(totals.Used + totals.Held),
+		Remaining: limit.Remaining(totals.Used + totals.Held), Grants: grants,
 	})
+}
+
+// grantBody is one grant row of an allowance's cycle.
+type grantBody struct {
+	Plan      string `json:"plan"`
+	Amount    int64  `json:"amount"`
+	Reason    string `json:"reason"`
+	EventID   string `json:"eventId,omitempty"`
+	GrantedAt string `json:"grantedAt,omitempty"`
+	// Pending marks the opening row of a cycle nobody touched yet: shown, not stored.
+	Pending bool `json:"pending,omitempty"`
 }

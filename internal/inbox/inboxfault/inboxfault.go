@@ -1,0 +1,101 @@
+// Package inboxfault kills the inbox worker at the one moment the reference scenario needs: after
+// it has decided an event's effect and before the transaction that commits the effect and the
+// APPLIED mark reaches DynamoDB. It is a DynamoDB client middleware, so the stop is real — the
+// call is made and dies at the client, exactly as a worker killed at that instant would leave
+// things — and it works against any endpoint. It is instrumentation for tests and ferry dev; no
+// deployed function installs it.
+package inboxfault
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	smithymw "github.com/aws/smithy-go/middleware"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+)
+
+// CrashApply kills the apply transactions of the events it is armed for.
+type CrashApply struct {
+	mu    sync.Mutex
+	armed map[string]int
+	fired []string
+}
+
+// New returns an unarmed CrashApply.
+func New() *CrashApply { return &CrashApply{armed: map[string]int{}} }
+
+// Arm kills the next n apply transactions of the stored event id.
+func (c *CrashApply) Arm(eventID string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed[eventID] += n
+}
+
+// Fired lists the events whose apply was killed, in order.
+func (c *CrashApply) Fired() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.fired...)
+}
+
+// Option installs the middleware on a DynamoDB client.
+func (c *CrashApply) Option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *smithymw.Stack) error {
+		return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("ferry.inboxfault.CrashApply", c.handle), smithymw.Before)
+	})
+}
+
+func (c *CrashApply) handle(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+	if middleware.GetOperationName(ctx) == "TransactWriteItems" {
+		if tx, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
+			if id, hit := c.take(tx); hit {
+				return smithymw.InitializeOutput{}, smithymw.Metadata{}, fmt.Errorf("apply of billing event %s killed before it committed: %w", id, dynamo.ErrInjectedCrash)
+			}
+		}
+	}
+	return next.HandleInitialize(ctx, in)
+}
+
+// take reports whether tx is the apply transaction of an armed event, and disarms one shot.
+// An apply transaction is the one that moves the event's status: an update of the event item
+// that sets its status (intake's insert is a put, a copy's count sets no status).
+func (c *CrashApply) take(tx *dynamodb.TransactWriteItemsInput) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, item := range tx.TransactItems {
+		u := item.Update
+		if u == nil || !strings.Contains(derefString(u.UpdateExpression), "#status") {
+			continue
+		}
+		id, ok := eventIDOf(u.Key)
+		if !ok || c.armed[id] == 0 {
+			continue
+		}
+		c.armed[id]--
+		c.fired = append(c.fired, id)
+		return id, true
+	}
+	return "", false
+}
+
+func eventIDOf(key map[string]types.AttributeValue) (string, bool) {
+	pk, ok := key["pk"].(*types.AttributeValueMemberS)
+	sk, ok2 := key["sk"].(*types.AttributeValueMemberS)
+	if !ok || !ok2 || sk.Value != "event" {
+		return "", false
+	}
+	return strings.CutPrefix(pk.Value, "ev#")
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
