@@ -88,8 +88,13 @@ type Harness struct {
 	// InboxSource drives the inbox worker from the inbox queue, as Lambda would.
 	InboxSource *devstack.EventSource
 
-	signerOnce sync.Once
-	signer     *signer.Signer
+	kinde *kindeSigner
+}
+
+// kindeSigner is a harness's Kinde signer, started on first use.
+type kindeSigner struct {
+	once sync.Once
+	s    *signer.Signer
 }
 
 // StripeSecret is the Stripe signing secret every harness verifies Stripe deliveries with.
@@ -150,27 +155,27 @@ func New(t testing.TB, opts ...Options) *Harness {
 	inboxSource := &devstack.EventSource{SQS: env.Clients.SQS, QueueURL: inboxURL, QueueARN: inboxARN, Handler: a.Inbox.Worker.HandleSQS, Log: a.Log}
 	a.Inbox.Receiver.Config.StripeSecret = StripeSecret
 	t.Cleanup(a.Inbox.Receiver.Close)
-	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source, InboxSource: inboxSource}
+	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source, InboxSource: inboxSource, kinde: &kindeSigner{}}
 }
 
 // Signer is the harness's Kinde webhook signer: a stand-in whose JWKS (on a loopback test
 // server) the app verifies Kinde deliveries against. It starts on first use.
 func (h *Harness) Signer(t testing.TB) *signer.Signer {
 	t.Helper()
-	h.signerOnce.Do(func() {
+	h.kinde.once.Do(func() {
 		s, err := signer.New()
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := httptest.NewServer(s.Handler())
 		t.Cleanup(srv.Close)
-		h.signer = s
+		h.kinde.s = s
 		h.App.Inbox.Receiver.Config.KindeJWKSURL = srv.URL + signer.JWKSPath
 	})
-	if h.signer == nil {
+	if h.kinde.s == nil {
 		t.Fatal("the Kinde signer did not start")
 	}
-	return h.signer
+	return h.kinde.s
 }
 
 // Logger writes the app's logs to the test log when FERRY_TEST_LOGS is set, and discards them

@@ -61,10 +61,10 @@ type Service struct {
 	Limits   limits.Source
 	// Allowances gives an allowance feature's limit: the sum of the cycle's grant rows.
 	Allowances Allowances
-	Catalog  plans.Catalog
-	Metrics  metrics.Recorder
-	Log      *slog.Logger
-	Now      func() time.Time
+	Catalog    plans.Catalog
+	Metrics    metrics.Recorder
+	Log        *slog.Logger
+	Now        func() time.Time
 	// RatePerMinute is how many new holds one account may open per minute; 0 means
 	// DefaultRatePerMinute.
 	RatePerMinute int64

@@ -158,7 +158,7 @@ func strictQuery(r *http.Request, allowed []string) error {
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return badRequest(strings.Join(problems, "; ") + ".").with("errors", problems)
+		return badRequest(strings.Join(problems, "; ")+".").with("errors", problems)
 	}
 	return nil
 }
@@ -252,7 +252,7 @@ func inboxProblem(err error) (p *Problem, ok bool) {
 		return newProblem(http.StatusBadRequest, kindNotEvent, "Not a billing event",
 			"The delivery was not stored: "+notEvent.Reason+"."), true
 	case errors.As(err, &invalid):
-		return badRequest(invalid.Error() + ".").with("errors", invalid.Problems), true
+		return badRequest(invalid.Error()+".").with("errors", invalid.Problems), true
 	case errors.Is(err, kindewebhook.ErrKeysUnavailable), errors.Is(err, webhooks.ErrNotConfigured):
 		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
 			"The delivery cannot be verified right now, so it was not stored; the provider's retry will be.").
