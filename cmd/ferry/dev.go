@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/inbox/inboxfault"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -26,9 +29,20 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
+	// The apply-crash injector is local instrumentation: the lab kills one apply with it.
+	crash := inboxfault.New()
+	var webhooks devWebhooks
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
 		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Extend: extendDevStack,
+		Clients: cloud.Options{DynamoDB: []func(*dynamodb.Options){crash.Option}},
+		Extend: func(a *app.App, s *devstack.Stack) error {
+			if err := extendHolds(a, s); err != nil {
+				return err
+			}
+			var err error
+			webhooks, err = extendInbox(a, s, crash)
+			return err
+		},
 	})
 	if err != nil {
 		return err
@@ -39,22 +53,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer os.Remove(devEnvFile)
-	fmt.Fprint(stdout, joinLines(
-		"Ferry is running on "+stack.URL,
-		"  operator key: "+adminKey+"   (Authorization: Bearer "+adminKey+")",
-		"  health:       "+stack.URL+"/healthz",
+	lines := []string{
+		"Ferry is running on " + stack.URL,
+		"  operator key: " + adminKey + "   (Authorization: Bearer " + adminKey + ")",
+		"  health:       " + stack.URL + "/healthz",
+	}
+	lines = append(lines, inboxBanner(webhooks, stack.URL)...)
+	lines = append(lines,
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
 		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
 		"Press Ctrl-C to stop.",
-	))
+	)
+	fmt.Fprint(stdout, joinLines(lines...))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "stopping…")
 	return nil
-}
-
-// extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
-func extendDevStack(a *app.App, s *devstack.Stack) error {
-	return extendHolds(a, s)
 }
 
 func envOr(name, fallback string) string {

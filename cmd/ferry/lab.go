@@ -32,8 +32,9 @@ type lab struct {
 // labs are the reference scenarios of DESIGN.md §3. Each creates its own fresh account through
 // the operator route, so it can run against ferry dev or a deployed stack any number of times.
 var labs = map[string]lab{
-	"holds-five": {"five jobs of 40,000 start at once against 100,000: a plain check vs holds", runHoldsFive},
-	"holds-load": {"many jobs, some at a time, against room for a fixed number: admissions and latency", runHoldsLoad},
+	"holds-five":    {"five jobs of 40,000 start at once against 100,000: a plain check vs holds", runHoldsFive},
+	"holds-load":    {"many jobs, some at a time, against room for a fixed number: admissions and latency", runHoldsLoad},
+	"webhooks-nine": {"nine Kinde deliveries of three events, a crash and a late cancellation: Ferry vs a naive handler", runWebhooksNine},
 }
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +47,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, "usage: ferry lab <name> [--url URL] [flags]")
 		fmt.Fprintln(stdout)
 		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-11s %s\n", n, labs[n].summary)
+			fmt.Fprintf(stdout, "  %-14s %s\n", n, labs[n].summary)
 		}
 		fmt.Fprintln(stdout, "\nThe operator key comes from FERRY_ADMIN_KEY (default dev-admin-key).")
 		return nil

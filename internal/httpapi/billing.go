@@ -73,7 +73,10 @@ func (a *API) stripeWebhook(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	stored, err := a.deps.Webhooks.Stripe(r.Context(), body, r.Header.Get(HeaderStripeSignature))
+	// The header is a comma-separated list (t=…,v1=…[,v1=…]); API Gateway's payload v2 joins a
+	// header's values with commas and the Lambda adapter splits them again, so join them back.
+	signature := strings.Join(r.Header.Values(HeaderStripeSignature), ",")
+	stored, err := a.deps.Webhooks.Stripe(r.Context(), body, signature)
 	if err != nil {
 		return err
 	}

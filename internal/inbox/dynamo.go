@@ -37,6 +37,11 @@ const (
 	listAllValue = "all"
 	dueValue     = "due"
 	idleValue    = "idle"
+	// unattributed is the account partition of events no account is linked to yet: nothing
+	// lists it (account ids never start with '-'). Writing it rather than leaving the index
+	// attributes out keeps every index key present from the insert on: the local emulator
+	// corrupts an index when an update adds a key attribute an item did not have.
+	unattributed = "-"
 )
 
 // Bounds of the adapter's reads.
@@ -100,8 +105,8 @@ type eventItem struct {
 	ExpiresAt         int64  `dynamodbav:"expiresAt"`
 	ListAll           string `dynamodbav:"listAll"`
 	ListStatus        string `dynamodbav:"listStatus"`
-	ListAccount       string `dynamodbav:"listAccount,omitempty"`
-	ListAccountStatus string `dynamodbav:"listAccountStatus,omitempty"`
+	ListAccount       string `dynamodbav:"listAccount"`
+	ListAccountStatus string `dynamodbav:"listAccountStatus"`
 	ListOrder         string `dynamodbav:"listOrder"`
 	DueShard          string `dynamodbav:"dueShard"`
 	DueAtMs           int64  `dynamodbav:"dueAtMs"`
@@ -163,9 +168,11 @@ func itemOf(e Event) eventItem {
 		ExpiresAt: e.ExpiresAt, ListAll: listAllValue, ListStatus: string(e.Status), ListOrder: listOrder(e),
 		DueShard: shard, DueAtMs: at,
 	}
-	if e.AccountID != "" {
-		it.ListAccount, it.ListAccountStatus = e.AccountID, e.AccountID+"#"+string(e.Status)
+	account := e.AccountID
+	if account == "" {
+		account = unattributed
 	}
+	it.ListAccount, it.ListAccountStatus = account, account+"#"+string(e.Status)
 	return it
 }
 
@@ -329,9 +336,10 @@ func (s *DynamoStore) transition(next Event, readRev int64) (*types.Update, erro
 		"nextAttemptAtMs": dynamo.N(it.NextAttemptAtMs), "result": dynamo.S(it.Result), "reason": dynamo.S(it.Reason),
 		"finishedAtMs": dynamo.N(it.FinishedAtMs), "listStatus": dynamo.S(it.ListStatus),
 		"dueShard": dynamo.S(it.DueShard), "dueAtMs": dynamo.N(it.DueAtMs),
+		"listAccount": dynamo.S(it.ListAccount), "listAccountStatus": dynamo.S(it.ListAccountStatus),
 	}
 	if it.AccountID != "" {
-		sets["accountId"], sets["listAccount"], sets["listAccountStatus"] = dynamo.S(it.AccountID), dynamo.S(it.ListAccount), dynamo.S(it.ListAccountStatus)
+		sets["accountId"] = dynamo.S(it.AccountID)
 	}
 	names := make([]string, 0, len(sets))
 	for n := range sets {
