@@ -68,8 +68,9 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
 	env := baseEnvironment(props.Config, props.Storage.Names())
 	limitsEnv := limitsEnvironment(props.Config)
+	settings := props.Config.Settings()
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env, limitsEnv)
+		fn, err := newFunction(this, props, def, env, limitsEnv, settings)
 		if err != nil {
 			return nil, err
 		}
@@ -102,7 +103,7 @@ func limitsEnvironment(cfg Config) map[string]*string {
 	return env
 }
 
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string) (awslambda.Function, error) {
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string, settings map[string]string) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
 	env := make(map[string]*string, len(base)+len(limitsEnv)+len(def.Secrets))
@@ -112,6 +113,12 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	if def.ReadsLimits {
 		for k, v := range limitsEnv {
 			env[k] = v
+		}
+	}
+	// The deployment settings the function lists, those this deployment configures.
+	for _, name := range def.Settings {
+		if v, ok := settings[name]; ok {
+			env[name] = jsii.String(v)
 		}
 	}
 	// Secrets in definition order, so the policy reads the same on every synthesis.
@@ -167,7 +174,7 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	}
 
 	for _, q := range props.Definitions.Queues {
-		if def.Queues[q.Logical] != resources.Consume {
+		if !def.Queues[q.Logical].Consumes() {
 			continue
 		}
 		// The event source grants what it needs on this queue only: receive, delete, change
@@ -240,7 +247,7 @@ func grantAccess(role awsiam.IRole, props *FunctionsProps, def resources.Functio
 		}
 	}
 	for _, q := range props.Definitions.Queues {
-		if def.Queues[q.Logical] == resources.Send {
+		if def.Queues[q.Logical].Sends() {
 			allow("Queue"+pascal(q.Logical)+"Send", queueSendActions, *props.Storage.Queues[q.Logical].QueueArn())
 		}
 	}
