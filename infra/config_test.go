@@ -1,11 +1,12 @@
 package main
 
 import (
-	"github.com/ferrymeter/ferry/internal/resources"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 func writeFile(t *testing.T, name, content string) string {
