@@ -68,18 +68,12 @@ func (c *CrashApply) handle(ctx context.Context, in smithymw.InitializeInput, ne
 func (c *CrashApply) take(tx *dynamodb.TransactWriteItemsInput) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, item := range tx.TransactItems {
-		u := item.Update
-		if u == nil || !strings.Contains(derefString(u.UpdateExpression), "#status") {
-			continue
+	for id, n := range c.armed {
+		if n > 0 && applies(tx, id) {
+			c.armed[id]--
+			c.fired = append(c.fired, id)
+			return id, true
 		}
-		id, ok := eventIDOf(u.Key)
-		if !ok || c.armed[id] == 0 {
-			continue
-		}
-		c.armed[id]--
-		c.fired = append(c.fired, id)
-		return id, true
 	}
 	return "", false
 }
@@ -98,4 +92,61 @@ func derefString(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Gate holds the apply transaction of one event at the client until it is released: a worker
+// paused after deciding and before committing, while a test moves durable state under it.
+type Gate struct {
+	eventID string
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+// NewGate returns a gate for the next apply of eventID.
+func NewGate(eventID string) *Gate {
+	return &Gate{eventID: eventID, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+// Reached is closed once the apply reaches the gate.
+func (g *Gate) Reached() <-chan struct{} { return g.reached }
+
+// Release lets the held apply go on to DynamoDB.
+func (g *Gate) Release() { close(g.release) }
+
+// Option installs the gate on a DynamoDB client.
+func (g *Gate) Option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *smithymw.Stack) error {
+		return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("ferry.inboxfault.Gate", g.handle), smithymw.Before)
+	})
+}
+
+func (g *Gate) handle(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+	if middleware.GetOperationName(ctx) == "TransactWriteItems" {
+		if tx, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok && applies(tx, g.eventID) {
+			first := false
+			g.once.Do(func() { first = true })
+			if first {
+				close(g.reached)
+				select {
+				case <-g.release:
+				case <-ctx.Done():
+					return smithymw.InitializeOutput{}, smithymw.Metadata{}, ctx.Err()
+				}
+			}
+		}
+	}
+	return next.HandleInitialize(ctx, in)
+}
+
+// applies reports whether tx is the apply transaction of eventID.
+func applies(tx *dynamodb.TransactWriteItemsInput, eventID string) bool {
+	for _, item := range tx.TransactItems {
+		if u := item.Update; u != nil && strings.Contains(derefString(u.UpdateExpression), "#status") {
+			if id, ok := eventIDOf(u.Key); ok && id == eventID {
+				return true
+			}
+		}
+	}
+	return false
 }

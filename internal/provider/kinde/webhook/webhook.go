@@ -119,9 +119,11 @@ func New(cfg Config) (*Verifier, error) {
 		NoErrorReturnFirstHTTPReq: &noError,
 		RefreshInterval:           RefreshEvery,
 		RefreshUnknownKID:         rate.NewLimiter(rate.Every(UnknownKeyRefreshEvery), 1),
-		// Never wait for the limiter: a token naming an unknown key while the limiter is spent
-		// is refused at once rather than held.
-		RateLimitWaitMax:        time.Nanosecond,
+		// This bounds both the wait for the limiter and the refetch itself (the client runs the
+		// refetch under the same deadline). The limiter refuses at once when its next token is
+		// further away than this, so a token naming an unknown key while the limiter is spent
+		// is refused rather than held, except within the last few seconds of the interval.
+		RateLimitWaitMax:        fetchTimeout,
 		RefreshErrorHandlerFunc: func(string) func(context.Context, error) { return func(context.Context, error) {} },
 	})
 	if err != nil {

@@ -36,8 +36,16 @@ const SignPath = "/sign"
 // Signer holds the signing keys. Rotate adds a key; only the newest signs, and all are
 // published unless a test withholds one.
 type Signer struct {
-	mu   sync.Mutex
-	keys []key
+	mu      sync.Mutex
+	keys    []key
+	fetches int
+}
+
+// Fetches counts the JWKS documents served.
+func (s *Signer) Fetches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches
 }
 
 type key struct {
@@ -132,6 +140,9 @@ func (s *Signer) Sign(claims map[string]any) (string, error) {
 func (s *Signer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+JWKSPath, func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		s.fetches++
+		s.mu.Unlock()
 		body, err := s.JWKS()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
