@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/provider/kinde/webhook/signer"
 	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -205,5 +207,31 @@ func TestKindeWebhook_UnknownKidRefetchedAtABoundedRate(t *testing.T) {
 	}
 	if got := sign.Fetches(); got != fetches {
 		t.Errorf("%d JWKS fetches for five tokens under an unknown kid within the interval; want none more than %d", got, fetches)
+	}
+}
+
+// When Kinde's keys cannot be fetched at all, no delivery can be verified: 503 (Ferry's side;
+// Kinde retries), nothing stored. A deployment with no key URL answers the same.
+func TestKindeWebhook_KeysUnavailableIs503(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	sign, err := signer.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, url := range map[string]string{"unreachable keys": closed.URL + signer.JWKSPath, "no key URL": ""} {
+		t.Run(name, func(t *testing.T) {
+			h := &harness{Harness: apptest.New(t, apptest.Options{Start: start})}
+			h.App.Inbox.Receiver.Config.KindeJWKSURL = url
+			token, err := sign.Sign(kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "c", plan: "customer_pro_plan"}.claims(start))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(token), "Content-Type", "application/jwt")
+			if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+				t.Errorf("%d %s; want 503 with Retry-After", r.Status, r.Body)
+			}
+			h.assertNothingStored(t)
+		})
 	}
 }
