@@ -243,27 +243,42 @@ func proCatalog(t *testing.T) *plans.Catalog {
 
 // Grant rows are decided from the cycle's rows as read, and written only if no one wrote the
 // cycle since: two events topping one cycle up to different plans at once end at the larger
-// plan's allowance, not the sum of both top-ups.
+// plan's allowance, not the sum of both top-ups — whether the race opens the cycle or finds it
+// opened already.
 func TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum(t *testing.T) {
-	pc := inbox.ID(inbox.Kinde, "event_plus")
-	gate := inboxfault.NewGate(pc)
-	h := newGatedHarness(t, gate, proCatalog(t))
-	key := h.account(t, "acct_1", "customer_1", "")
-	h.deliver(t, kindeEvent{id: "event_plus", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
-	pay := h.deliver(t, kindeEvent{id: "event_pay_pro", typ: "customer.payment_succeeded", at: start.Add(time.Minute), customer: "customer_1", plan: "customer_max_plan"}, false)
-	finish := h.held(t, gate, pc) // decided: open with free 10, plus +490
-	if out, err := h.process(t, pay); err != nil || out.Status != inbox.Applied {
-		t.Fatalf("the payment: %+v %v", out, err)
-	}
-	if out, err := finish(); err != nil || out.Status != inbox.Applied {
-		t.Fatalf("the plan change: %+v %v", out, err)
-	}
-	c := h.grants(t, "acct_1", "2026-11")
-	if c.Total() != 1000 {
-		t.Errorf("credits %d from %+v; want 1000: the larger plan's grant", c.Total(), c.Grants)
-	}
-	if u := h.Do(t, http.MethodGet, "/v1/usage?feature=credits", key, nil).JSON(t); u["limit"] != float64(1000) {
-		t.Errorf("usage %v", u)
+	for _, opened := range []bool{false, true} {
+		name := "a fresh cycle"
+		if opened {
+			name = "an opened cycle"
+		}
+		t.Run(name, func(t *testing.T) {
+			pc := inbox.ID(inbox.Kinde, "event_plus")
+			gate := inboxfault.NewGate(pc)
+			h := newGatedHarness(t, gate, proCatalog(t))
+			key := h.account(t, "acct_1", "customer_1", "")
+			if opened {
+				// An admission opens the cycle with free's 10 first.
+				if r := h.Do(t, http.MethodPost, "/v1/holds", key, map[string]any{"key": "job-0", "feature": "credits", "amount": 1}); r.Status != http.StatusCreated {
+					t.Fatalf("hold: %d %s", r.Status, r.Body)
+				}
+			}
+			h.deliver(t, kindeEvent{id: "event_plus", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
+			pay := h.deliver(t, kindeEvent{id: "event_pay_pro", typ: "customer.payment_succeeded", at: start.Add(time.Minute), customer: "customer_1", plan: "customer_max_plan"}, false)
+			finish := h.held(t, gate, pc) // decided: plus tops the cycle up to 500
+			if out, err := h.process(t, pay); err != nil || out.Status != inbox.Applied {
+				t.Fatalf("the payment: %+v %v", out, err)
+			}
+			if out, err := finish(); err != nil || out.Status != inbox.Applied {
+				t.Fatalf("the plan change: %+v %v", out, err)
+			}
+			c := h.grants(t, "acct_1", "2026-11")
+			if c.Total() != 1000 {
+				t.Errorf("credits %d from %+v; want 1000: the larger plan's grant", c.Total(), c.Grants)
+			}
+			if u := h.Do(t, http.MethodGet, "/v1/usage?feature=credits", key, nil).JSON(t); u["limit"] != float64(1000) {
+				t.Errorf("usage %v", u)
+			}
+		})
 	}
 }
 
