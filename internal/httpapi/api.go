@@ -125,6 +125,9 @@ func (a *API) Register(key string, auth Auth, h HandlerFunc) { a.register(key, a
 func (a *API) register(key string, auth Auth, h HandlerFunc) {
 	for _, r := range resources.Routes {
 		if r.Method+" "+r.Path == key {
+			if r.Signed() != (auth == Signed) {
+				panic(fmt.Sprintf("httpapi: route %q: a webhook route is Signed, and only a webhook route", key)) // a build defect
+			}
 			a.routes[key] = registered{route: r, auth: auth, handler: h}
 			return
 		}
