@@ -221,7 +221,7 @@ func (s *Service) refusal(ctx context.Context, acct accounts.Account, now time.T
 		s.Log.Warn("advisory gate could not read the meter; failing open", "account", acct.ID, "err", err)
 		return nil
 	}
-	if budget.Committed >= limit.Max {
+	if !limit.Check(budget.Committed, plans.EventAmount).Fits {
 		return &RefusedError{
 			Detail:    fmt.Sprintf("The account has used its %d events for this cycle.", limit.Max),
 			Remaining: 0, Limit: limit.Max,

@@ -112,16 +112,16 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 		// the scenario the redelivery picks
 		scenario string
 	}{
-		{"CrashAfterClaimBeforeBilling", worker.Point{Step: worker.StepClaim}, false, false,
+		{"CrashAfterClaimBeforeBilling", worker.Point{Stage: worker.StageClaim}, false, false,
 			"INSERTING, not billed, no row: bill, store, mark"},
 		// The seed's "recovers inserting events with accepted billing without consuming usage again".
-		{"CrashAfterBillingBeforeArchive", worker.Point{Step: ledger.StepBill}, true, false,
+		{"CrashAfterBillingBeforeArchive", worker.Point{Stage: ledger.StageBill}, true, false,
 			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterArchiveBeforeRow", worker.Point{Step: ledger.StepArchive}, true, false,
+		{"CrashAfterArchiveBeforeRow", worker.Point{Stage: ledger.StageArchive}, true, false,
 			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterRowBeforeMark", worker.Point{Step: ledger.StepInsert}, true, true,
+		{"CrashAfterRowBeforeMark", worker.Point{Stage: ledger.StageInsert}, true, true,
 			"INSERTING, analytics row present: mark only"},
-		{"CrashBeforeMark", worker.Point{Before: true, Step: ledger.StepMark}, true, true,
+		{"CrashBeforeMark", worker.Point{Before: true, Stage: ledger.StageMark}, true, true,
 			"INSERTING, analytics row present: mark only"},
 	}
 	h := apptest.New(t)
@@ -467,7 +467,7 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("claim lost and the ledger read fails: unreadable, retry", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_read_fails", nil)
-		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		h.App.Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
 		h.App.Worker.Hook = nil
 		gets := 0
@@ -495,7 +495,7 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("row present without a checkpoint: bill then mark", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_row_first", map[string]any{"k": "v"})
-		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		h.App.Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
 		h.App.Worker.Hook = nil
 		e := entry(t, h, "acct_s", "evt_row_first")
