@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Status of an account.
@@ -84,24 +85,15 @@ func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
 // CycleAt returns the account's billing cycle containing t.
 func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
 
-// Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
+// Errors. Adapters translate DynamoDB outcomes into these; each carries its kind and what a
+// caller is told, which the HTTP layer maps to a problem document.
 var (
-	ErrNotFound        = errors.New("account not found")
-	ErrExists          = errors.New("account already exists")
-	ErrAgreementLocked = errors.New("the agreement start cannot change after the first usage")
-	ErrUnauthenticated = errors.New("unknown API key")
+	ErrNotFound        = problem.New(problem.NotFound, "account not found", "No such resource.")
+	ErrExists          = problem.New(problem.Conflict, "account already exists", "An account with this id already exists.")
+	ErrAgreementLocked = problem.New(problem.AgreementLocked, "the agreement start cannot change after the first usage",
+		"The agreement start cannot change after the account's first usage.")
+	ErrUnauthenticated = problem.New(problem.Unauthenticated, "unknown API key", "The API key is not valid.")
 )
-
-// InvalidError lists everything wrong with an input.
-type InvalidError struct{ Problems []string }
-
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
-
-// IsInvalid reports whether err is an InvalidError.
-func IsInvalid(err error) bool {
-	var ie *InvalidError
-	return errors.As(err, &ie)
-}
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
@@ -126,10 +118,7 @@ func (in CreateInput) Validate(catalog plans.Catalog) error {
 	problems = append(problems, validPlan(in.Plan, catalog)...)
 	problems = append(problems, validStatus(in.Status)...)
 	problems = append(problems, validLimits(in.Limits, catalog)...)
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 // UpdateInput changes an account; nil fields stay as they are.
@@ -159,10 +148,7 @@ func (in UpdateInput) Validate(catalog plans.Catalog) error {
 	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil {
 		problems = append(problems, "nothing to change: send plan, status, limits or agreementStart")
 	}
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 func validPlan(plan string, catalog plans.Catalog) []string {

@@ -22,6 +22,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
@@ -189,8 +190,7 @@ func (a *API) dispatch(methods map[string]HandlerFunc, allowed []string) http.Ha
 	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		h, ok := methods[r.Method]
 		if !ok {
-			return newProblem(http.StatusMethodNotAllowed, kindMethod, "Method not allowed",
-				fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
+			return failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
 				header("Allow", strings.Join(allowed, ", "))
 		}
 		return h(w, r)

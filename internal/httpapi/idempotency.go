@@ -50,7 +50,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 				return next(w, r)
 			}
 			if len(values) > 1 {
-				return &idempotency.KeyError{Reason: "send it once"}
+				return idempotency.InvalidKey("send it once")
 			}
 			key := values[0]
 			if err := idempotency.ValidateKey(key); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -32,9 +33,9 @@ func TestValidateKey(t *testing.T) {
 			if (err == nil) != c.ok {
 				t.Fatalf("ValidateKey(%q) = %v; want ok=%v", c.key, err, c.ok)
 			}
-			var ke *KeyError
+			var ke *problem.InputError
 			if err != nil && !errors.As(err, &ke) {
-				t.Errorf("error %v is not a *KeyError", err)
+				t.Errorf("error %v is not refused input (a *problem.InputError)", err)
 			}
 		})
 	}

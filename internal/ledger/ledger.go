@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Status of a ledger entry.
@@ -55,7 +56,7 @@ func (e Entry) Billed() bool { return e.BillingAcceptedAtMs != 0 }
 // Errors the adapter translates DynamoDB outcomes into.
 var (
 	// ErrNotFound: no entry for the event.
-	ErrNotFound = errors.New("ledger entry not found")
+	ErrNotFound = problem.New(problem.NotFound, "ledger entry not found", "No such resource.")
 	// ErrLimitReached: the meter transaction was cancelled, the checkpoint is absent and the
 	// budget row confirms the limit is reached.
 	ErrLimitReached = errors.New("monthly limit reached")
