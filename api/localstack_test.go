@@ -22,7 +22,7 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		stack.Close()
-		if err := devstack.Teardown(context.Background(), stack.App.Clients, stack.Names); err != nil {
+		if err := devstack.Teardown(context.Background(), stack.Clients, stack.Names); err != nil {
 			t.Logf("teardown: %v", err)
 		}
 	})

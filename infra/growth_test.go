@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -86,7 +88,7 @@ func grownDefinitions() Definitions {
 		Tables:   map[string]resources.Access{resources.TableLedger: resources.Read},
 		Every:    24 * time.Hour,
 	})
-	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Mutating: true})
+	d.Routes = append(d.Routes, httpapi.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Auth: httpapi.Account, Idempotency: idempotency.DefaultRetention})
 	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WidgetsDead", Threshold: 1, Description: "A widget is DEAD."})
 	return d
 }

@@ -23,7 +23,7 @@ const (
 	// timeout of every function that serves a mutating route (a test holds it to that): Lambda
 	// stops a function at its timeout, so a claim older than the lease has no living owner.
 	Lease = 30 * time.Second
-	// DefaultRetention is how long an answer is kept for replay unless Policy says otherwise.
+	// DefaultRetention is how long an answer is kept for replay unless its route says otherwise.
 	// It is at least the 24 hours clients are used to from payment APIs.
 	DefaultRetention = 24 * time.Hour
 	// EventRetention is the retention of the event routes. Clients buffer usage and replay a
@@ -218,34 +218,4 @@ func Decide(current *Record, fingerprint string, now time.Time) Decision {
 // the request's answer and is replayed.
 func Retain(status int) bool {
 	return status < http.StatusInternalServerError && status != http.StatusTooManyRequests
-}
-
-// Policy is how long answers are kept, per route.
-type Policy struct {
-	// Default applies to routes without an entry.
-	Default time.Duration
-	// Routes maps a route ("POST /v1/events") to its retention.
-	Routes map[string]time.Duration
-}
-
-// DefaultPolicy keeps answers DefaultRetention, and EventRetention on the event routes.
-func DefaultPolicy() Policy {
-	return Policy{
-		Default: DefaultRetention,
-		Routes: map[string]time.Duration{
-			"POST /v1/events":       EventRetention,
-			"POST /v1/events/batch": EventRetention,
-		},
-	}
-}
-
-// Retention returns how long the route's answers are kept.
-func (p Policy) Retention(route string) time.Duration {
-	if d, ok := p.Routes[route]; ok && d > 0 {
-		return d
-	}
-	if p.Default > 0 {
-		return p.Default
-	}
-	return DefaultRetention
 }

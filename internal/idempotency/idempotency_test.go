@@ -130,51 +130,6 @@ func TestRetain_StoresAnswersButNotFailuresToRun(t *testing.T) {
 	}
 }
 
-func TestPolicy_Retention(t *testing.T) {
-	p := DefaultPolicy()
-	if got := p.Retention("POST /v1/accounts"); got != DefaultRetention {
-		t.Errorf("accounts: %s", got)
-	}
-	if got := p.Retention("POST /v1/events"); got != EventRetention {
-		t.Errorf("events: %s", got)
-	}
-	if got := (Policy{}).Retention("POST /v1/accounts"); got != DefaultRetention {
-		t.Errorf("zero policy: %s", got)
-	}
-	for route := range p.Routes {
-		if !declaredMutating(route) {
-			t.Errorf("retention for %q, which is not a mutating route of resources.Routes", route)
-		}
-	}
-}
-
-func declaredMutating(route string) bool {
-	for _, r := range resources.Routes {
-		if r.Method+" "+r.Path == route {
-			return r.Mutating
-		}
-	}
-	return false
-}
-
-// A claim may be taken over only once its owner cannot be running any more: the lease must
-// outlast the timeout of every function that serves a mutating route.
-func TestLease_OutlastsEveryFunctionServingAMutatingRoute(t *testing.T) {
-	for _, r := range resources.Routes {
-		if !r.Mutating {
-			continue
-		}
-		f, ok := resources.FunctionByName(r.Function)
-		if !ok {
-			t.Errorf("%s %s: no function %q", r.Method, r.Path, r.Function)
-			continue
-		}
-		if f.Timeout >= Lease {
-			t.Errorf("%s %s is served by %s with a %s timeout; the lease is %s", r.Method, r.Path, f.Name, f.Timeout, Lease)
-		}
-	}
-}
-
 func TestRecordID_DistinctPerScopeRouteAndKey_AndHidesTheKey(t *testing.T) {
 	key := "my-secret-key-123"
 	ids := map[string]string{

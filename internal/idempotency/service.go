@@ -44,8 +44,7 @@ const maxClaimAttempts = 4
 
 // Service runs the contract over a Store.
 type Service struct {
-	Store  Store
-	Policy Policy
+	Store Store
 	// Now is the clock; it is read once per claim attempt and once per completion.
 	Now func() time.Time
 }
@@ -56,6 +55,17 @@ type Request struct {
 	Route       string
 	Key         string
 	Fingerprint string
+	// Retention is how long the route keeps its answers for replay (its entry in the route
+	// table); zero means DefaultRetention.
+	Retention time.Duration
+}
+
+// retention is how long the request's answer is kept.
+func (r Request) retention() time.Duration {
+	if r.Retention > 0 {
+		return r.Retention
+	}
+	return DefaultRetention
 }
 
 // Outcome is what Begin decided. For Run, Claim must be finished with Finish; for Replay,
@@ -68,8 +78,9 @@ type Outcome struct {
 
 // Claim is a won claim of a key.
 type Claim struct {
-	record Record
-	sealer sealer
+	record    Record
+	sealer    sealer
+	retention time.Duration
 }
 
 // Begin claims the request's key, or says why the request must not run. The claim is the first
@@ -90,7 +101,7 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 		claim := Record{
 			ID: id, Scope: req.Scope, Route: req.Route, Fingerprint: req.Fingerprint, State: InFlight,
 			Token: token, ClaimedAtMs: now.UnixMilli(), LeaseExpiresAtMs: now.Add(Lease).UnixMilli(),
-			ExpiresAt: expiresAt(now, s.Policy.Retention(req.Route)),
+			ExpiresAt: expiresAt(now, req.retention()),
 		}
 		if expired == nil {
 			err = s.Store.Claim(ctx, claim)
@@ -98,7 +109,7 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 			err = s.Store.TakeOver(ctx, *expired, claim)
 		}
 		if err == nil {
-			return Outcome{Decision: Run, Claim: &Claim{record: claim, sealer: seal}}, nil
+			return Outcome{Decision: Run, Claim: &Claim{record: claim, sealer: seal, retention: req.retention()}}, nil
 		}
 		if !errors.Is(err, ErrClaimed) {
 			return Outcome{}, fmt.Errorf("%w: claim: %v", ErrUnavailable, err)
@@ -149,7 +160,7 @@ func (s *Service) Finish(ctx context.Context, c *Claim, resp Response) (bool, er
 	rec := c.record
 	rec.State = Completed
 	rec.CompletedAtMs = now.UnixMilli()
-	rec.ExpiresAt = expiresAt(now, s.Policy.Retention(rec.Route))
+	rec.ExpiresAt = expiresAt(now, c.retention)
 	rec.Status, rec.Header, rec.SealedBody = resp.Status, resp.Header, sealed
 	if err := s.Store.Complete(ctx, rec); err != nil {
 		return false, fmt.Errorf("complete record %s: %w", rec.ID, err)
