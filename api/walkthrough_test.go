@@ -1,0 +1,48 @@
+package api_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/testenv"
+)
+
+// The README's walkthrough, run by scripts/walkthrough.sh (which reads it from the README), gets
+// the answers the README shows from a fresh local stack. CI runs the same script against `make
+// run` too.
+func TestReadme_TheWalkthroughAnswersAsTheReadmeSays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the walkthrough runs the labs, which compile cmd/ferry")
+	}
+	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
+		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stack.Close()
+		if err := devstack.Teardown(context.Background(), stack.Clients, stack.Names); err != nil {
+			t.Logf("teardown: %v", err)
+		}
+	})
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "walkthrough.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", script)
+	cmd.Env = append(os.Environ(), "FERRY_ADDR="+strings.TrimPrefix(stack.URL, "http://"), "FERRY_ADMIN_KEY="+devstack.DefaultAdminKey)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/walkthrough.sh: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "every answer is the README's") {
+		t.Errorf("the script did not report success:\n%s", out)
+	}
+}
