@@ -14,6 +14,22 @@ import (
 
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.
 func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
+	stack := startLocalStack(t)
+	v := newValidator(t, stack.URL)
+	client := &http.Client{}
+	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false); r.status != http.StatusOK {
+		t.Errorf("healthz: %d %s", r.status, r.body)
+	}
+	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false)
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
+		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	}
+}
+
+// startLocalStack starts ferry dev's stack on a free loopback port over fresh resources, and
+// stops it and deletes them when the test ends.
+func startLocalStack(t *testing.T) *devstack.Stack {
+	t.Helper()
 	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
 		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
 	})
@@ -26,13 +42,5 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 			t.Logf("teardown: %v", err)
 		}
 	})
-	v := newValidator(t, stack.URL)
-	client := &http.Client{}
-	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false); r.status != http.StatusOK {
-		t.Errorf("healthz: %d %s", r.status, r.body)
-	}
-	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false)
-	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
-		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
-	}
+	return stack
 }

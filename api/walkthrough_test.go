@@ -1,16 +1,13 @@
 package api_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
 // The README's walkthrough, run by scripts/walkthrough.sh (which reads it from the README), gets
@@ -20,18 +17,7 @@ func TestReadme_TheWalkthroughAnswersAsTheReadmeSays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the walkthrough runs the labs, which compile cmd/ferry")
 	}
-	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
-		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stack.Close()
-		if err := devstack.Teardown(context.Background(), stack.Clients, stack.Names); err != nil {
-			t.Logf("teardown: %v", err)
-		}
-	})
+	stack := startLocalStack(t)
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "walkthrough.sh"))
 	if err != nil {
 		t.Fatal(err)

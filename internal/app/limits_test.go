@@ -58,16 +58,7 @@ func TestLimitsConfigFromEnv(t *testing.T) {
 // A Kinde source that cannot be built must not fall back to the plans: every admission is
 // refused with the reason.
 func TestBuild_MisconfiguredKindeSource_FailsClosed(t *testing.T) {
-	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
-	for _, tbl := range resources.Tables {
-		names.Tables[tbl.Logical] = tbl.Logical
-	}
-	for _, q := range resources.Queues {
-		names.Queues[q.Logical], names.Queues[q.DLQLogical()] = q.Logical, q.DLQLogical()
-	}
-	for _, b := range resources.Buckets {
-		names.Buckets[b.Logical] = b.Logical
-	}
+	names := allNames()
 	cfg := app.DefaultConfig()
 	cfg.Limits = app.LimitsConfig{Source: limits.SourceKinde}
 	fn, err := app.DefaultDefinitions().Build(resources.FunctionHolds, app.Env{

@@ -111,7 +111,7 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		CreatedAtMs: nowMs, UpdatedAtMs: nowMs, Rev: 1,
 	}
 	rate := s.rate()
-	h, err = retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (Hold, error) {
+	h, err = contended(ctx, func(ctx context.Context, _ retry.Lap) (Hold, error) {
 		err := s.Store.Reserve(ctx, h, rate, now)
 		if err == nil {
 			return h, nil
@@ -150,7 +150,7 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		return h, true, nil
 	case errors.As(err, &again):
 		return sameHold(again.hold, in)
-	case errors.Is(err, retry.ErrExhausted):
+	case errors.Is(err, ErrBusy):
 		log.Warn("reservation still contended after bounded retries", "tries", retry.Contended.Tries)
 		return Hold{}, false, ErrBusy
 	}
@@ -195,8 +195,8 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 	if err := in.Validate(); err != nil {
 		return Step{}, err
 	}
-	lastRev := int64(-1)
-	st, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, lap retry.Lap) (Step, error) {
+	var last lastWrite
+	return contended(ctx, func(ctx context.Context, lap retry.Lap) (Step, error) {
 		h, prior, err := s.Store.ReadCharge(ctx, acct.ID, in.HoldID, in.Key)
 		if errors.Is(err, ErrCancelled) {
 			// The snapshot read met a transaction in flight.
@@ -215,14 +215,9 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 		if h.Status != Running {
 			return Step{}, &NotRunningError{HoldID: h.ID, Status: h.Status}
 		}
-		if h.Rev == lastRev {
-			// The last write was cancelled and neither the hold nor the step changed: it met a
-			// conflicting transaction. Wait, then try again on the same state.
-			if err := lap.Wait(ctx); err != nil {
-				return Step{}, err
-			}
+		if err := last.before(ctx, lap, h); err != nil {
+			return Step{}, err
 		}
-		lastRev = h.Rev
 		nowMs := s.Now().UnixMilli()
 		d := chargeStep(h.Amount, h.Used, in.Amount)
 		st := Step{
@@ -239,17 +234,10 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 			}
 			return st, nil
 		}
-		if errors.Is(err, ErrCancelled) {
-			// Cancelled: the hold moved (another step, a settlement), an earlier attempt stored
-			// this step, or a transaction conflicted. The next read says which.
-			return Step{}, retry.Reread(err)
-		}
-		return Step{}, err
+		// Cancelled: the hold moved (another step, a settlement), an earlier attempt stored this
+		// step, or a transaction conflicted. The next read says which.
+		return Step{}, failedWrite(err)
 	})
-	if errors.Is(err, retry.ErrExhausted) {
-		return Step{}, ErrBusy
-	}
-	return st, err
 }
 
 // Settle ends a job: it charges min(used, held) to the budget and releases the rest, in one
@@ -281,8 +269,8 @@ type settled struct {
 // from the freshly read hold whether to settle it at all (the sweeper settles only lapsed leases);
 // a hold it declines is returned unsettled with settledNow false.
 func (s *Service) settle(ctx context.Context, accountID, holdID string, final Status, used *int64, only func(Hold, int64) bool) (settled, error) {
-	lastRev := int64(-1)
-	st, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, lap retry.Lap) (settled, error) {
+	var last lastWrite
+	return contended(ctx, func(ctx context.Context, lap retry.Lap) (settled, error) {
 		h, err := s.Store.Get(ctx, accountID, holdID)
 		if err != nil {
 			return settled{}, err
@@ -290,15 +278,9 @@ func (s *Service) settle(ctx context.Context, accountID, holdID string, final St
 		if h.Status.Final() {
 			return settled{Settlement: h.Settlement()}, nil
 		}
-		if h.Rev == lastRev {
-			// The last write was cancelled and the hold did not change: it met a conflicting
-			// transaction (the budget row is shared by every hold of the feature). Wait, then
-			// try again on the same state.
-			if err := lap.Wait(ctx); err != nil {
-				return settled{}, err
-			}
+		if err := last.before(ctx, lap, h); err != nil {
+			return settled{}, err
 		}
-		lastRev = h.Rev
 		nowMs := s.Now().UnixMilli()
 		if only != nil && !only(h, nowMs) {
 			return settled{Settlement: Settlement{HoldID: h.ID, Status: h.Status, Used: h.Used}}, nil
@@ -313,15 +295,49 @@ func (s *Service) settle(ctx context.Context, accountID, holdID string, final St
 		if err == nil {
 			return settled{Settlement: st, settledNow: true}, nil
 		}
-		if errors.Is(err, ErrCancelled) {
-			// Cancelled: settled meanwhile (by an earlier attempt, the worker or the sweeper),
-			// charged, or conflicted. The next read says which.
-			return settled{}, retry.Reread(err)
-		}
-		return settled{}, err
+		// Cancelled: settled meanwhile (by an earlier attempt, the worker or the sweeper),
+		// charged, or conflicted. The next read says which.
+		return settled{}, failedWrite(err)
 	})
+}
+
+// contended runs one of the holds' loops under the retry policy: each lap reads the hold's
+// durable state, decides and writes. A loop still contended after its bound is ErrBusy: nothing
+// moved, and the client retries with the same key.
+func contended[T any](ctx context.Context, lap func(ctx context.Context, l retry.Lap) (T, error)) (T, error) {
+	v, err := retry.Do(ctx, retry.Contended, lap)
 	if errors.Is(err, retry.ErrExhausted) {
-		return settled{}, ErrBusy
+		var zero T
+		return zero, ErrBusy
 	}
-	return st, err
+	return v, err
+}
+
+// failedWrite is a lap's verdict on a write of the hold that failed: a cancelled write asks for
+// another lap at once, whose read says why; any other error ends the loop.
+func failedWrite(err error) error {
+	if errors.Is(err, ErrCancelled) {
+		return retry.Reread(err)
+	}
+	return err
+}
+
+// lastWrite remembers the revision of the hold the previous lap wrote on.
+type lastWrite struct {
+	rev  int64
+	seen bool
+}
+
+// before is called by a lap once it has read the hold and before it writes: when the hold is at
+// the revision the previous lap's cancelled write was decided on, nothing moved and that write met
+// a conflicting transaction (the budget row is shared by every hold of the feature), so the lap
+// backs off before trying again on the same state.
+func (w *lastWrite) before(ctx context.Context, lap retry.Lap, h Hold) error {
+	if w.seen && h.Rev == w.rev {
+		if err := lap.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	w.rev, w.seen = h.Rev, true
+	return nil
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"iter"
 	"net/http"
 	"testing"
 
@@ -47,15 +48,7 @@ func TestFunctions_ServingMutatingRoutes_CanWriteIdempotencyRecords(t *testing.T
 	if table.TTLAttribute != resources.IdempotencyTTLAttribute {
 		t.Errorf("idempotency TTL attribute %q, want %q", table.TTLAttribute, resources.IdempotencyTTLAttribute)
 	}
-	for _, r := range Routes {
-		if !r.Mutating() {
-			continue
-		}
-		f, ok := resources.FunctionByName(r.Function)
-		if !ok {
-			t.Errorf("%s: no function %q", r.Key(), r.Function)
-			continue
-		}
+	for r, f := range mutatingRoutes(t) {
 		if f.Tables[resources.TableIdempotency] != resources.ReadWrite {
 			t.Errorf("function %s serves %s but has %q access to the idempotency table", f.Name, r.Key(), f.Tables[resources.TableIdempotency])
 		}
@@ -65,15 +58,7 @@ func TestFunctions_ServingMutatingRoutes_CanWriteIdempotencyRecords(t *testing.T
 // A claim may be taken over only once its owner cannot be running any more: the lease must
 // outlast the timeout of every function that serves a mutating route.
 func TestLease_OutlastsEveryFunctionServingAMutatingRoute(t *testing.T) {
-	for _, r := range Routes {
-		if !r.Mutating() {
-			continue
-		}
-		f, ok := resources.FunctionByName(r.Function)
-		if !ok {
-			t.Errorf("%s: no function %q", r.Key(), r.Function)
-			continue
-		}
+	for r, f := range mutatingRoutes(t) {
 		if f.Timeout >= idempotency.Lease {
 			t.Errorf("%s is served by %s with a %s timeout; the lease is %s", r.Key(), f.Name, f.Timeout, idempotency.Lease)
 		}
@@ -90,6 +75,26 @@ func TestFunctions_TheOperatorKeyGoesOnlyWhereOperatorRoutesAre(t *testing.T) {
 		}
 		if needs := NeedsOperatorKey(Routes, f.Name); needs != lists {
 			t.Errorf("function %s: serves an operator route %v, is given the operator key's secret %v", f.Name, needs, lists)
+		}
+	}
+}
+
+// mutatingRoutes yields every mutating route of the table with the function that serves it; a
+// route naming no function fails the test.
+func mutatingRoutes(t *testing.T) iter.Seq2[Route, resources.Function] {
+	return func(yield func(Route, resources.Function) bool) {
+		for _, r := range Routes {
+			if !r.Mutating() {
+				continue
+			}
+			f, ok := resources.FunctionByName(r.Function)
+			if !ok {
+				t.Errorf("%s: no function %q", r.Key(), r.Function)
+				continue
+			}
+			if !yield(r, f) {
+				return
+			}
 		}
 	}
 }

@@ -67,10 +67,12 @@ func (c *CallCounter) Service(id string) int {
 }
 
 // Keys returns the counted "Service Operation" names, sorted.
-func (c *CallCounter) Keys() []string {
-	snap := c.Snapshot()
-	keys := make([]string, 0, len(snap))
-	for k := range snap {
+func (c *CallCounter) Keys() []string { return sortedKeys(c.Snapshot()) }
+
+// sortedKeys returns a count map's names, sorted, so that reports list them in a stable order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)

@@ -3,7 +3,6 @@ package instrument
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 
@@ -184,11 +183,7 @@ func dynamoAccess(params any) []access {
 
 // batch lists the tables of a batch request, in name order.
 func batch[V any](items map[string]V, action string) []access {
-	names := make([]string, 0, len(items))
-	for name := range items {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := sortedKeys(items)
 	needs := make([]access, len(names))
 	for i, name := range names {
 		needs[i] = access{kind: resources.KindTable, name: name, action: action}
