@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // Store errors. The adapter translates DynamoDB's conditional-check failures into these.
@@ -39,7 +41,8 @@ type Store interface {
 }
 
 // maxClaimAttempts bounds the claim loop. Each lap means another request changed the record
-// between our write and our read (a release, a takeover); two laps are already rare.
+// between our write and our read (a release, a takeover); two laps are already rare, and none
+// waits: the next lap acts on what the last read found.
 const maxClaimAttempts = 4
 
 // Service runs the contract over a Store.
@@ -92,7 +95,7 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 	}
 	id := RecordID(req.Scope, req.Route, req.Key)
 	var expired *Record // the record to take over; nil: insert
-	for range maxClaimAttempts {
+	out, err := retry.Do(ctx, retry.Contended.WithTries(maxClaimAttempts), func(ctx context.Context, _ retry.Lap) (Outcome, error) {
 		now := s.Now()
 		token, err := newToken()
 		if err != nil {
@@ -116,8 +119,8 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 		}
 		current, err := s.Store.Get(ctx, id)
 		if errors.Is(err, ErrNotFound) {
-			expired = nil // released since our write: claim afresh
-			continue
+			expired = nil // released since our write: claim afresh, at once
+			return Outcome{}, retry.Reread(err)
 		}
 		if err != nil {
 			return Outcome{}, fmt.Errorf("%w: read: %v", ErrUnavailable, err)
@@ -134,13 +137,20 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 		case Mismatch:
 			return Outcome{Decision: Mismatch}, ErrKeyReused
 		case TakeOver:
-			expired = &current
+			expired = &current // take the expired record over, at once
+			return Outcome{}, retry.Reread(errExpired)
 		default:
 			return Outcome{}, fmt.Errorf("idempotency: decision %s for a stored record", d) // a programmer error
 		}
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return Outcome{}, fmt.Errorf("%w: the record of this key kept changing under %d attempts", ErrUnavailable, maxClaimAttempts)
 	}
-	return Outcome{}, fmt.Errorf("%w: the record of this key kept changing under %d attempts", ErrUnavailable, maxClaimAttempts)
+	return out, err
 }
+
+// errExpired is a claim that met an expired record, which the next lap takes over.
+var errExpired = errors.New("the key's record is expired")
 
 // Finish ends a claim with the request's answer: an answer Retain keeps is stored for replay;
 // any other releases the key so a retry runs. It reports whether the answer was stored. An error
