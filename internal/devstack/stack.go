@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -52,7 +53,8 @@ type StackOptions struct {
 	Limits app.LimitsConfig
 	// Definitions replace app.DefaultDefinitions (a capability under test).
 	Definitions *app.Definitions
-	// Clients adjust the functions' SDK clients (request metering, fault injection).
+	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
+	// also gets an IAM guard on its own.
 	Clients cloud.Options
 	Log     *slog.Logger
 	Now     func() time.Time
@@ -132,7 +134,13 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}
-	fns, err := defs.BuildAll(app.Env{Names: names, Clients: clients, Config: cfg, Log: log, Metrics: s.Counter, Now: opts.Now})
+	// Each function gets its own clients, which refuse what its IAM role would refuse in AWS, so
+	// a capability that reaches past its grant fails here as it would there (AccessDenied).
+	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
+		guard := instrument.NewGuard(fn, names)
+		return cloud.New(ctx, emu.Endpoints, opts.Clients.Merge(guard.Options()))
+	}
+	fns, err := defs.BuildAll(app.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Log: log, Metrics: s.Counter, Now: opts.Now})
 	if err != nil {
 		return fail(err)
 	}
