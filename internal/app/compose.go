@@ -376,7 +376,7 @@ func (c *Composer) Serve(fn *Function, on any, auth httpapi.Authentication) *Fun
 	}
 	if auth.Accounts == nil && needs(func(r httpapi.Route) bool { return r.Auth == httpapi.Account }) {
 		if fn.Accounts == nil {
-			fn.Accounts = c.accounts(resources.Read, resources.Read)
+			fn.Accounts = c.accounts(resources.Read, resources.Read, "")
 		}
 		auth.Accounts = fn.Accounts
 	}
@@ -391,13 +391,16 @@ func (c *Composer) Serve(fn *Function, on any, auth httpapi.Authentication) *Fun
 	return fn
 }
 
-// accounts is the accounts service over the account table at accountsAccess and, unless keys is
-// empty, the API key table at keys (a function that never authenticates or creates keys is
-// granted no key table).
-func (c *Composer) accounts(accountsAccess, keys resources.Access) *accounts.Service {
+// accounts is the accounts service over the account table at accountsAccess and, unless they are
+// empty, the API key table at keys and the provider links table at links: a function that never
+// authenticates, creates keys or links provider ids is granted neither.
+func (c *Composer) accounts(accountsAccess, keys, links resources.Access) *accounts.Service {
 	store := &accounts.DynamoStore{DB: c.DynamoDB(), AccountsTable: c.Table(resources.TableAccounts, accountsAccess)}
 	if keys != "" {
 		store.KeysTable = c.Table(resources.TableAPIKeys, keys)
+	}
+	if links != "" {
+		store.LinksTable = c.Table(resources.TableAccountLinks, links)
 	}
 	return &accounts.Service{Store: store, Catalog: c.Config.Catalog, Now: c.Now}
 }

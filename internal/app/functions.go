@@ -35,7 +35,8 @@ func Builders() []Builder {
 
 func buildAPI(c *Composer) (*Function, error) {
 	fn := c.Function()
-	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite)
+	// The operator routes create accounts with their keys and link provider ids to them.
+	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite, resources.ReadWrite)
 	fn.Usage = c.usage(resources.Read)
 	fn.Ledger = c.ledger(resources.Read, resources.Read)
 	api := httpapi.New(httpapi.Deps{
@@ -59,7 +60,7 @@ func buildIngest(c *Composer) (*Function, error) {
 func buildWorker(c *Composer) (*Function, error) {
 	fn := c.Function()
 	// The worker reads accounts and stamps the first usage; it never touches API keys.
-	fn.Accounts = c.accounts(resources.ReadWrite, "")
+	fn.Accounts = c.accounts(resources.ReadWrite, "", "")
 	fn.Usage = c.usage(resources.ReadWrite)
 	fn.Ledger = c.ledger(resources.ReadWrite, resources.ReadWrite)
 	fn.Archive = &archive.S3{Client: c.Clients.S3, Bucket: c.Bucket(resources.BucketArchive, resources.ReadWrite)}
@@ -76,7 +77,7 @@ func buildWorker(c *Composer) (*Function, error) {
 func buildHolds(c *Composer) (*Function, error) {
 	fn := c.Function()
 	// Accounts: authenticate keys, and stamp the first usage that fixes the billing cycle.
-	fn.Accounts = c.accounts(resources.ReadWrite, resources.Read)
+	fn.Accounts = c.accounts(resources.ReadWrite, resources.Read, "")
 	fn.Usage = c.usage(resources.ReadWrite)
 	fn.Limits = NewLimits(c.Config, c.Log, c.Metrics, c.Now)
 	fn.Holds = &holds.Service{

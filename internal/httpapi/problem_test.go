@@ -71,6 +71,8 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 		{"bad request", badRequest("The body is not valid JSON.")},
 		{"not found handler", notFound("No route GET /x.")},
 		{"unauthorized handler", unauthorized("This route needs the operator key.")},
+		{"link taken", fmt.Errorf("update: %w", &accounts.LinkTakenError{Link: accounts.StripeCustomer, ID: "cus_A1"})},
+		{"link contended", accounts.ErrLinkContended},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var got strings.Builder
