@@ -13,10 +13,13 @@ import (
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/inbox/inboxfault"
+	"github.com/ferrymeter/ferry/internal/operate"
+	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
-// EnvAddr names the environment variable for ferry dev's listen address.
+// EnvAddr names the environment variable for ferry dev's listen address (and the labs' and the
+// walkthrough's default target).
 const EnvAddr = "FERRY_ADDR"
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -27,44 +30,44 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
+	operatorKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
-	// The apply-crash injector is local instrumentation: the lab kills one apply with it.
+	limits, err := devstack.LimitsFromEnv(ctx, plans.Default(), log)
+	if err != nil {
+		return err
+	}
+	inboxCfg, webhooks, err := devstack.InboxFromEnv(ctx, log)
+	if err != nil {
+		return err
+	}
+	// The apply-crash injector is local instrumentation: the webhooks lab kills one apply with it.
 	crash := inboxfault.New()
-	var webhooks devWebhooks
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
-		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
+		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
+		Limits: limits, Inbox: inboxCfg,
 		Clients: cloud.Options{DynamoDB: []func(*dynamodb.Options){crash.Option}},
-		Extend: func(a *app.App, s *devstack.Stack) error {
-			if err := extendHolds(a, s); err != nil {
-				return err
-			}
-			var err error
-			webhooks, err = extendInbox(a, s, crash)
-			return err
-		},
 	})
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
+	stack.ServeInboxDev(webhooks, crash)
 	e := stack.Emulators.Endpoints
-	if err := writeDevEnv(devEnvFile, e, stack.Names); err != nil {
+	if err := operate.WriteDevEnv(operate.DevEnvFile, e, stack.Names); err != nil {
 		return err
 	}
-	defer os.Remove(devEnvFile)
+	defer os.Remove(operate.DevEnvFile)
 	lines := []string{
 		"Ferry is running on " + stack.URL,
-		"  operator key: " + adminKey + "   (Authorization: Bearer " + adminKey + ")",
+		"  operator key: " + operatorKey + "   (Authorization: Bearer " + operatorKey + ")",
 		"  health:       " + stack.URL + "/healthz",
 	}
-	lines = append(lines, inboxBanner(webhooks, stack.URL)...)
-	lines = append(lines,
+	lines = append(lines, devstack.InboxBanner(webhooks, stack.URL)...)
+	fmt.Fprint(stdout, joinLines(append(lines,
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
-		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
+		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",
 		"Press Ctrl-C to stop.",
-	)
-	fmt.Fprint(stdout, joinLines(lines...))
+	)...))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "stopping…")
 	return nil

@@ -1,23 +1,12 @@
-// Command inbox is the inbox worker's Lambda function: for each nudge from the inbox queue it
-// claims the stored billing event under a lease and applies its effect and its mark in one
-// transaction, reporting messages whose work stopped as partial batch failures.
+// Command inbox is the webhook inbox's worker: nudged through the inbox queue (by the webhooks
+// function on every new event, by the sweep, and by itself for a retry's backoff), it claims a
+// stored billing event under a 30 s lease and applies its effect to the account together with
+// the event's APPLIED mark in one DynamoDB transaction, or records why it is IGNORED.
+//
+// Its composition is app.BuildInbox: the services of its entry in resources.Functions, from the
+// resources that entry grants.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
+import "github.com/ferrymeter/ferry/internal/app"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/ferrymeter/ferry/internal/app"
-)
-
-func main() {
-	a, err := app.FromEnv(context.Background(), false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lambda.Start(a.Inbox.Worker.HandleSQS)
-}
+func main() { app.Run(app.BuildInbox) }

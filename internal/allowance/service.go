@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // Service answers what an account's allowance is in a cycle.
@@ -24,7 +24,7 @@ type Service struct {
 // exist. Rows only ever add, so a limit read here is never more generous than the rows at the
 // moment the admission commits.
 func (s *Service) Limit(ctx context.Context, acct accounts.Account, feature, label string) (plans.Limit, error) {
-	for attempt := range dynamo.MaxConflictTries {
+	limit, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (plans.Limit, error) {
 		c, err := s.Store.Read(ctx, acct.ID, feature, label)
 		if err != nil {
 			return plans.Limit{}, err
@@ -34,21 +34,21 @@ func (s *Service) Limit(ctx context.Context, acct accounts.Account, feature, lab
 			return c.Limit(), nil
 		}
 		err = s.Store.Add(ctx, c, open, s.Now().UnixMilli())
-		if err == nil {
-			c.Grants = append(c.Grants, open...)
-			return c.Limit(), nil
+		if errors.Is(err, ErrCancelled) {
+			// Another writer opened or topped up the cycle meanwhile (or conflicted): the next
+			// read says which.
+			return plans.Limit{}, retry.Again(err)
 		}
-		if !errors.Is(err, ErrCancelled) {
+		if err != nil {
 			return plans.Limit{}, err
 		}
-		// Another writer opened or topped up the cycle meanwhile (or conflicted): read again.
-		if attempt < dynamo.MaxConflictTries-1 {
-			if err := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); err != nil {
-				return plans.Limit{}, err
-			}
-		}
+		c.Grants = append(c.Grants, open...)
+		return c.Limit(), nil
+	})
+	if err != nil {
+		return plans.Limit{}, fmt.Errorf("open the %s allowance of %s in %s: %w", feature, acct.ID, label, err)
 	}
-	return plans.Limit{}, fmt.Errorf("open the %s allowance of %s in %s: still contended after %d tries", feature, acct.ID, label, dynamo.MaxConflictTries)
+	return limit, nil
 }
 
 // View is a cycle's allowance as it reads.

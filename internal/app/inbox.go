@@ -4,21 +4,29 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
-	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/inbox/webhooks"
-	"github.com/ferrymeter/ferry/internal/metrics"
 	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
 	"github.com/ferrymeter/ferry/internal/provider/stripe/objects"
 	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// The webhook inbox's builders.
+var (
+	// BuildWebhooks composes the webhooks function: verify Kinde's and Stripe's deliveries, store
+	// them, nudge the worker.
+	BuildWebhooks = Builder{Function: resources.FunctionWebhooks, Build: buildWebhooks}
+	// BuildInbox composes the inbox worker: claim a stored event, apply its effect with its mark.
+	BuildInbox = Builder{Function: resources.FunctionInbox, Build: buildInbox}
+	// BuildInboxSweep composes the sweep that nudges every due or lease-expired event.
+	BuildInboxSweep = Builder{Function: resources.FunctionInboxSweep, Build: buildInboxSweep}
 )
 
 // InboxConfig configures the webhook inbox.
@@ -32,8 +40,9 @@ type InboxConfig struct {
 // InboxConfigFromEnv reads the inbox's configuration: FERRY_KINDE_WEBHOOK_JWKS_URL (default
 // from FERRY_KINDE_DOMAIN), FERRY_STRIPE_WEBHOOK_SECRET or the secret FERRY_STRIPE_WEBHOOK_
 // SECRET_ARN names, and FERRY_STRIPE_REFETCH with FERRY_STRIPE_API_BASE and the API key
-// (FERRY_STRIPE_API_KEY or FERRY_STRIPE_API_KEY_SECRET_ARN). A setting that cannot be used is
-// an error at start; a provider left unconfigured answers its deliveries 503.
+// (FERRY_STRIPE_API_KEY or FERRY_STRIPE_API_KEY_SECRET_ARN). Only the functions the deployment
+// gives those variables read them. A setting that cannot be used is an error at start; a
+// provider left unconfigured answers its deliveries 503.
 func InboxConfigFromEnv(ctx context.Context) (InboxConfig, error) {
 	var cfg InboxConfig
 	cfg.Webhooks.KindeJWKSURL = os.Getenv(resources.EnvKindeWebhookJWKSURL)
@@ -78,45 +87,95 @@ func secretFromEnv(ctx context.Context, valueVar, arnVar string) (string, error)
 	return "", nil
 }
 
-// Inbox is the webhook inbox's composed services.
+// Inbox is the webhook inbox's services in one function: the ones its builder composed.
 type Inbox struct {
-	Store      *inbox.DynamoStore
-	Intake     *inbox.Intake
-	Worker     *inbox.Worker
-	Reader     *inbox.Reader
-	Receiver   *webhooks.Receiver
+	Store    *inbox.DynamoStore
+	Intake   *inbox.Intake
+	Worker   *inbox.Worker
+	Reader   *inbox.Reader
+	Receiver *webhooks.Receiver
+	// MeterMarks is the reconciler's reader of the provider meter marks.
 	MeterMarks inbox.MeterMarks
 }
 
-func newInbox(cfg Config, clients cloud.Clients, accts *accounts.Service, grants *allowance.DynamoStore,
-	log *slog.Logger, rec metrics.Recorder, now func() time.Time) *Inbox {
-	names := cfg.Names
-	accountsStore, _ := accts.Store.(*accounts.DynamoStore)
-	store := &inbox.DynamoStore{
-		DB: clients.DynamoDB, Table: names.Table(resources.TableInbox), Accounts: accountsStore, Grants: grants,
+// inboxStore is the inbox table at access, with the accounts and grants its apply transactions
+// span when the function applies events (nil otherwise).
+func (c *Composer) inboxStore(access resources.Access, fn *Function) *inbox.DynamoStore {
+	s := &inbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, access)}
+	if fn.Accounts != nil {
+		s.Accounts, _ = fn.Accounts.Store.(*accounts.DynamoStore)
 	}
-	nudger := &inbox.SQSNudger{Client: clients.SQS, URL: names.QueueURL(resources.QueueInbox)}
-	b := &Inbox{Store: store, MeterMarks: inbox.MeterMarkReader{Store: store}}
-	b.Intake = &inbox.Intake{Store: store, Nudger: nudger, Metrics: rec, Log: log, Now: now}
-	b.Receiver = &webhooks.Receiver{Config: cfg.Inbox.Webhooks, Intake: b.Intake, Metrics: rec, Log: log, Now: now}
-	b.Reader = &inbox.Reader{Store: store, Nudger: nudger, Log: log, Now: now}
+	if fn.Allowances != nil {
+		s.Grants = fn.Allowances.Store
+	}
+	return s
+}
+
+// nudger sends to the inbox queue.
+func (c *Composer) nudger() *inbox.SQSNudger {
+	return &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)}
+}
+
+// allowances is the grants table at access.
+func (c *Composer) allowances(access resources.Access) *allowance.Service {
+	return &allowance.Service{
+		Store: &allowance.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableGrants, access)}, Catalog: c.Config.Catalog, Now: c.Now,
+	}
+}
+
+func buildWebhooks(c *Composer) (*Function, error) {
+	fn := c.Function()
+	store := c.inboxStore(resources.ReadWrite, fn)
+	intake := &inbox.Intake{Store: store, Nudger: c.nudger(), Metrics: c.Metrics, Log: c.Log, Now: c.Now}
+	receiver := &webhooks.Receiver{Config: c.Config.Inbox.Webhooks, Intake: intake, Metrics: c.Metrics, Log: c.Log, Now: c.Now}
+	fn.Inbox = &Inbox{Store: store, Intake: intake, Receiver: receiver}
+	api := httpapi.New(httpapi.Deps{Webhooks: receiver})
+	// The deliveries authenticate by their providers' signatures: the receiver verifies them.
+	return c.Serve(fn, api, httpapi.Authentication{Signatures: receiver}), nil
+}
+
+func buildInbox(c *Composer) (*Function, error) {
+	fn := c.Function()
+	// Accounts: the plan and status an event changes, found through the provider's link.
+	fn.Accounts = c.accounts(resources.ReadWrite, "", resources.Read)
+	fn.Allowances = c.allowances(resources.ReadWrite)
+	store := c.inboxStore(resources.ReadWrite, fn)
 	stripeReader := stripewebhook.Interpreter{}
-	if cfg.Inbox.Refetch != nil {
-		client, err := objects.New(*cfg.Inbox.Refetch)
+	if refetch := c.Config.Inbox.Refetch; refetch != nil {
+		client, err := objects.New(*refetch)
 		if err != nil {
 			// Fail every Stripe event's attempt (visibly, with backoff, then DEAD and its alarm)
 			// rather than apply it from the payload the deployment said not to trust.
-			log.Error("the Stripe re-fetch is misconfigured; Stripe events will fail", "err", err)
+			c.Log.Error("the Stripe re-fetch is misconfigured; Stripe events will fail", "err", err)
 			stripeReader.Refetch = brokenFetcher{err: err}
 		} else {
 			stripeReader.Refetch = client
 		}
 	}
-	b.Worker = &inbox.Worker{
-		Store: store, Accounts: accts, Grants: grants, Catalog: cfg.Catalog, Nudger: nudger, Metrics: rec, Log: log, Now: now,
+	worker := &inbox.Worker{
+		Store: store, Accounts: fn.Accounts, Grants: fn.Allowances.Store, Catalog: c.Config.Catalog,
+		Nudger: c.nudger(), Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 		Interpreters: map[inbox.Source]inbox.Interpreter{inbox.Kinde: kindewebhook.Interpreter{}, inbox.Stripe: stripeReader},
 	}
-	return b
+	fn.Inbox = &Inbox{Store: store, Worker: worker, MeterMarks: inbox.MeterMarkReader{Store: store}}
+	fn.Consume = worker.HandleSQS
+	return fn, nil
+}
+
+func buildInboxSweep(c *Composer) (*Function, error) {
+	fn := c.Function()
+	// The sweep only reads which events are due and nudges the worker; it applies nothing.
+	store := c.inboxStore(resources.Read, fn)
+	worker := &inbox.Worker{Store: store, Nudger: c.nudger(), Metrics: c.Metrics, Log: c.Log, Now: c.Now}
+	fn.Inbox = &Inbox{Store: store, Worker: worker}
+	// A run fails when it cannot nudge, which the function's Errors alarm reports; the next run
+	// nudges again.
+	fn.Run = func(ctx context.Context) error {
+		res, err := worker.Sweep(ctx)
+		c.Log.Info("inbox sweep done", "found", res.Found, "nudged", res.Nudged)
+		return err
+	}
+	return fn, nil
 }
 
 // brokenFetcher is the re-fetch of a misconfigured deployment: every call fails with why.

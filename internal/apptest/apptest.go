@@ -1,17 +1,21 @@
-// Package apptest builds the whole Ferry app on fresh test resources (testenv) with an injected
-// clock, behind the same local API Gateway ferry dev uses, so tests drive real handlers with real
-// Lambda events over the real emulators.
+// Package apptest builds every Ferry function on fresh test resources (testenv) with an injected
+// clock — each from its builder and its entry in resources.Functions, with clients that refuse
+// what its IAM grant refuses — and wires them by kind behind the same local API Gateway and event
+// sources ferry dev uses, so tests drive real handlers with real Lambda events over the real
+// emulators.
 package apptest
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -21,14 +25,14 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/provider/kinde/webhook/signer"
+	"github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 // AdminKey is the operator key of every harness.
@@ -68,33 +72,45 @@ func (c *Clock) Set(t time.Time) {
 type Options struct {
 	// Start is the clock's start (default 2026-11-15T12:00:00Z).
 	Start time.Time
-	// DynamoDB options for the app's client (fault injection, request counting).
+	// DynamoDB options for every function's client (fault injection, request counting).
 	DynamoDB []func(*dynamodb.Options)
 	Catalog  *plans.Catalog
 	Schema   *analytics.Schema
-	// Configure runs after the app is composed and before the gateway is built: capabilities
-	// register routes and middleware here.
-	Configure func(a *app.App)
+	// Definitions replace app.DefaultDefinitions: a capability's resources, function, routes
+	// and builder, provisioned and wired like Ferry's own.
+	Definitions *app.Definitions
+	// Configure runs after every function is composed and before any is served: tests swap a
+	// service or add middleware here.
+	Configure func(h *Harness)
 }
 
-// Harness is one test's Ferry.
+// Harness is one test's Ferry: every function composed by its builder from its entry, with its
+// own clients, and wired by its kind — HTTP functions behind the local API Gateway, consumers
+// behind their queues' event sources (Drain runs them). Scheduled functions are run by the test
+// (Fn(name).Run).
 type Harness struct {
-	Env     *testenv.Env
-	App     *app.App
-	Clock   *Clock
-	Counter *metrics.Counter
-	Server  *httptest.Server
+	Env         *testenv.Env
+	Definitions app.Definitions
+	Functions   []*app.Function
+	Clock       *Clock
+	Counter     *metrics.Counter
+	Server      *httptest.Server
+	// Sources are the consumers' event sources; Source is the first (the worker's).
+	Sources []*devstack.EventSource
 	Source  *devstack.EventSource
-	// InboxSource drives the inbox worker from the inbox queue, as Lambda would.
-	InboxSource *devstack.EventSource
+	// Log is the logger every function writes to.
+	Log *slog.Logger
 
-	kinde *kindeSigner
+	config app.Config
+	opts   Options
+	kinde  *kindeSigner
 }
 
-// kindeSigner is a harness's Kinde signer, started on first use.
+// kindeSigner is a harness's Kinde signer, started on first use and kept across restarts.
 type kindeSigner struct {
 	once sync.Once
 	s    *signer.Signer
+	url  string
 }
 
 // StripeSecret is the Stripe signing secret every harness verifies Stripe deliveries with.
@@ -110,56 +126,74 @@ func New(t testing.TB, opts ...Options) *Harness {
 	if o.Start.IsZero() {
 		o.Start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	}
-	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB})
-	catalog := plans.Default()
+	defs := app.DefaultDefinitions()
+	if o.Definitions != nil {
+		defs = *o.Definitions
+	}
+	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets})
+	cfg := app.DefaultConfig()
+	cfg.OperatorKey = AdminKey
+	cfg.Inbox.Webhooks.StripeSecret = StripeSecret
 	if o.Catalog != nil {
-		catalog = *o.Catalog
+		cfg.Catalog = *o.Catalog
 	}
-	schema := analytics.DefaultSchema
 	if o.Schema != nil {
-		schema = *o.Schema
+		cfg.Schema = *o.Schema
 	}
-	clock := NewClock(o.Start)
-	counter := metrics.NewCounter()
-	cfg := app.Config{
-		Names: env.Names, AdminKey: AdminKey, Catalog: catalog, Schema: schema,
-		MaxQuarantines: worker.DefaultMaxQuarantines,
+	h := &Harness{
+		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
+		config: cfg, opts: o, kinde: &kindeSigner{},
 	}
-	a := app.New(cfg, env.Clients, Logger(t), counter, clock.Now)
-	if o.Configure != nil {
-		o.Configure(a)
+	h.serve(t)
+	return h
+}
+
+// Restart composes every function again from scratch on the same resources and serves them
+// anew: a new process, with nothing in memory from the old one.
+func (h *Harness) Restart(t testing.TB) *Harness {
+	t.Helper()
+	next := &Harness{
+		Env: h.Env, Definitions: h.Definitions, Clock: h.Clock, Counter: metrics.NewCounter(), Log: h.Log,
+		config: h.config, opts: h.opts, kinde: h.kinde,
 	}
-	handlers := map[string]httpapi.LambdaHandler{}
-	for _, f := range resources.Functions {
-		handlers[f.Name] = httpapi.NewLambdaHandler(a.API.Handler(f.Name))
-	}
-	gw, err := devstack.NewGateway(handlers, resources.DefaultRouteFunction, a.Log)
+	next.serve(t)
+	return next
+}
+
+// serve composes the functions, lets the test configure them, and wires them by kind.
+func (h *Harness) serve(t testing.TB) {
+	t.Helper()
+	fns, err := h.Definitions.BuildAll(app.Env{
+		Names: h.Env.Names, ClientsFor: func(fn resources.Function) (cloud.Clients, error) { return h.Env.ClientsFor(t, fn), nil },
+		Config: h.config, Log: h.Log, Metrics: h.Counter, Now: h.Clock.Now,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	arn, err := devstack.QueueARN(context.Background(), env.Clients.SQS, env.Names.QueueURL(resources.QueueEvents))
+	h.Functions = fns
+	for _, fn := range fns {
+		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+			t.Cleanup(fn.Inbox.Receiver.Close)
+		}
+	}
+	if h.opts.Configure != nil {
+		h.opts.Configure(h)
+	}
+	wiring, err := devstack.Wire(context.Background(), h.Definitions.Routes, fns, h.Env.Names, h.Env.Clients.SQS, h.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := &devstack.EventSource{
-		SQS: env.Clients.SQS, QueueURL: env.Names.QueueURL(resources.QueueEvents), QueueARN: arn,
-		Handler: a.Worker.HandleSQS, Log: a.Log,
+	h.Server = httptest.NewServer(wiring.Gateway)
+	t.Cleanup(h.Server.Close)
+	h.Sources = wiring.Sources
+	if len(h.Sources) > 0 {
+		h.Source = h.Sources[0]
 	}
-	inboxURL := env.Names.QueueURL(resources.QueueInbox)
-	inboxARN, err := devstack.QueueARN(context.Background(), env.Clients.SQS, inboxURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxSource := &devstack.EventSource{SQS: env.Clients.SQS, QueueURL: inboxURL, QueueARN: inboxARN, Handler: a.Inbox.Worker.HandleSQS, Log: a.Log}
-	a.Inbox.Receiver.Config.StripeSecret = StripeSecret
-	t.Cleanup(a.Inbox.Receiver.Close)
-	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source, InboxSource: inboxSource, kinde: &kindeSigner{}}
 }
 
 // Signer is the harness's Kinde webhook signer: a stand-in whose JWKS (on a loopback test
-// server) the app verifies Kinde deliveries against. It starts on first use.
+// server) the webhooks function verifies Kinde deliveries against. It starts on first use; the
+// function's configuration is the one it would read from FERRY_KINDE_WEBHOOK_JWKS_URL.
 func (h *Harness) Signer(t testing.TB) *signer.Signer {
 	t.Helper()
 	h.kinde.once.Do(func() {
@@ -169,13 +203,44 @@ func (h *Harness) Signer(t testing.TB) *signer.Signer {
 		}
 		srv := httptest.NewServer(s.Handler())
 		t.Cleanup(srv.Close)
-		h.kinde.s = s
-		h.App.Inbox.Receiver.Config.KindeJWKSURL = srv.URL + signer.JWKSPath
+		h.kinde.s, h.kinde.url = s, srv.URL+signer.JWKSPath
 	})
 	if h.kinde.s == nil {
 		t.Fatal("the Kinde signer did not start")
 	}
+	h.config.Inbox.Webhooks.KindeJWKSURL = h.kinde.url
+	for _, fn := range h.Functions {
+		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+			fn.Inbox.Receiver.SetKindeJWKSURL(h.kinde.url)
+		}
+	}
 	return h.kinde.s
+}
+
+// Fn returns the harness's composed function of that name; a name no entry has fails the test
+// binary at once (a typo in a test, never a condition under test).
+func (h *Harness) Fn(name string) *app.Function {
+	for _, fn := range h.Functions {
+		if fn.Entry.Name == name {
+			return fn
+		}
+	}
+	panic(fmt.Sprintf("apptest: no function %q", name))
+}
+
+// Served returns the keys of every route the harness serves ("POST /v1/holds").
+func (h *Harness) Served() []string {
+	var keys []string
+	for _, fn := range h.Functions {
+		if fn.HTTP == nil {
+			continue
+		}
+		for _, r := range fn.HTTP.Routes() {
+			keys = append(keys, r.Key())
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Logger writes the app's logs to the test log when FERRY_TEST_LOGS is set, and discards them
@@ -269,19 +334,52 @@ func (h *Harness) CreateAccount(t testing.TB, id, plan string, limits map[string
 	return resp.JSON(t)["apiKey"].(string)
 }
 
-// Drain runs the worker's event source until the queue has nothing visible for one long poll.
-// Messages that fail come back after the queue's visibility timeout (2 s in tests), so a drain
-// that must see redeliveries waits at least that long (wait).
+// Drain runs every consumer's event source until its queue has nothing visible for one long
+// poll. Messages that fail come back after the queue's visibility timeout (2 s in tests), so a
+// drain that must see redeliveries waits at least that long (wait).
 func (h *Harness) Drain(t testing.TB, wait time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		n, err := h.Source.PollOnce(context.Background(), 1)
-		if err != nil {
-			t.Fatalf("poll: %v", err)
+		received := 0
+		for _, source := range h.Sources {
+			n, err := source.PollOnce(context.Background(), 1)
+			if err != nil {
+				t.Fatalf("poll: %v", err)
+			}
+			received += n
 		}
-		if n == 0 && time.Now().After(deadline) {
+		if received == 0 && time.Now().After(deadline) {
 			return
 		}
 	}
+}
+
+// Webhook is a real-shaped delivery of the fixture testdata/webhooks/<provider>/<name>.json to
+// the provider's route, signed now as the provider signs it (a Kinde token from the harness's
+// signer, with its timestamp moved to the harness's now; a Stripe body under StripeSecret, at the
+// wall clock's now, which stripe-go's verification reads). It returns the
+// route's path, the body and the headers (pairs, for Do).
+func (h *Harness) Webhook(t testing.TB, provider, name string) (string, []byte, []string) {
+	t.Helper()
+	raw := Fixture(t, "webhooks/"+provider+"/"+name+".json")
+	now := h.Clock.Now()
+	switch provider {
+	case "kinde":
+		var claims map[string]any
+		if err := json.Unmarshal(raw, &claims); err != nil {
+			t.Fatalf("fixture %s: %v", name, err)
+		}
+		claims["timestamp"] = now.Format(time.RFC3339Nano)
+		token, err := h.Signer(t).Sign(claims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "/v1/webhooks/kinde", []byte(token), []string{"Content-Type", "application/jwt", "webhook-id", "msg_" + name}
+	case "stripe":
+		sig := webhook.Sign(raw, StripeSecret, time.Now())
+		return "/v1/webhooks/stripe", raw, []string{"Content-Type", "application/json; charset=utf-8", "Stripe-Signature", sig}
+	}
+	t.Fatalf("no provider %q", provider)
+	return "", nil, nil
 }

@@ -1,45 +1,15 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/inbox/webhooks"
-	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
-
-// Headers of the webhook routes.
-const (
-	// HeaderWebhookID is Kinde's per-delivery id, the same on every attempt. It is not signed,
-	// so it is recorded on the receipt and never used as the dedupe key.
-	HeaderWebhookID = "webhook-id"
-	// HeaderStripeSignature carries Stripe's timestamped HMAC of the body.
-	HeaderStripeSignature = "Stripe-Signature"
-)
-
-// Problem kinds of the webhook inbox.
-const (
-	kindSignature = "invalid-signature"
-	kindNotEvent  = "not-an-event"
-)
-
-// requireMediaType refuses a body whose Content-Type is not want (parameters such as charset
-// are allowed).
-func requireMediaType(r *http.Request, want string) error {
-	ct := r.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == want {
-		return nil
-	}
-	return newProblem(http.StatusUnsupportedMediaType, kindUnsupported, "Unsupported media type",
-		fmt.Sprintf("Send the delivery as %s, not %q.", want, ct))
-}
 
 // storedBody is a webhook's answer: the stored event's id and whether this delivery was a copy.
 // It is sent only once the delivery is stored; it never means applied.
@@ -48,39 +18,27 @@ type storedBody struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// kindeWebhook is POST /v1/webhooks/kinde: a JWT body signed with a key of Kinde's JWKS.
-func (a *API) kindeWebhook(w http.ResponseWriter, r *http.Request) error {
-	if err := requireMediaType(r, "application/jwt"); err != nil {
-		return err
-	}
-	body, err := readBody(r, inbox.MaxPayloadBytes)
+// storeWebhook stores the delivery the server's verifier authenticated (the function's
+// SignatureVerifier checked its signature, media type and size for this route) and answers 200.
+func (a *API) storeWebhook(w http.ResponseWriter, r *http.Request) error {
+	p, _ := PrincipalFrom(r.Context())
+	body, err := readBody(r, maxSignedBodyBytes)
 	if err != nil {
 		return err
 	}
-	stored, err := a.deps.Webhooks.Kinde(r.Context(), body, r.Header.Get(HeaderWebhookID))
+	stored, err := a.deps.Webhooks.Store(r.Context(), p.Provider, r.Header, body)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, storedBody{ID: stored.ID, Duplicate: stored.Duplicate})
 }
 
+// kindeWebhook is POST /v1/webhooks/kinde: a JWT body signed with a key of Kinde's JWKS.
+func (a *API) kindeWebhook(w http.ResponseWriter, r *http.Request) error { return a.storeWebhook(w, r) }
+
 // stripeWebhook is POST /v1/webhooks/stripe: a JSON event with a Stripe-Signature header.
 func (a *API) stripeWebhook(w http.ResponseWriter, r *http.Request) error {
-	if err := requireMediaType(r, "application/json"); err != nil {
-		return err
-	}
-	body, err := readBody(r, inbox.MaxPayloadBytes)
-	if err != nil {
-		return err
-	}
-	// The header is a comma-separated list (t=…,v1=…[,v1=…]); API Gateway's payload v2 joins a
-	// header's values with commas and the Lambda adapter splits them again, so join them back.
-	signature := strings.Join(r.Header.Values(HeaderStripeSignature), ",")
-	stored, err := a.deps.Webhooks.Stripe(r.Context(), body, signature)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, storedBody{ID: stored.ID, Duplicate: stored.Duplicate})
+	return a.storeWebhook(w, r)
 }
 
 // billingEventBody is a stored billing event as the API shows it.
@@ -159,11 +117,8 @@ func strictQuery(r *http.Request, allowed []string) error {
 			problems = append(problems, fmt.Sprintf("query parameter %q is given %d times", name, len(values)))
 		}
 	}
-	if len(problems) > 0 {
-		sort.Strings(problems)
-		return badRequest(strings.Join(problems, "; ")+".").with("errors", problems)
-	}
-	return nil
+	sort.Strings(problems)
+	return problem.Fields(problems)
 }
 
 // listBillingEvents is GET /v1/billing-events: an account's own events, or (operator) every
@@ -236,40 +191,4 @@ func (a *API) replayBillingEvent(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusAccepted, newBillingEventBody(e))
-}
-
-// inboxProblem maps the inbox's errors to problems; ok is false for any other error.
-func inboxProblem(err error) (p *Problem, ok bool) {
-	var kinde *kindewebhook.UnverifiableError
-	var stripe *stripewebhook.UnverifiableError
-	var notEvent *stripewebhook.NotAnEventError
-	var invalid *inbox.InvalidError
-	switch {
-	case errors.As(err, &kinde):
-		return newProblem(http.StatusUnauthorized, kindSignature, "Signature not verified",
-			"The delivery was not stored: "+kinde.Reason+"."), true
-	case errors.As(err, &stripe):
-		return newProblem(http.StatusUnauthorized, kindSignature, "Signature not verified",
-			"The delivery was not stored: "+stripe.Reason+"."), true
-	case errors.As(err, &notEvent):
-		return newProblem(http.StatusBadRequest, kindNotEvent, "Not a billing event",
-			"The delivery was not stored: "+notEvent.Reason+"."), true
-	case errors.As(err, &invalid):
-		return badRequest(invalid.Error()+".").with("errors", invalid.Problems), true
-	case errors.Is(err, kindewebhook.ErrKeysUnavailable), errors.Is(err, webhooks.ErrNotConfigured):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The delivery cannot be verified right now, so it was not stored; the provider's retry will be.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds)), true
-	case errors.Is(err, inbox.ErrUnavailable):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The delivery could not be stored; retry it (nothing was stored).").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds)), true
-	case errors.Is(err, inbox.ErrNotFound):
-		return notFound("No billing event with this id."), true
-	case errors.Is(err, inbox.ErrBusy):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The billing event kept changing; nothing was replayed. Retry it.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds)), true
-	}
-	return nil, false
 }

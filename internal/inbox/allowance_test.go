@@ -59,7 +59,7 @@ func TestAllowance_HoldsSpendTheSumOfTheGrantRows(t *testing.T) {
 	if _, err := h.process(t, pay); err != nil {
 		t.Fatal(err)
 	}
-	if acct, _ := h.App.Accounts.Get(t.Context(), "acct_1"); acct.Status != "active" {
+	if acct, _ := h.accounts().Get(t.Context(), "acct_1"); acct.Status != "active" {
 		t.Errorf("after the payment: %s", acct.Status)
 	}
 	if c := h.grants(t, "acct_1", "2026-11"); c.Total() != 500 {

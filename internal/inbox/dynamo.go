@@ -20,7 +20,9 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // Keys in the inbox table. An event's partition holds the event, its payload and its receipts;
@@ -315,7 +317,8 @@ func (s *DynamoStore) batchGet(ctx context.Context, keys []map[string]types.Attr
 		items = append(items, out.Responses[s.Table]...)
 		pending = out.UnprocessedKeys[s.Table].Keys
 		if len(pending) > 0 && round < maxBatchGetRounds-1 {
-			if err := dynamo.Sleep(ctx, dynamo.Backoff(round)); err != nil {
+			// Unprocessed keys are DynamoDB shedding load: back off as the retry policy does.
+			if err := retry.Sleep(ctx, retry.Contended.Backoff(round)); err != nil {
 				return nil, err
 			}
 		}
@@ -589,7 +592,7 @@ func encodeCursor(order string) string { return base64.RawURLEncoding.EncodeToSt
 func decodeCursor(cursor string) (string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil || !listOrderPattern.Match(raw) {
-		return "", &InvalidError{Problems: []string{"cursor is not one this API returned"}}
+		return "", problem.Input("cursor is not one this API returned")
 	}
 	return string(raw), nil
 }
@@ -605,12 +608,12 @@ func encodeMeterCursor(shard int, sk string) string {
 func decodeMeterCursor(cursor string) (int, string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
-		return 0, "", &InvalidError{Problems: []string{"meter mark cursor is not one List returned"}}
+		return 0, "", problem.Input("meter mark cursor is not one List returned")
 	}
 	shardText, sk, ok := strings.Cut(string(raw), "|")
 	shard, err := strconv.Atoi(shardText)
 	if !ok || err != nil || shard < 0 || shard >= MeterMarkShards {
-		return 0, "", &InvalidError{Problems: []string{"meter mark cursor is not one List returned"}}
+		return 0, "", problem.Input("meter mark cursor is not one List returned")
 	}
 	return shard, sk, nil
 }

@@ -14,10 +14,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/inbox/inboxfault"
+	"github.com/ferrymeter/ferry/internal/inbox/webhooks"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
@@ -50,6 +53,21 @@ func newHarness(t *testing.T, opts ...apptest.Options) *harness {
 	h.Signer(t)
 	return h
 }
+
+// The composed functions' services the tests drive directly, each from the function that has it
+// in AWS (and with that function's IAM-guarded clients).
+func (h *harness) worker() *inbox.Worker     { return h.Fn(resources.FunctionInbox).Inbox.Worker }
+func (h *harness) store() *inbox.DynamoStore { return h.Fn(resources.FunctionInbox).Inbox.Store }
+func (h *harness) sweeper() *inbox.Worker    { return h.Fn(resources.FunctionInboxSweep).Inbox.Worker }
+func (h *harness) intake() *inbox.Intake     { return h.Fn(resources.FunctionWebhooks).Inbox.Intake }
+func (h *harness) meterMarks() inbox.MeterMarks {
+	return h.Fn(resources.FunctionInbox).Inbox.MeterMarks
+}
+func (h *harness) receiver() *webhooks.Receiver {
+	return h.Fn(resources.FunctionWebhooks).Inbox.Receiver
+}
+func (h *harness) accounts() *accounts.Service    { return h.Fn(resources.FunctionAPI).Accounts }
+func (h *harness) allowances() *allowance.Service { return h.Fn(resources.FunctionInbox).Allowances }
 
 // account creates a free account linked to a Kinde customer (and a Stripe one) and returns its
 // key.
@@ -133,7 +151,7 @@ func (h *harness) send(t *testing.T, method, path string, body []byte, headers .
 // process runs the worker on one event, as its nudge would.
 func (h *harness) process(t *testing.T, id string) (inbox.Outcome, error) {
 	t.Helper()
-	return h.App.Inbox.Worker.Process(context.Background(), id)
+	return h.worker().Process(context.Background(), id)
 }
 
 // settle runs what the sweep and the worker do together until nothing is due: every due
@@ -141,7 +159,7 @@ func (h *harness) process(t *testing.T, id string) (inbox.Outcome, error) {
 func (h *harness) settle(t *testing.T) {
 	t.Helper()
 	for range 20 {
-		ids, err := h.App.Inbox.Store.Due(context.Background(), h.Clock.Now().UnixMilli(), 100)
+		ids, err := h.store().Due(context.Background(), h.Clock.Now().UnixMilli(), 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +177,7 @@ func (h *harness) settle(t *testing.T) {
 
 func (h *harness) event(t *testing.T, id string) inbox.Event {
 	t.Helper()
-	e, err := h.App.Inbox.Store.Get(context.Background(), id)
+	e, err := h.store().Get(context.Background(), id)
 	if err != nil {
 		t.Fatalf("event %s: %v", id, err)
 	}
@@ -168,7 +186,7 @@ func (h *harness) event(t *testing.T, id string) inbox.Event {
 
 func (h *harness) receipts(t *testing.T, id string) []inbox.Receipt {
 	t.Helper()
-	r, err := h.App.Inbox.Store.Receipts(context.Background(), id, 1000)
+	r, err := h.store().Receipts(context.Background(), id, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +195,7 @@ func (h *harness) receipts(t *testing.T, id string) []inbox.Receipt {
 
 func (h *harness) grants(t *testing.T, accountID, cycle string) allowance.Cycle {
 	t.Helper()
-	c, err := h.App.Allowances.Store.Read(context.Background(), accountID, "credits", cycle)
+	c, err := h.allowances().Store.Read(context.Background(), accountID, "credits", cycle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +242,7 @@ func (s state) String() string {
 // stateOf reads the account's state and the stored events ids name.
 func (h *harness) stateOf(t *testing.T, key, accountID string, ids []string) state {
 	t.Helper()
-	acct, err := h.App.Accounts.Get(context.Background(), accountID)
+	acct, err := h.accounts().Get(context.Background(), accountID)
 	if err != nil {
 		t.Fatal(err)
 	}

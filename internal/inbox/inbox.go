@@ -32,6 +32,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Source is the billing provider an event came from.
@@ -297,20 +299,18 @@ type Stored struct {
 	Duplicate bool
 }
 
-// Errors of the inbox. Adapters translate DynamoDB outcomes into these.
+// Errors of the inbox. Adapters translate DynamoDB outcomes into these; each carries the kind
+// its callers are answered by.
 var (
-	// ErrNotFound: no such event (or, for an account, not one of its own).
-	ErrNotFound = errors.New("billing event not found")
+	// ErrNotFound: no such event (or, for an account, not one of its own: the answer is the
+	// same, so another account's event does not show it exists).
+	ErrNotFound = problem.New(problem.NotFound, "billing event not found", "No billing event with this id.")
 	// ErrCancelled: a transaction or conditional write was refused. The store does not say
-	// why; the caller reads durable state to find out.
+	// why; the caller reads durable state to find out. Callers never see it.
 	ErrCancelled = errors.New("write cancelled")
 	// ErrUnavailable: the event could not be stored (the provider should retry).
-	ErrUnavailable = errors.New("the billing event could not be stored")
+	ErrUnavailable = problem.New(problem.Unavailable, "the billing event could not be stored",
+		"The delivery could not be stored; nothing was stored, so retry it.")
 )
-
-// InvalidError is a request the inbox refuses (a bad cursor, status or page size).
-type InvalidError struct{ Problems []string }
-
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
 
 func sortStrings(s []string) { sort.Strings(s) }

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -74,7 +74,7 @@ func TestIntake_DedupesOnTheSignedEventIDNotTheHeader(t *testing.T) {
 func TestIntake_CopyOfAMissingEventWritesNothing(t *testing.T) {
 	h := newHarness(t)
 	id := inbox.ID(inbox.Kinde, "event_gone")
-	err := h.App.Inbox.Store.AddCopy(context.Background(), id, inbox.Receipt{ReceivedAtMs: 1, Duplicate: true, PayloadSHA256: "x"})
+	err := h.store().AddCopy(context.Background(), id, inbox.Receipt{ReceivedAtMs: 1, Duplicate: true, PayloadSHA256: "x"})
 	if !errors.Is(err, inbox.ErrCancelled) {
 		t.Fatalf("AddCopy of a missing event: %v; want ErrCancelled", err)
 	}
@@ -86,15 +86,15 @@ func TestIntake_StoreFailureIs503AndTheRetryStores(t *testing.T) {
 	if testenv.External() {
 		t.Skip("injects faults at the client")
 	}
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := newHarness(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	e := kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "c", plan: "customer_pro_plan"}
 	token := h.token(t, e)
-	faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+	faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 		if op == "TransactWriteItems" {
-			return dynamo.CrashBefore
+			return instrument.CrashBefore
 		}
-		return dynamo.NoFault
+		return instrument.NoFault
 	})
 	r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(token), "Content-Type", "application/jwt")
 	faults.SetPlan(nil)
@@ -116,16 +116,16 @@ func TestIntake_AnsweredLostAfterTheWrite_RetryIsACopy(t *testing.T) {
 	if testenv.External() {
 		t.Skip("injects faults at the client")
 	}
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := newHarness(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	key := h.account(t, "acct_1", "customer_1", "")
 	e := kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}
 	token := h.token(t, e)
-	faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+	faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 		if op == "TransactWriteItems" {
-			return dynamo.CrashAfter
+			return instrument.CrashAfter
 		}
-		return dynamo.NoFault
+		return instrument.NoFault
 	})
 	r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(token), "Content-Type", "application/jwt")
 	faults.SetPlan(nil)

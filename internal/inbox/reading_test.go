@@ -95,7 +95,7 @@ func TestMeterUsage_MarksTheCycleForTheReconciler(t *testing.T) {
 	if e := h.event(t, first); e.Status != inbox.Applied || !strings.Contains(e.Result, "tokens of 2026-11 marked") {
 		t.Fatalf("%s %q", e.Status, e.Result)
 	}
-	marks := h.App.Inbox.MeterMarks
+	marks := h.meterMarks()
 	listed, next, err := marks.List(context.Background(), "", 10)
 	if err != nil || next != "" || len(listed) != 1 {
 		t.Fatalf("marks %+v next %q err %v", listed, next, err)
@@ -142,7 +142,7 @@ func TestMeterMarks_PageThroughShards(t *testing.T) {
 	seen := map[string]bool{}
 	cursor := ""
 	for page := 0; ; page++ {
-		marks, next, err := h.App.Inbox.MeterMarks.List(context.Background(), cursor, 5)
+		marks, next, err := h.meterMarks().List(context.Background(), cursor, 5)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/instrument"
 )
 
 // The reference scenario's three events (DESIGN §3 scenario 3, the seed's nine deliveries): a
@@ -45,7 +45,7 @@ func TestReference_NineDeliveries_PlanAndAllowanceRight(t *testing.T) {
 	// 2 PC: the worker computes the effect and dies before its transaction commits.
 	pcID := deliver(pc, false)
 	h.crash.Arm(pcID, 1)
-	if _, err := h.process(t, pcID); !errors.Is(err, dynamo.ErrInjectedCrash) {
+	if _, err := h.process(t, pcID); !errors.Is(err, instrument.ErrInjectedCrash) {
 		t.Fatalf("delivery 2: the apply was not killed: %v", err)
 	}
 	if got := h.crash.Fired(); len(got) != 1 || got[0] != pcID {
@@ -54,7 +54,7 @@ func TestReference_NineDeliveries_PlanAndAllowanceRight(t *testing.T) {
 	if e := h.event(t, pcID); e.Status != inbox.Processing {
 		t.Fatalf("after the crash the plan change is %s; want PROCESSING under the dead worker's lease", e.Status)
 	}
-	if acct, _ := h.App.Accounts.Get(t.Context(), "acct_bottle"); acct.Plan != "free" {
+	if acct, _ := h.accounts().Get(t.Context(), "acct_bottle"); acct.Plan != "free" {
 		t.Fatalf("after the crash the plan is %s; nothing of the crashed apply may be durable", acct.Plan)
 	}
 	// 3 PC: Kinde's 30-second retry. The dead worker's lease has lapsed by then; the sweep

@@ -28,7 +28,7 @@ func TestRefetch_ActsOnTheObjectAsStripeHoldsItNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.App.Inbox.Worker.Interpreters[inbox.Stripe] = stripewebhook.Interpreter{Refetch: client}
+	h.worker().Interpreters[inbox.Stripe] = stripewebhook.Interpreter{Refetch: client}
 	now, _ := json.Marshal(subscription("sub_1", "cus_1", "price_ferry_plus_monthly", "canceled"))
 	api.PutSubscription("sub_1", now)
 
@@ -50,7 +50,7 @@ func TestRefetch_ActsOnTheObjectAsStripeHoldsItNow(t *testing.T) {
 	if out, err := h.process(t, id); err != nil || out.Status != inbox.Applied {
 		t.Fatalf("%+v %v", out, err)
 	}
-	acct, _ := h.App.Accounts.Get(t.Context(), "acct_1")
+	acct, _ := h.accounts().Get(t.Context(), "acct_1")
 	if acct.Plan != "free" {
 		t.Errorf("plan %s; want free: Stripe holds the subscription as canceled", acct.Plan)
 	}
@@ -69,7 +69,7 @@ func TestRefetch_OffByDefault(t *testing.T) {
 	}
 	h.Clock.Advance(time.Second)
 	h.settle(t)
-	acct, _ := h.App.Accounts.Get(t.Context(), "acct_1")
+	acct, _ := h.accounts().Get(t.Context(), "acct_1")
 	if acct.Plan != "plus" {
 		t.Errorf("plan %s; want plus", acct.Plan)
 	}

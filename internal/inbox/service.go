@@ -11,9 +11,10 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // Store is where the inbox lives. DynamoStore implements it.
@@ -71,10 +72,7 @@ func (d Delivery) Validate() error {
 	if len(d.Payload) == 0 || len(d.Payload) > MaxPayloadBytes {
 		problems = append(problems, fmt.Sprintf("the payload must be 1–%d bytes", MaxPayloadBytes))
 	}
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 // Accept stores a delivery and says whether it was a copy. The first delivery of an event
@@ -102,38 +100,44 @@ func (in *Intake) Accept(ctx context.Context, d Delivery) (Stored, error) {
 	}
 	r := Receipt{ReceivedAtMs: nowMs, WebhookID: d.WebhookID, KeyID: d.KeyID, PayloadSHA256: sha}
 	log := in.Log.With("source", d.Source, "providerEvent", d.EventID, "event", id, "type", d.Type)
-	for range maxIntakeTries {
+	// Each lap tries the insert and, when it is refused (the event is, probably, stored), counts
+	// the copy; the copy's own condition says whether the event really exists. A lap whose copy is
+	// refused too (the event vanished between the two, or a write met another) tries again.
+	stored, err := retry.Do(ctx, retry.Contended.WithTries(maxIntakeTries), func(ctx context.Context, _ retry.Lap) (Stored, error) {
 		r.Duplicate = false
 		err := in.Store.Insert(ctx, e, d.Payload, r)
 		if err == nil {
-			in.Metrics.Count(metrics.WebhooksStored, 1)
-			log.Info("billing event stored")
-			if nerr := in.Nudger.Nudge(ctx, id, 0); nerr != nil {
-				// Stored is what the answer promises; the sweep finds the event within a minute.
-				log.Warn("the worker could not be nudged; the sweep will find the event", "err", nerr)
-			}
 			return Stored{ID: id}, nil
 		}
 		if !IsCancelled(err) {
-			in.Metrics.Count(metrics.WebhooksStoreFail, 1)
-			return Stored{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return Stored{}, err
 		}
-		// The insert was refused: the event is (probably) stored. Count this copy; its own
-		// condition says whether the event really exists.
 		r.Duplicate = true
 		err = in.Store.AddCopy(ctx, id, r)
 		if err == nil {
-			in.Metrics.Count(metrics.WebhooksDuplicate, 1)
-			log.Info("copy of a stored billing event counted")
 			return Stored{ID: id, Duplicate: true}, nil
 		}
-		if !IsCancelled(err) {
-			in.Metrics.Count(metrics.WebhooksStoreFail, 1)
-			return Stored{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		if IsCancelled(err) {
+			return Stored{}, retry.Reread(err)
 		}
+		return Stored{}, err
+	})
+	if err != nil {
+		in.Metrics.Count(metrics.WebhooksStoreFail, 1)
+		return Stored{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	in.Metrics.Count(metrics.WebhooksStoreFail, 1)
-	return Stored{}, fmt.Errorf("%w: the event kept changing under the delivery", ErrUnavailable)
+	if stored.Duplicate {
+		in.Metrics.Count(metrics.WebhooksDuplicate, 1)
+		log.Info("copy of a stored billing event counted")
+		return stored, nil
+	}
+	in.Metrics.Count(metrics.WebhooksStored, 1)
+	log.Info("billing event stored")
+	if nerr := in.Nudger.Nudge(ctx, id, 0); nerr != nil {
+		// Stored is what the answer promises; the sweep finds the event within a minute.
+		log.Warn("the worker could not be nudged; the sweep will find the event", "err", nerr)
+	}
+	return stored, nil
 }
 
 // Worker claims stored events and applies them.
@@ -171,46 +175,66 @@ func (w *Worker) Process(ctx context.Context, id string) (Outcome, error) {
 	if !ValidID(id) {
 		return Outcome{}, fmt.Errorf("process billing event %q: not an event id", id)
 	}
-	for range maxClaimTries {
+	type claim struct {
+		event   Event
+		payload []byte
+	}
+	var out Outcome
+	c, err := retry.Do(ctx, retry.Contended.WithTries(maxClaimTries), func(ctx context.Context, _ retry.Lap) (claim, error) {
 		e, payload, err := w.Store.Load(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			w.Log.Warn("nudged for a billing event that does not exist", "event", id)
-			return Outcome{}, nil
-		}
 		if err != nil {
-			return Outcome{}, err
+			return claim{}, err
 		}
 		now := w.Now()
 		nowMs := now.UnixMilli()
 		switch d := Claim(e, nowMs); d.Verdict {
 		case AlreadyFinal:
-			return Outcome{Status: e.Status}, nil
+			out = Outcome{Status: e.Status}
+			return claim{}, nil
 		case Leased, NotDue:
-			return Outcome{Status: e.Status, RetryAfter: RetryAt(nowMs, d.RetryAtMs)}, nil
+			out = Outcome{Status: e.Status, RetryAfter: RetryAt(nowMs, d.RetryAtMs)}
+			return claim{}, nil
 		case GiveUp:
 			dead := e
 			dead.Status, dead.Rev, dead.UpdatedAtMs, dead.FinishedAtMs = Dead, e.Rev+1, nowMs, nowMs
 			dead.Reason = fmt.Sprintf("the worker stopped during the last of %d attempts (its lease lapsed)", MaxAttempts)
-			if err := w.Store.Transition(ctx, e.Rev, dead); IsCancelled(err) {
-				continue
-			} else if err != nil {
-				return Outcome{}, err
+			if err := w.Store.Transition(ctx, e.Rev, dead); err != nil {
+				return claim{}, rereadIfCancelled(err)
 			}
 			w.dead(dead)
-			return Outcome{Status: Dead}, nil
+			out = Outcome{Status: Dead}
+			return claim{}, nil
 		}
 		claimed := e
 		claimed.Status, claimed.Attempts, claimed.Rev = Processing, e.Attempts+1, e.Rev+1
 		claimed.LeaseExpiresAtMs, claimed.UpdatedAtMs = now.Add(LeaseDuration).UnixMilli(), nowMs
-		if err := w.Store.Transition(ctx, e.Rev, claimed); IsCancelled(err) {
-			// Another worker claimed it first, or a replay moved it: read again.
-			continue
-		} else if err != nil {
-			return Outcome{}, err
+		if err := w.Store.Transition(ctx, e.Rev, claimed); err != nil {
+			// Refused: another worker claimed it first, or a replay moved it; read again.
+			return claim{}, rereadIfCancelled(err)
 		}
-		return w.apply(ctx, claimed, payload)
+		return claim{event: claimed, payload: payload}, nil
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		w.Log.Warn("nudged for a billing event that does not exist", "event", id)
+		return Outcome{}, nil
+	case errors.Is(err, retry.ErrExhausted):
+		// Claimed by someone else on every lap: its holder applies it.
+		return Outcome{Status: Processing, RetryAfter: LeaseDuration}, nil
+	case err != nil:
+		return Outcome{}, err
+	case c.payload == nil:
+		return out, nil
 	}
-	return Outcome{Status: Processing, RetryAfter: LeaseDuration}, nil
+	return w.apply(ctx, c.event, c.payload)
+}
+
+// rereadIfCancelled asks the loop to read again when a write was refused: durable state says why.
+func rereadIfCancelled(err error) error {
+	if IsCancelled(err) {
+		return retry.Reread(err)
+	}
+	return err
 }
 
 // apply decides and commits the claimed event's effect with its mark, resolving a cancelled
@@ -227,10 +251,13 @@ func (w *Worker) apply(ctx context.Context, claimed Event, payload []byte) (Outc
 	if err != nil {
 		return w.fail(ctx, claimed, fmt.Errorf("read the event: %w", err))
 	}
-	for attempt := range dynamo.MaxConflictTries {
+	// Each lap reads the inputs, decides and commits. A cancelled commit is resolved by reading
+	// the event: if it moved, the work is another's; if not, what the effect was decided from
+	// moved, and the next lap decides again.
+	out, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (Outcome, error) {
 		in, err := w.inputs(ctx, claimed, facts)
 		if err != nil {
-			return w.fail(ctx, claimed, err)
+			return Outcome{}, &attemptFailed{err}
 		}
 		d := Decide(in)
 		marked := markedAs(claimed, d, in.NowMs)
@@ -239,26 +266,49 @@ func (w *Worker) apply(ctx context.Context, claimed Event, payload []byte) (Outc
 			w.done(log, marked, d)
 			return Outcome{Status: d.Status}, nil
 		}
-		if errors.Is(err, dynamo.ErrInjectedCrash) || !IsCancelled(err) {
-			return w.fail(ctx, claimed, err)
+		if !IsCancelled(err) {
+			return Outcome{}, &attemptFailed{err}
 		}
 		cur, gerr := w.Store.Get(ctx, claimed.ID)
 		if gerr != nil {
-			return Outcome{}, gerr
+			return Outcome{}, &stopped{gerr}
 		}
 		if cur.Rev != claimed.Rev {
 			log.Info("the claim was overtaken (a replay, or another worker after the lease lapsed); leaving the event to it",
 				"status", cur.Status)
 			return Outcome{Status: cur.Status}, nil
 		}
-		if attempt < dynamo.MaxConflictTries-1 {
-			if err := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); err != nil {
-				return Outcome{}, err
-			}
-		}
+		return Outcome{}, retry.Again(errInputsMoved)
+	})
+	var failed *attemptFailed
+	var stop *stopped
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &failed):
+		return w.fail(ctx, claimed, failed.cause)
+	case errors.As(err, &stop):
+		return Outcome{}, stop.cause
+	case errors.Is(err, retry.ErrExhausted):
+		return w.fail(ctx, claimed, fmt.Errorf("the account or its allowance kept changing: %w", err))
 	}
-	return w.fail(ctx, claimed, fmt.Errorf("the account or its allowance kept changing during %d tries", dynamo.MaxConflictTries))
+	return w.fail(ctx, claimed, err)
 }
+
+// errInputsMoved: the commit was refused and the event had not moved, so what its effect was
+// decided from did (or the transaction met another).
+var errInputsMoved = errors.New("the account or its allowance changed since they were read")
+
+// attemptFailed ends the apply loop with a failed attempt (recorded, with its backoff);
+// stopped ends it with the work stopping where it is (durable state unread). Neither unwraps, so
+// the retry policy never classes their causes as worth another lap.
+type attemptFailed struct{ cause error }
+
+func (e *attemptFailed) Error() string { return e.cause.Error() }
+
+type stopped struct{ cause error }
+
+func (e *stopped) Error() string { return e.cause.Error() }
 
 // inputs reads what the claimed event's effect is decided from: the linked account and, for
 // the kinds that grant, the allowance rows of the account's cycle at the event time.
@@ -302,12 +352,9 @@ func markedAs(claimed Event, d Decision, nowMs int64) Event {
 }
 
 // fail ends a claimed event's failed attempt: FAILED until its backoff ends, or DEAD after the
-// last attempt. An injected crash is not a failure to record but the worker's death: it stops
-// where it is, as a killed process would, and leaves the lease to lapse.
+// last attempt. If even that write fails, the work stops where it is (a worker that died there
+// leaves the same state) and the lease lapses.
 func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome, error) {
-	if errors.Is(cause, dynamo.ErrInjectedCrash) {
-		return Outcome{}, cause
-	}
 	now := w.Now().UnixMilli()
 	status, next := AfterFailure(claimed, now)
 	failed := claimed
@@ -441,8 +488,8 @@ func (r *Reader) List(ctx context.Context, in ListInput) (Page, error) {
 	case q.Limit < 1 || q.Limit > MaxPageSize:
 		problems = append(problems, fmt.Sprintf("limit must be 1–%d", MaxPageSize))
 	}
-	if len(problems) > 0 {
-		return Page{}, &InvalidError{Problems: problems}
+	if err := problem.Fields(problems); err != nil {
+		return Page{}, err
 	}
 	return r.Store.List(ctx, q)
 }
@@ -483,7 +530,7 @@ func (r *Reader) Replay(ctx context.Context, scope Scope, id string) (Event, err
 	if !ValidID(id) {
 		return Event{}, ErrNotFound
 	}
-	for range maxClaimTries {
+	next, err := retry.Do(ctx, retry.Contended.WithTries(maxClaimTries), func(ctx context.Context, _ retry.Lap) (Event, error) {
 		e, err := r.Store.Get(ctx, id)
 		if err != nil {
 			return Event{}, err
@@ -496,22 +543,27 @@ func (r *Reader) Replay(ctx context.Context, scope Scope, id string) (Event, err
 		next.Status, next.Attempts, next.Replays, next.Rev = Received, 0, e.Replays+1, e.Rev+1
 		next.NextAttemptAtMs, next.UpdatedAtMs, next.LeaseExpiresAtMs, next.FinishedAtMs = now, now, 0, 0
 		next.Result, next.Reason = "", ""
-		if err := r.Store.Transition(ctx, e.Rev, next); IsCancelled(err) {
-			continue
-		} else if err != nil {
-			return Event{}, err
+		if err := r.Store.Transition(ctx, e.Rev, next); err != nil {
+			return Event{}, rereadIfCancelled(err)
 		}
 		r.Log.Info("billing event replayed", "event", id, "by", scopeName(scope), "was", e.Status)
-		if err := r.Nudger.Nudge(ctx, id, 0); err != nil {
-			r.Log.Warn("the worker could not be nudged; the sweep will find the event", "event", id, "err", err)
-		}
 		return next, nil
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return Event{}, fmt.Errorf("replay %s: %w: %w", id, ErrBusy, err)
 	}
-	return Event{}, fmt.Errorf("replay %s: %w", id, ErrBusy)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := r.Nudger.Nudge(ctx, id, 0); err != nil {
+		r.Log.Warn("the worker could not be nudged; the sweep will find the event", "event", id, "err", err)
+	}
+	return next, nil
 }
 
 // ErrBusy: the event kept changing while a replay tried to move it.
-var ErrBusy = errors.New("the billing event kept changing; retry")
+var ErrBusy = problem.New(problem.Unavailable, "the billing event kept changing",
+	"The billing event kept changing; nothing was replayed. Retry it.")
 
 func scopeName(s Scope) string {
 	if s.Operator {

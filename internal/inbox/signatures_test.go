@@ -222,7 +222,7 @@ func TestKindeWebhook_KeysUnavailableIs503(t *testing.T) {
 	for name, url := range map[string]string{"unreachable keys": closed.URL + signer.JWKSPath, "no key URL": ""} {
 		t.Run(name, func(t *testing.T) {
 			h := &harness{Harness: apptest.New(t, apptest.Options{Start: start})}
-			h.App.Inbox.Receiver.Config.KindeJWKSURL = url
+			h.receiver().SetKindeJWKSURL(url)
 			token, err := sign.Sign(kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "c", plan: "customer_pro_plan"}.claims(start))
 			if err != nil {
 				t.Fatal(err)

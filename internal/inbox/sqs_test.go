@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -17,9 +18,18 @@ import (
 // drainInbox runs the inbox worker's event source until the queue shows nothing for a poll.
 func (h *harness) drainInbox(t *testing.T) int {
 	t.Helper()
+	var source *devstack.EventSource
+	for _, s := range h.Sources {
+		if s.QueueURL == h.Env.Names.QueueURL(resources.QueueInbox) {
+			source = s
+		}
+	}
+	if source == nil {
+		t.Fatal("no event source on the inbox queue")
+	}
 	total := 0
 	for range 50 {
-		n, err := h.InboxSource.PollOnce(context.Background(), 1)
+		n, err := source.PollOnce(context.Background(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,12 +68,12 @@ func TestSQS_TheNudgeStartsTheWorker(t *testing.T) {
 func TestSweep_FindsWhatALostNudgeLeftBehind(t *testing.T) {
 	h := newHarness(t)
 	h.account(t, "acct_1", "customer_1", "")
-	h.App.Inbox.Intake.Nudger = lostNudges{}
+	h.intake().Nudger = lostNudges{}
 	id := h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
 	if n := h.drainInbox(t); n != 0 {
 		t.Fatalf("%d messages after a lost nudge", n)
 	}
-	res, err := h.App.Inbox.Worker.Sweep(context.Background())
+	res, err := h.sweeper().Sweep(context.Background())
 	if err != nil || res.Found != 1 || res.Nudged != 1 {
 		t.Fatalf("sweep %+v %v", res, err)
 	}
@@ -72,7 +82,7 @@ func TestSweep_FindsWhatALostNudgeLeftBehind(t *testing.T) {
 		t.Errorf("%s; want APPLIED", e.Status)
 	}
 	// Nothing is due any more: the next sweep nudges nothing.
-	if res, err := h.App.Inbox.Worker.Sweep(context.Background()); err != nil || res.Found != 0 {
+	if res, err := h.sweeper().Sweep(context.Background()); err != nil || res.Found != 0 {
 		t.Errorf("second sweep %+v %v", res, err)
 	}
 }
@@ -87,7 +97,7 @@ func TestSQS_NotDueYet_NudgedAgainWithADelay(t *testing.T) {
 	claimed := e
 	claimed.Status, claimed.Attempts, claimed.Rev = inbox.Processing, 1, e.Rev+1
 	claimed.LeaseExpiresAtMs = h.Clock.Now().Add(inbox.LeaseDuration).UnixMilli()
-	if err := h.App.Inbox.Store.Transition(context.Background(), e.Rev, claimed); err != nil {
+	if err := h.store().Transition(context.Background(), e.Rev, claimed); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.drainInbox(t); n != 1 {

@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/inbox/inboxfault"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/testenv"
@@ -32,7 +32,7 @@ func (h *harness) held(t *testing.T, gate *inboxfault.Gate, id string) func() (i
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := h.App.Inbox.Worker.Process(context.Background(), id)
+		out, err := h.worker().Process(context.Background(), id)
 		done <- result{out, err}
 	}()
 	select {
@@ -90,7 +90,7 @@ func TestWorker_ClaimIsConditionedOnTheRevisionRead(t *testing.T) {
 		next := read
 		next.Status, next.Attempts, next.Rev = inbox.Processing, read.Attempts+1, read.Rev+1
 		next.LeaseExpiresAtMs, next.Result = h.Clock.Now().Add(inbox.LeaseDuration).UnixMilli(), worker
-		return h.App.Inbox.Store.Transition(context.Background(), read.Rev, next)
+		return h.store().Transition(context.Background(), read.Rev, next)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -174,7 +174,7 @@ func TestWorker_PlanChangeOvertakenByANewerOne_Ignored(t *testing.T) {
 	if out, err := finish(); err != nil || out.Status != inbox.Ignored {
 		t.Fatalf("the older change: %+v %v; want IGNORED", out, err)
 	}
-	acct, _ := h.App.Accounts.Get(context.Background(), "acct_1")
+	acct, _ := h.accounts().Get(context.Background(), "acct_1")
 	if acct.Plan != "free" || acct.PlanChangedAtMs != start.Add(2*time.Minute).UnixMilli() {
 		t.Errorf("plan %s changed at %d; want free from the newer change", acct.Plan, acct.PlanChangedAtMs)
 	}
@@ -199,7 +199,7 @@ func TestWorker_StatusChangeOvertakenByANewerOne_Ignored(t *testing.T) {
 	if out, err := finish(); err != nil || out.Status != inbox.Ignored {
 		t.Fatalf("the failed payment: %+v %v; want IGNORED", out, err)
 	}
-	if acct, _ := h.App.Accounts.Get(context.Background(), "acct_1"); acct.Status != "inactive" {
+	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Status != "inactive" {
 		t.Errorf("status %s; want inactive", acct.Status)
 	}
 }
@@ -220,7 +220,7 @@ func TestWorker_CustomerUnlinkedWhileDeciding_Ignored(t *testing.T) {
 	if err != nil || out.Status != inbox.Ignored {
 		t.Fatalf("%+v %v; want IGNORED: the customer names no account any more", out, err)
 	}
-	if acct, _ := h.App.Accounts.Get(context.Background(), "acct_1"); acct.Plan != "free" {
+	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Plan != "free" {
 		t.Errorf("plan %s; want free: the unlinked account must not change", acct.Plan)
 	}
 }
@@ -292,33 +292,33 @@ func TestWorker_CrashAtEveryStep_AppliesOnce(t *testing.T) {
 	steps := []struct {
 		name  string
 		op    string
-		fault dynamo.Fault
+		fault instrument.Fault
 	}{
-		{"before the claim", "UpdateItem", dynamo.CrashBefore},
-		{"after the claim", "UpdateItem", dynamo.CrashAfter},
-		{"before the commit", "TransactWriteItems", dynamo.CrashBefore},
-		{"after the commit, before the answer", "TransactWriteItems", dynamo.CrashAfter},
+		{"before the claim", "UpdateItem", instrument.CrashBefore},
+		{"after the claim", "UpdateItem", instrument.CrashAfter},
+		{"before the commit", "TransactWriteItems", instrument.CrashBefore},
+		{"after the commit, before the answer", "TransactWriteItems", instrument.CrashAfter},
 	}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
-			faults := dynamo.NewFaults(nil)
+			faults := instrument.NewFaults(nil)
 			h := newHarness(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 			key := h.account(t, "acct_1", "customer_1", "")
 			pc, pay, _ := referenceEvents("customer_1")
 			h.Clock.Set(start.Add(5 * time.Minute))
 			pcID := h.deliver(t, pc, false)
 			fired := false
-			faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+			faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 				if op == step.op && !fired {
 					fired = true
 					return step.fault
 				}
 				if fired && (op == "UpdateItem" || op == "TransactWriteItems") {
-					return dynamo.CrashBefore // the dead worker writes nothing more
+					return instrument.CrashBefore // the dead worker writes nothing more
 				}
-				return dynamo.NoFault
+				return instrument.NoFault
 			})
-			if _, err := h.process(t, pcID); !errors.Is(err, dynamo.ErrInjectedCrash) {
+			if _, err := h.process(t, pcID); !errors.Is(err, instrument.ErrInjectedCrash) {
 				t.Fatalf("the worker did not die: %v", err)
 			}
 			faults.SetPlan(nil)
@@ -345,7 +345,7 @@ func TestWorker_DiesSixTimes_Dead(t *testing.T) {
 	id := h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
 	h.crash.Arm(id, inbox.MaxAttempts)
 	for attempt := 1; attempt <= inbox.MaxAttempts; attempt++ {
-		if _, err := h.process(t, id); !errors.Is(err, dynamo.ErrInjectedCrash) {
+		if _, err := h.process(t, id); !errors.Is(err, instrument.ErrInjectedCrash) {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}
 		h.Clock.Advance(inbox.LeaseDuration)
@@ -360,7 +360,7 @@ func TestWorker_DiesSixTimes_Dead(t *testing.T) {
 	if h.Counter.Get(metrics.InboxDead) != 1 {
 		t.Errorf("InboxDead %d; want 1", h.Counter.Get(metrics.InboxDead))
 	}
-	if acct, _ := h.App.Accounts.Get(context.Background(), "acct_1"); acct.Plan != "free" {
+	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Plan != "free" {
 		t.Errorf("plan %s; nothing of a dead event applies", acct.Plan)
 	}
 	alarmed := false
@@ -383,7 +383,7 @@ func TestWorker_DiesSixTimes_Dead(t *testing.T) {
 // 10 min, 1 h, then is DEAD with its metric.
 func TestWorker_FailingAttempts_BackOffThenDead(t *testing.T) {
 	h := newHarness(t)
-	h.App.Inbox.Worker.Interpreters[inbox.Kinde] = inbox.InterpreterFunc(func(context.Context, []byte) (inbox.Facts, error) {
+	h.worker().Interpreters[inbox.Kinde] = inbox.InterpreterFunc(func(context.Context, []byte) (inbox.Facts, error) {
 		return inbox.Facts{}, errors.New("the provider cannot be read")
 	})
 	id := h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "c", plan: "customer_pro_plan"}, false)

@@ -1,9 +1,6 @@
 package resources
 
-import (
-	"strings"
-	"time"
-)
+import "time"
 
 // Logical names of the webhook inbox's resources.
 const (
@@ -66,14 +63,6 @@ const (
 	InboxSweepTimeout  = 50 * time.Second
 	WebhooksTimeout    = 10 * time.Second
 )
-
-// WebhookPathPrefix is where the providers' webhook routes live. A route under it takes no bearer
-// key and no Idempotency-Key: the provider's signature authenticates each delivery, and the
-// provider's signed event id is its idempotency key (a copy is counted, never applied twice).
-const WebhookPathPrefix = "/v1/webhooks/"
-
-// Signed reports whether the route is a provider webhook (see WebhookPathPrefix).
-func (r Route) Signed() bool { return strings.HasPrefix(r.Path, WebhookPathPrefix) }
 
 // Environment variables of the webhook inbox.
 const (

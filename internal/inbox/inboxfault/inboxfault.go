@@ -2,8 +2,10 @@
 // it has decided an event's effect and before the transaction that commits the effect and the
 // APPLIED mark reaches DynamoDB. It is a DynamoDB client middleware, so the stop is real — the
 // call is made and dies at the client, exactly as a worker killed at that instant would leave
-// things — and it works against any endpoint. It is instrumentation for tests and ferry dev; no
-// deployed function installs it.
+// things — and it works against any endpoint. A killed worker writes nothing more: its next write
+// to the event's item (the failure it would record) fails too, so the event stays PROCESSING
+// under the dead worker's lease until a new claim takes it. It is instrumentation for tests and
+// ferry dev; no deployed function installs it.
 package inboxfault
 
 import (
@@ -17,18 +19,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	smithymw "github.com/aws/smithy-go/middleware"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/instrument"
 )
 
 // CrashApply kills the apply transactions of the events it is armed for.
 type CrashApply struct {
 	mu    sync.Mutex
 	armed map[string]int
+	// dead holds the events whose killed worker's next write is still to be lost.
+	dead  map[string]bool
 	fired []string
 }
 
 // New returns an unarmed CrashApply.
-func New() *CrashApply { return &CrashApply{armed: map[string]int{}} }
+func New() *CrashApply { return &CrashApply{armed: map[string]int{}, dead: map[string]bool{}} }
 
 // Arm kills the next n apply transactions of the stored event id.
 func (c *CrashApply) Arm(eventID string, n int) {
@@ -52,14 +56,37 @@ func (c *CrashApply) Option(o *dynamodb.Options) {
 }
 
 func (c *CrashApply) handle(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
-	if middleware.GetOperationName(ctx) == "TransactWriteItems" {
+	switch middleware.GetOperationName(ctx) {
+	case "TransactWriteItems":
 		if tx, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
 			if id, hit := c.take(tx); hit {
-				return smithymw.InitializeOutput{}, smithymw.Metadata{}, fmt.Errorf("apply of billing event %s killed before it committed: %w", id, dynamo.ErrInjectedCrash)
+				return smithymw.InitializeOutput{}, smithymw.Metadata{}, fmt.Errorf("apply of billing event %s killed before it committed: %w", id, instrument.ErrInjectedCrash)
+			}
+		}
+	case "UpdateItem":
+		if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok {
+			if id, dead := c.deadWrite(u); dead {
+				return smithymw.InitializeOutput{}, smithymw.Metadata{}, fmt.Errorf("billing event %s: its worker is dead: %w", id, instrument.ErrInjectedCrash)
 			}
 		}
 	}
 	return next.HandleInitialize(ctx, in)
+}
+
+// deadWrite reports whether u is the killed worker's next write to its event (and forgets it:
+// the write after is another worker's).
+func (c *CrashApply) deadWrite(u *dynamodb.UpdateItemInput) (string, bool) {
+	id, ok := eventIDOf(u.Key)
+	if !ok {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dead[id] {
+		return "", false
+	}
+	delete(c.dead, id)
+	return id, true
 }
 
 // take reports whether tx is the apply transaction of an armed event, and disarms one shot.
@@ -71,6 +98,7 @@ func (c *CrashApply) take(tx *dynamodb.TransactWriteItemsInput) (string, bool) {
 	for id, n := range c.armed {
 		if n > 0 && applies(tx, id) {
 			c.armed[id]--
+			c.dead[id] = true
 			c.fired = append(c.fired, id)
 			return id, true
 		}

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/provider"
 )
 
@@ -59,9 +60,18 @@ type UnverifiableError struct{ Reason string }
 
 func (e *UnverifiableError) Error() string { return "unverifiable Kinde delivery: " + e.Reason }
 
+// Kind implements problem.Error.
+func (e *UnverifiableError) Kind() problem.Kind { return problem.SignatureInvalid }
+
+// Public implements problem.Describer.
+func (e *UnverifiableError) Public() problem.Public {
+	return problem.Public{Detail: "The delivery was not stored: " + e.Reason + "."}
+}
+
 // ErrKeysUnavailable: Kinde's keys could not be fetched at all, so no delivery can be verified
 // now. It is answered 503: Ferry's failure, which Kinde's retries cover.
-var ErrKeysUnavailable = errors.New("the Kinde signing keys cannot be fetched")
+var ErrKeysUnavailable = problem.New(problem.Unavailable, "the Kinde signing keys cannot be fetched",
+	"Kinde's signing keys cannot be fetched, so the delivery cannot be verified now; nothing was stored.")
 
 // Config configures a Verifier.
 type Config struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/stripe/stripe-go/v85/webhook"
 
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Tolerance is how old a signature's timestamp may be.
@@ -31,11 +32,27 @@ type UnverifiableError struct{ Reason string }
 
 func (e *UnverifiableError) Error() string { return "unverifiable Stripe delivery: " + e.Reason }
 
+// Kind implements problem.Error.
+func (e *UnverifiableError) Kind() problem.Kind { return problem.SignatureInvalid }
+
+// Public implements problem.Describer.
+func (e *UnverifiableError) Public() problem.Public {
+	return problem.Public{Detail: "The delivery was not stored: " + e.Reason + "."}
+}
+
 // NotAnEventError is a correctly signed body that is not a Stripe event Ferry can store (a thin
 // event notification, or an event without an id): answered 400, nothing stored.
 type NotAnEventError struct{ Reason string }
 
 func (e *NotAnEventError) Error() string { return "not a Stripe event: " + e.Reason }
+
+// Kind implements problem.Error.
+func (e *NotAnEventError) Kind() problem.Kind { return problem.Invalid }
+
+// Public implements problem.Describer.
+func (e *NotAnEventError) Public() problem.Public {
+	return problem.Public{Detail: "The delivery was not stored: it is not a Stripe event Ferry stores (" + e.Reason + ")."}
+}
 
 // Verifier verifies deliveries to one Stripe endpoint.
 type Verifier struct {
