@@ -7,12 +7,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/inbox/inboxfault"
 	"github.com/ferrymeter/ferry/internal/operate"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -36,22 +33,24 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	inboxCfg, webhooks, err := devstack.InboxFromEnv(ctx, log)
+	// The webhook tooling: a local Kinde signer and a dev Stripe secret unless the environment
+	// names real ones, and the apply-crash injector the webhooks lab kills one apply with.
+	webhooks, err := devstack.NewInboxDev(ctx, log)
 	if err != nil {
 		return err
 	}
-	// The apply-crash injector is local instrumentation: the webhooks lab kills one apply with it.
-	crash := inboxfault.New()
-	stack, err := devstack.Start(ctx, devstack.StackOptions{
+	defer webhooks.Close()
+	opts := devstack.StackOptions{
 		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Limits: limits, Inbox: inboxCfg,
-		Clients: cloud.Options{DynamoDB: []func(*dynamodb.Options){crash.Option}},
-	})
+		Limits: limits,
+	}
+	webhooks.Apply(&opts)
+	stack, err := devstack.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
-	stack.ServeInboxDev(webhooks, crash)
+	webhooks.Serve(stack)
 	e := stack.Emulators.Endpoints
 	if err := operate.WriteDevEnv(operate.DevEnvFile, e, stack.Names); err != nil {
 		return err
@@ -62,7 +61,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"  operator key: " + operatorKey + "   (Authorization: Bearer " + operatorKey + ")",
 		"  health:       " + stack.URL + "/healthz",
 	}
-	lines = append(lines, devstack.InboxBanner(webhooks, stack.URL)...)
+	lines = append(lines, webhooks.Banner(stack.URL)...)
 	fmt.Fprint(stdout, joinLines(append(lines,
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
 		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",

@@ -34,14 +34,18 @@ func runWebhooks(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // webhookTimeout bounds one request of `ferry webhooks send`.
 const webhookTimeout = 30 * time.Second
 
-// parseWhen reads a time flag: RFC 3339, or empty for now.
+// parseWhen reads a time flag: RFC 3339 (offsets and fractions as the providers send them), a
+// duration from now ("-1h" is an hour ago), or empty for now.
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return now, nil
 	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(d), nil
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time", s)
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration from now like -1h", s)
 	}
 	return t, nil
 }
@@ -55,7 +59,7 @@ func sendKinde(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	customer := fs.String("customer", "", "data.customer_id: the Kinde customer (an account's kindeCustomerId)")
 	plan := fs.String("plan", "", "data.plan.key (e.g. customer_pro_plan)")
 	eventID := fs.String("event-id", "", "the event_id claim, the dedupe key (default: a fresh one)")
-	eventTime := fs.String("event-time", "", "event_timestamp, RFC 3339 (default: now)")
+	eventTime := fs.String("event-time", "", "event_timestamp: RFC 3339, or a duration from now such as -1h (default: now)")
 	data := fs.String("data", "", "more data members, a JSON object merged into data")
 	webhookID := fs.String("webhook-id", "", "the webhook-id header (default: one per event id)")
 	repeat := fs.Int("repeat", 1, "deliver the same event this many times (copies, as a retrying provider sends)")
@@ -119,7 +123,7 @@ func sendStripe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	customer := fs.String("customer", "", "the Stripe customer (an account's stripeCustomerId)")
 	price := fs.String("price", "price_ferry_plus_monthly", "the price on the subscription item or invoice line")
 	eventID := fs.String("id", "", "the event id, the dedupe key (default: a fresh evt_…)")
-	created := fs.String("created", "", "the event's created time, RFC 3339 (default: now)")
+	created := fs.String("created", "", "the event's created time: RFC 3339, or a duration from now such as -1h (default: now)")
 	objectID := fs.String("object-id", "", "the subscription or invoice id (default: a fresh one)")
 	status := fs.String("status", "", "the object's status (default: active for subscriptions, paid for invoices)")
 	repeat := fs.Int("repeat", 1, "deliver the same event this many times")

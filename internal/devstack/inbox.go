@@ -23,51 +23,66 @@ import (
 // machine's loopback stack.
 const DevStripeSecret = "whsec_ferry_dev_local_secret"
 
-// InboxFromEnv is the webhook inbox's configuration for ferry dev: FERRY_KINDE_WEBHOOK_JWKS_URL
-// and FERRY_STRIPE_WEBHOOK_SECRET when set; otherwise a local Kinde signer on loopback (started
-// here, for the life of the process) and DevStripeSecret, so that a delivery can be signed and
-// sent with `ferry webhooks send`. info says which stand-ins it chose.
-func InboxFromEnv(ctx context.Context, log *slog.Logger) (app.InboxConfig, deliver.DevInfo, error) {
+// InboxDev is ferry dev's webhook tooling: the inbox's verification keys (FERRY_KINDE_WEBHOOK_
+// JWKS_URL and FERRY_STRIPE_WEBHOOK_SECRET when set; otherwise a local Kinde signer on loopback and
+// DevStripeSecret, so that a delivery can be signed and sent with `ferry webhooks send`), and the
+// apply-crash injector the webhooks lab kills one apply with. Info says which stand-ins it chose.
+type InboxDev struct {
+	Config app.InboxConfig
+	Info   deliver.DevInfo
+	Crash  *inboxfault.CrashApply
+
+	signer *http.Server
+}
+
+// NewInboxDev reads the inbox's configuration from the environment and starts the local Kinde
+// signer when no key URL is set; Close stops it.
+func NewInboxDev(ctx context.Context, log *slog.Logger) (*InboxDev, error) {
 	cfg, err := app.InboxConfigFromEnv(ctx)
 	if err != nil {
-		return app.InboxConfig{}, deliver.DevInfo{}, err
+		return nil, err
 	}
-	var info deliver.DevInfo
+	d := &InboxDev{Config: cfg, Crash: inboxfault.New()}
+	d.Info.CrashInjector = true
 	if cfg.Webhooks.KindeJWKSURL == "" {
 		sign, err := signer.New()
 		if err != nil {
-			return app.InboxConfig{}, deliver.DevInfo{}, err
+			return nil, err
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return app.InboxConfig{}, deliver.DevInfo{}, fmt.Errorf("start the local Kinde signer: %w", err)
+			return nil, fmt.Errorf("start the local Kinde signer: %w", err)
 		}
-		srv := &http.Server{Handler: sign.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(l) }()
+		d.signer = &http.Server{Handler: sign.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = d.signer.Serve(l) }()
 		url := "http://" + l.Addr().String()
-		cfg.Webhooks.KindeJWKSURL = url + signer.JWKSPath
-		info.Kinde = &deliver.DevKinde{Signer: url, JWKSURL: cfg.Webhooks.KindeJWKSURL}
+		d.Config.Webhooks.KindeJWKSURL = url + signer.JWKSPath
+		d.Info.Kinde = &deliver.DevKinde{Signer: url, JWKSURL: d.Config.Webhooks.KindeJWKSURL}
 		log.Info("local Kinde signer running", "url", url)
 	}
 	if cfg.Webhooks.StripeSecret == "" {
-		cfg.Webhooks.StripeSecret = DevStripeSecret
-		info.Stripe = &deliver.DevStripe{Secret: DevStripeSecret}
+		d.Config.Webhooks.StripeSecret = DevStripeSecret
+		d.Info.Stripe = &deliver.DevStripe{Secret: DevStripeSecret}
 	}
-	return cfg, info, nil
+	return d, nil
 }
 
-// ServeInboxDev serves the local-only paths the webhook tools use: GET /_dev/webhooks (info) and,
-// with a crash injector, POST /_dev/faults/inbox-apply, which kills one event's next apply before
-// its transaction commits (the crash injector must be on the stack's DynamoDB clients).
-func (s *Stack) ServeInboxDev(info deliver.DevInfo, crash *inboxfault.CrashApply) {
-	info.CrashInjector = crash != nil
+// Apply gives the stack's functions the inbox configuration and its DynamoDB clients the crash
+// injector (unarmed, it lets every call through).
+func (d *InboxDev) Apply(opts *StackOptions) {
+	opts.Inbox = d.Config
+	opts.Clients.DynamoDB = append(opts.Clients.DynamoDB, d.Crash.Option)
+}
+
+// Serve serves the local-only paths the webhook tools use on the stack: GET /_dev/webhooks (Info)
+// and POST /_dev/faults/inbox-apply {"event": "<billing event id>"}, which kills that event's
+// next apply after its effect is decided and before its transaction commits.
+func (d *InboxDev) Serve(s *Stack) {
+	info := d.Info
 	s.Routes.HandleFunc("GET "+deliver.DevInfoPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(info)
 	})
-	if crash == nil {
-		return
-	}
 	s.Routes.HandleFunc("POST "+deliver.DevCrashPath, func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Event string `json:"event"`
@@ -77,14 +92,22 @@ func (s *Stack) ServeInboxDev(info deliver.DevInfo, crash *inboxfault.CrashApply
 			http.Error(w, `send {"event": "<billing event id>"}`, http.StatusBadRequest)
 			return
 		}
-		crash.Arm(body.Event, 1)
+		d.Crash.Arm(body.Event, 1)
 		s.log.Info("the next apply of this billing event will be killed before it commits", "event", body.Event)
 		w.WriteHeader(http.StatusNoContent)
 	})
 }
 
-// InboxBanner is what ferry dev prints about the inbox.
-func InboxBanner(info deliver.DevInfo, url string) []string {
+// Close stops the local Kinde signer.
+func (d *InboxDev) Close() {
+	if d.signer != nil {
+		_ = d.signer.Close()
+	}
+}
+
+// Banner is what ferry dev prints about the inbox.
+func (d *InboxDev) Banner(url string) []string {
+	info := d.Info
 	lines := []string{"  webhooks:     POST " + url + deliver.KindePath + " (application/jwt), POST " + url + deliver.StripePath}
 	if info.Kinde != nil {
 		lines = append(lines, "  Kinde signer: "+info.Kinde.Signer+"   (JWKS "+info.Kinde.JWKSURL+"; set "+resources.EnvKindeWebhookJWKSURL+" to use Kinde's)")
