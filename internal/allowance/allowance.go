@@ -99,6 +99,15 @@ func Open(c Cycle, onPlan plans.Plan, nowMs int64) []Grant {
 	return []Grant{{Plan: onPlan.Name, Amount: *f.Grant, Reason: Opening, GrantedAtMs: nowMs}}
 }
 
+// Enter returns the rows a cycle needs for an account on plan onPlan: its opening row if it has
+// none, or else onPlan's top-up row if the account entered onPlan in the cycle by a path that
+// wrote no row (an operator's plan change), so that the allowance is never below the grant of the
+// plan the account is on. A billing event's plan change writes its row in its own transaction;
+// this is what an admission writes when it finds none.
+func Enter(c Cycle, onPlan plans.Plan, nowMs int64) []Grant {
+	return TopUp(c, onPlan, onPlan, Entered, "", nowMs)
+}
+
 // TopUp returns the rows that entering (or paying for) plan to adds to a cycle: the cycle's
 // opening row first if it has none (from is the plan the account was on), then to's row, which
 // tops the allowance up to to's grant (never below what is granted: an allowance never

@@ -46,6 +46,35 @@ func TestTopUp_OpensThenTopsUpOnce(t *testing.T) {
 	}
 }
 
+// Enter gives an account on a plan the rows that plan needs in the cycle: the opening of a fresh
+// cycle, the top-up of a plan entered without a row (an operator's change), nothing once there.
+func TestEnter_TheRowsThePlanNeeds(t *testing.T) {
+	c := plans.Default()
+	free, plus := c.Plans["free"], c.Plans["plus"]
+	cycle := func(gs ...allowance.Grant) allowance.Cycle {
+		return allowance.Cycle{Feature: "credits", Grants: gs}
+	}
+	row := func(plan string, n int64) allowance.Grant { return allowance.Grant{Plan: plan, Amount: n} }
+	for _, tc := range []struct {
+		name string
+		c    allowance.Cycle
+		on   plans.Plan
+		want string
+	}{
+		{"a fresh cycle", cycle(), free, "free 10 opening"},
+		{"opened on free, now on plus", cycle(row("free", 10)), plus, "plus 490 plan entered"},
+		{"opened on free, still on free", cycle(row("free", 10)), free, ""},
+		{"plus granted by its payment", cycle(row("free", 10), row("plus", 490)), plus, ""},
+		{"opened on plus, now on free: never shrinks", cycle(row("plus", 500)), free, "free 0 plan entered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := rows(allowance.Enter(tc.c, tc.on, 1)); got != tc.want {
+				t.Errorf("Enter = [%s]; want [%s]", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestCycle_LimitIsTheSumOfItsRows(t *testing.T) {
 	c := allowance.Cycle{Grants: []allowance.Grant{{Plan: "free", Amount: 10}, {Plan: "plus", Amount: 490}}}
 	if c.Limit() != plans.Max(500) {

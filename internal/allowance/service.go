@@ -19,17 +19,18 @@ type Service struct {
 }
 
 // Limit is the allowance a new admission in the cycle is held to: the sum of the cycle's grant
-// rows, read strongly consistent. A cycle nobody touched yet is opened first, with the grant of
-// the plan the account is on, so the limit an admission is held to is always a sum of rows that
-// exist. Rows only ever add, so a limit read here is never more generous than the rows at the
-// moment the admission commits.
+// rows, read strongly consistent. The rows the account's plan needs are written first (Enter: a
+// cycle nobody touched yet is opened with the grant of the plan the account is on; a plan the
+// operator moved the account to gets its top-up row), so the limit an admission is held to is
+// always a sum of rows that exist. Rows only ever add, so a limit read here is never more
+// generous than the rows at the moment the admission commits.
 func (s *Service) Limit(ctx context.Context, acct accounts.Account, feature, label string) (plans.Limit, error) {
 	limit, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (plans.Limit, error) {
 		c, err := s.Store.Read(ctx, acct.ID, feature, label)
 		if err != nil {
 			return plans.Limit{}, err
 		}
-		open := Open(c, acct.PlanOf(s.Catalog), s.Now().UnixMilli())
+		open := Enter(c, acct.PlanOf(s.Catalog), s.Now().UnixMilli())
 		if len(open) == 0 {
 			return c.Limit(), nil
 		}
@@ -51,13 +52,12 @@ func (s *Service) Limit(ctx context.Context, acct accounts.Account, feature, lab
 	return limit, nil
 }
 
-// View is a cycle's allowance as it reads.
+// View is a cycle's allowance as it reads: its stored rows, and the rows the account's plan
+// needs that nobody has written yet (Enter's, written by the next admission), which count.
 type View struct {
-	Limit  plans.Limit
-	Grants []Grant
-	// Pending is true for a cycle nobody touched yet: Grants then holds the opening row the
-	// cycle will get (the grant of the account's plan), not a stored one.
-	Pending bool
+	Limit   plans.Limit
+	Grants  []Grant
+	Pending []Grant
 }
 
 // Show reads a cycle's allowance without writing anything.
@@ -66,10 +66,7 @@ func (s *Service) Show(ctx context.Context, acct accounts.Account, feature, labe
 	if err != nil {
 		return View{}, err
 	}
-	if c.Opened() {
-		return View{Limit: c.Limit(), Grants: c.Grants}, nil
-	}
-	open := Open(c, acct.PlanOf(s.Catalog), 0)
-	pending := Cycle{Feature: feature, Grants: open}
-	return View{Limit: pending.Limit(), Grants: open, Pending: true}, nil
+	pending := Enter(c, acct.PlanOf(s.Catalog), 0)
+	all := Cycle{Feature: feature, Grants: append(append([]Grant(nil), c.Grants...), pending...)}
+	return View{Limit: all.Limit(), Grants: c.Grants, Pending: pending}, nil
 }

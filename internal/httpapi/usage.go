@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
 )
@@ -34,16 +35,16 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 	limit := acct.Limit(feature, a.deps.Catalog)
 	var grants []grantBody
 	if a.deps.Catalog.Allowance(feature) {
-		// An allowance's limit is the sum of the cycle's grant rows. A cycle nobody touched yet
-		// shows the opening row it will get: the grant of the account's plan.
+		// An allowance's limit is the sum of the cycle's grant rows. The rows the account's plan
+		// still needs (a cycle's opening, the top-up of a plan the operator set) show as pending.
 		view, err := a.deps.Allowances.Show(r.Context(), acct, feature, c.Label())
 		if err != nil {
 			return err
 		}
 		limit = view.Limit
-		grants = make([]grantBody, 0, len(view.Grants))
-		for _, g := range view.Grants {
-			b := grantBody{Plan: g.Plan, Amount: g.Amount, Reason: string(g.Reason), EventID: g.EventID, Pending: view.Pending}
+		grants = make([]grantBody, 0, len(view.Grants)+len(view.Pending))
+		for i, g := range append(append([]allowance.Grant(nil), view.Grants...), view.Pending...) {
+			b := grantBody{Plan: g.Plan, Amount: g.Amount, Reason: string(g.Reason), EventID: g.EventID, Pending: i >= len(view.Grants)}
 			if g.GrantedAtMs != 0 {
 				b.GrantedAt = rfc3339(g.GrantedAtMs)
 			}
@@ -63,6 +64,7 @@ type grantBody struct {
 	Reason    string `json:"reason"`
 	EventID   string `json:"eventId,omitempty"`
 	GrantedAt string `json:"grantedAt,omitempty"`
-	// Pending marks the opening row of a cycle nobody touched yet: shown, not stored.
+	// Pending marks a row the account's plan needs that is not stored yet (it counts; the next
+	// admission writes it).
 	Pending bool `json:"pending,omitempty"`
 }

@@ -75,3 +75,42 @@ func TestAllowance_NoOverride(t *testing.T) {
 		t.Errorf("%d %s; want 400", r.Status, r.Body)
 	}
 }
+
+// An operator's plan change writes no grant row itself, and the allowance is still never below
+// the plan's grant: usage shows the plan's top-up as pending (it counts), and the next admission
+// writes it, once. A later billing event for the same plan finds the row.
+func TestAllowance_AnOperatorsPlanChangeTopsUpAtTheNextAdmission(t *testing.T) {
+	h := newHarness(t)
+	key := h.account(t, "acct_1", "customer_1", "")
+	hold := func(k string, amount int) apptest.Response {
+		return h.Do(t, http.MethodPost, "/v1/holds", key, map[string]any{"key": k, "feature": "credits", "amount": amount})
+	}
+	if r := hold("job-1", 5); r.Status != http.StatusCreated {
+		t.Fatalf("5 credits on free: %d %s", r.Status, r.Body)
+	}
+	if r := h.Do(t, http.MethodPatch, "/v1/accounts/acct_1", apptest.AdminKey, map[string]any{"plan": "plus"}); r.Status != http.StatusOK {
+		t.Fatalf("patch: %d %s", r.Status, r.Body)
+	}
+	u := h.Do(t, http.MethodGet, "/v1/usage?feature=credits", key, nil).JSON(t)
+	grants := u["grants"].([]any)
+	if u["limit"] != float64(500) || len(grants) != 2 || grants[1].(map[string]any)["pending"] != true || grants[0].(map[string]any)["pending"] != nil {
+		t.Fatalf("after the operator's upgrade: %v; want free 10 stored and plus 490 pending", u)
+	}
+	if c := h.grants(t, "acct_1", "2026-11"); c.Total() != 10 {
+		t.Fatalf("a read wrote rows: %+v", c.Grants)
+	}
+	if r := hold("job-2", 495); r.Status != http.StatusCreated {
+		t.Fatalf("495 more credits on plus: %d %s", r.Status, r.Body)
+	}
+	if r := hold("job-3", 1); r.Status != http.StatusPaymentRequired {
+		t.Errorf("1 more: %d %s; want 402", r.Status, r.Body)
+	}
+	pay := h.deliver(t, kindeEvent{id: "event_pay", typ: "customer.payment_succeeded", at: start.Add(time.Hour), customer: "customer_1", plan: "customer_pro_plan"}, false)
+	if _, err := h.process(t, pay); err != nil {
+		t.Fatal(err)
+	}
+	c := h.grants(t, "acct_1", "2026-11")
+	if c.Total() != 500 || len(c.Grants) != 2 || c.Grants[1].Plan != "plus" || c.Grants[1].Amount != 490 {
+		t.Errorf("rows %+v; want free 10 + plus 490, each once", c.Grants)
+	}
+}
