@@ -67,3 +67,18 @@ func (s *DynamoStore) BillingChangeItem(c BillingChange) types.TransactWriteItem
 		ExpressionAttributeValues: values,
 	}}
 }
+
+// LinkCheckItem is the transaction item that holds a billing event's other effects (its grant
+// rows, its meter mark) to the account it was resolved to when the event changes nothing on the
+// account itself: it refuses the transaction unless the account is still linked to the provider
+// id the event was resolved through.
+func (s *DynamoStore) LinkCheckItem(accountID string, kind LinkKind, linkID string) types.TransactWriteItem {
+	cond := strings.Replace(billingLinked, "%s", kind.Field(), 1)
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                 aws.String(s.AccountsTable),
+		Key:                       map[string]types.AttributeValue{"id": dynamo.S(accountID)},
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":link": dynamo.S(linkID)},
+	}}
+}

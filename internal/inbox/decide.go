@@ -99,6 +99,10 @@ type Decision struct {
 	Change *accounts.BillingChange
 	Grants []GrantWrite
 	Mark   *MeterMark
+	// Link is the provider id the account was resolved through: every effect commits only while
+	// the account is still linked to it (Change carries the condition; without a Change, the
+	// transaction checks it on its own).
+	Link CustomerRef
 }
 
 // Reasons an event is IGNORED. The first is the seed's wording, kept as the contract's.
@@ -133,7 +137,7 @@ func Decide(in ApplyInput) Decision {
 	}
 	acct := *in.Account
 	key := OrderKey(f.Time, in.Event.Source, in.Event.EventID)
-	d := Decision{Status: Applied, AccountID: acct.ID}
+	d := Decision{Status: Applied, AccountID: acct.ID, Link: in.Link}
 	change := accounts.BillingChange{AccountID: acct.ID, LinkKind: in.Link.Kind, LinkID: in.Link.ID, NowMs: in.NowMs}
 	setStatus := func(s accounts.Status) bool {
 		if acct.StatusChangeKey >= key {

@@ -390,7 +390,7 @@ func (s *DynamoStore) Transition(ctx context.Context, readRev int64, next Event)
 // Apply implements Store: the decision's effect — the account's change, the grant rows, the
 // meter mark — and the event's final mark, in ONE transaction. The mark is conditioned on the
 // claim's revision, the account change on the event being newer than the account's and on the
-// account's link, the grant rows on the version of the rows they were decided from. A refused
+// account's link (checked on its own when the event changes nothing on the account), the grant rows on the version of the rows they were decided from. A refused
 // condition cancels everything; ErrCancelled.
 func (s *DynamoStore) Apply(ctx context.Context, claimedRev int64, marked Event, d Decision) error {
 	mark, err := s.transition(marked, claimedRev)
@@ -398,8 +398,11 @@ func (s *DynamoStore) Apply(ctx context.Context, claimedRev int64, marked Event,
 		return err
 	}
 	items := []types.TransactWriteItem{{Update: mark}}
-	if d.Change != nil {
+	switch {
+	case d.Change != nil:
 		items = append(items, s.Accounts.BillingChangeItem(*d.Change))
+	case len(d.Grants) > 0 || d.Mark != nil:
+		items = append(items, s.Accounts.LinkCheckItem(d.AccountID, d.Link.Kind, d.Link.ID))
 	}
 	for _, g := range d.Grants {
 		grantItems, err := s.Grants.Items(g.Cycle, g.Add, marked.UpdatedAtMs)

@@ -225,6 +225,33 @@ func TestWorker_CustomerUnlinkedWhileDeciding_Ignored(t *testing.T) {
 	}
 }
 
+// An effect that changes nothing on the account itself — a payment older than the account's
+// status change still grants its plan's allowance — is held to the account's link too: unlinked
+// while the worker decided, the grant must not land on the account.
+func TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored(t *testing.T) {
+	pay := inbox.ID(inbox.Kinde, "event_pay")
+	gate := inboxfault.NewGate(pay)
+	h := newGatedHarness(t, gate, nil)
+	h.account(t, "acct_1", "customer_1", "")
+	// A newer overdue invoice is already applied: the payment's status change is older.
+	od := h.deliver(t, kindeEvent{id: "event_od", typ: "customer.invoice_overdue", at: start.Add(2 * time.Hour), customer: "customer_1"}, false)
+	if out, err := h.process(t, od); err != nil || out.Status != inbox.Applied {
+		t.Fatalf("the overdue invoice: %+v %v", out, err)
+	}
+	h.deliver(t, kindeEvent{id: "event_pay", typ: "customer.payment_succeeded", at: start.Add(time.Hour), customer: "customer_1", plan: "customer_pro_plan"}, false)
+	finish := h.held(t, gate, pay)
+	if r := h.Do(t, http.MethodPatch, "/v1/accounts/acct_1", apptest.AdminKey, map[string]any{"kindeCustomerId": nil}); r.Status != http.StatusOK {
+		t.Fatalf("unlink: %d %s", r.Status, r.Body)
+	}
+	out, err := finish()
+	if err != nil || out.Status != inbox.Ignored {
+		t.Fatalf("%+v %v; want IGNORED: the customer names no account any more", out, err)
+	}
+	if c := h.grants(t, "acct_1", "2026-11"); c.Has("plus") {
+		t.Errorf("rows %+v; the unlinked account must not be granted plus", c.Grants)
+	}
+}
+
 // proCatalog adds a plan "pro" (Kinde key customer_max_plan) granting 1,000 credits.
 func proCatalog(t *testing.T) *plans.Catalog {
 	t.Helper()
