@@ -18,7 +18,7 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: ferry bench <holds|pipeline> [flags]")
+		return errors.New("usage: ferry bench <holds|pipeline|inbox> [flags]")
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -42,8 +42,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		return bench.Holds(ctx, o, stdout, stderr)
+	case "inbox":
+		o := bench.DefaultInbox
+		fs.IntVar(&o.Accounts, "accounts", o.Accounts, "accounts, each sent one payment and one plan change")
+		fs.IntVar(&o.Copies, "copies", o.Copies, "extra deliveries of each payment (the provider's retries)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Inbox(ctx, o, stdout, stderr)
 	}
-	return fmt.Errorf("unknown benchmark %q (have holds, pipeline)", args[0])
+	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox)", args[0])
 }
 
 func runEmulators(ctx context.Context, args []string, stdout, stderr io.Writer) error {
