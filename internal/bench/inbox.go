@@ -27,8 +27,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/inbox/deliver"
 	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
 	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // Defaults of the inbox benchmark.
@@ -267,4 +267,4 @@ func Inbox(ctx context.Context, o InboxOptions, stdout, stderr io.Writer) error 
 type discardNudges struct{}
 
 func (discardNudges) Nudge(context.Context, string, time.Duration) error { return nil }
-func (discardNudges) NudgeAll(context.Context, []string) error        { return nil }
+func (discardNudges) NudgeAll(context.Context, []string) error           { return nil }
