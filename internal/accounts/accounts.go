@@ -84,6 +84,23 @@ func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
 // CycleAt returns the account's billing cycle containing t.
 func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
 
+// ErrInactive is the account status rule, the one place it is stated: an account that is not
+// active records no new usage. Every way of spending asks CanSpend — a new event (the ingest
+// gate, and the worker, which stores the same words as the reason of the event it rejects), a
+// new hold, a charge step on a running hold, and a settlement that reports more usage than the
+// hold's charges recorded. What is recorded stays recorded: a hold admitted before the
+// deactivation may still be settled at (or below) its recorded usage, which releases the rest,
+// and the sweeper settles such holds when their leases lapse, as it settles every hold.
+var ErrInactive = errors.New("the account is inactive, and an inactive account records no new usage")
+
+// CanSpend applies the status rule: nil for an active account, ErrInactive otherwise.
+func (a Account) CanSpend() error {
+	if a.Status != Active {
+		return ErrInactive
+	}
+	return nil
+}
+
 // Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
 var (
 	ErrNotFound        = errors.New("account not found")

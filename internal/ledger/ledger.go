@@ -96,8 +96,8 @@ type Charge struct {
 func ChargeFor(a accounts.Account, catalog plans.Catalog) Charge {
 	plan := a.PlanOf(catalog)
 	c := Charge{Tier: plan.Tier, Feature: plans.FeatureEvents, Amount: 1, Limit: a.Limit(plans.FeatureEvents, catalog)}
-	if a.Status == accounts.Inactive {
-		c.Kind, c.Reason = ChargeReject, fmt.Sprintf("the account is inactive (plan %s)", plan.Name)
+	if err := a.CanSpend(); err != nil {
+		c.Kind, c.Reason = ChargeReject, err.Error()
 		return c
 	}
 	switch plan.Tier {
