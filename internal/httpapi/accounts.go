@@ -32,7 +32,7 @@ func (a *API) accountBody(acct accounts.Account) accountBody {
 }
 
 type createAccountRequest struct {
-	ID     string                 `json:"id"`
+	ID     string                 `json:"id" jsonbody:"required"`
 	Plan   string                 `json:"plan"`
 	Status accounts.Status        `json:"status"`
 	Limits map[string]plans.Limit `json:"limits"`

@@ -40,9 +40,9 @@ func newHoldBody(h holds.Hold) holdBody {
 }
 
 type reserveRequest struct {
-	Key     string `json:"key"`
-	Feature string `json:"feature"`
-	Amount  int64  `json:"amount"`
+	Key     string `json:"key" jsonbody:"required"`
+	Feature string `json:"feature" jsonbody:"required"`
+	Amount  int64  `json:"amount" jsonbody:"required"`
 }
 
 // reserveHold is POST /v1/holds: 201 for a new hold, 200 for the hold a repeated key names.
@@ -78,8 +78,8 @@ func (a *API) getHold(w http.ResponseWriter, r *http.Request) error {
 }
 
 type chargeRequest struct {
-	Key    string `json:"key"`
-	Amount int64  `json:"amount"`
+	Key    string `json:"key" jsonbody:"required"`
+	Amount int64  `json:"amount" jsonbody:"required"`
 }
 
 // chargeBody answers a charge step. Amount is what the hold holds, Used what it has recorded.

@@ -12,6 +12,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/ledger"
 )
 
@@ -61,6 +62,13 @@ const (
 	kindUnsupported  = "unsupported-media-type"
 	kindInFlight     = "idempotency-in-flight"
 	kindKeyReused    = "idempotency-key-reused"
+)
+
+// Problem kinds of strict input and of the account status rule.
+const (
+	kindAccountInactive = "account-inactive"
+	kindOutcomeUnknown  = "outcome-unknown"
+	kindInvalidHeader   = "invalid-header"
 )
 
 // Problem kinds of the usage holds.
@@ -125,6 +133,7 @@ func problemFor(err error) *Problem {
 	var invalidAccount *accounts.InvalidError
 	var invalidEvent *event.InvalidError
 	var invalidKey *idempotency.KeyError
+	var invalidBody *jsonbody.Error
 	switch {
 	case errors.As(err, &invalidKey):
 		return badRequest(invalidKey.Error() + ".")
@@ -148,6 +157,12 @@ func problemFor(err error) *Problem {
 	case errors.As(err, &refused):
 		return newProblem(http.StatusPaymentRequired, kindLimitReached, "Limit reached", refused.Detail).
 			with("remaining", refused.Remaining)
+	case errors.Is(err, accounts.ErrInactive):
+		return newProblem(http.StatusPaymentRequired, kindAccountInactive, "Account inactive",
+			"The account is inactive, and an inactive account records no new usage: no new event, hold or charge. "+
+				"A running hold can still be settled at the usage its charges recorded.")
+	case errors.As(err, &invalidBody):
+		return badRequest(invalidBody.Reason + ".")
 	case errors.Is(err, accounts.ErrUnauthenticated):
 		return unauthorized("The API key is not valid.")
 	case errors.Is(err, accounts.ErrNotFound), errors.Is(err, ledger.ErrNotFound):
@@ -159,6 +174,13 @@ func problemFor(err error) *Problem {
 			"The agreement start cannot change after the account's first usage.")
 	case errors.Is(err, ingest.ErrTooLarge):
 		return newProblem(http.StatusRequestEntityTooLarge, kindTooLarge, "Request too large", err.Error())
+	case errors.Is(err, ingest.ErrOutcomeUnknown):
+		// Never "not accepted" for a write that may have landed: the event may be queued, and a
+		// retry with the same event id is the way to be sure — it is never billed twice.
+		return newProblem(http.StatusBadGateway, kindOutcomeUnknown, "Outcome unknown",
+			"The queue did not confirm the event, which may or may not have been queued. Retry with the same event id: "+
+				"an event that was queued is processed once, however often it is sent.").
+			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
 	case errors.Is(err, ingest.ErrQueueUnavailable):
 		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
 			"The event could not be queued and was not accepted; retry it.").
