@@ -123,7 +123,11 @@ func New(t testing.TB, opts ...Options) *Harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(gw)
+	// The gateway's server answers what net/http refuses on its own with problem documents, as
+	// ferry dev's does.
+	srv := httptest.NewUnstartedServer(gw)
+	srv.Listener = devstack.ProblemListener(srv.Listener)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	arn, err := devstack.QueueARN(context.Background(), env.Clients.SQS, env.Names.QueueURL(resources.QueueEvents))
 	if err != nil {
