@@ -27,9 +27,15 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 tools: $(TOOLS_STAMP) ## install the Go modules and the npm tools (fauxqs, the CDK CLI) under _tools/
 	$(GO) mod download
 
+# make run builds the CLI, then execs it: the shell is replaced, so the server is make's own
+# child and gets make's signals (GNU make passes SIGTERM on to its children), and `go run`, which
+# does not pass signals on to the program it runs, is not in between.
+FERRY_BIN := $(TOOLS_DIR)/bin/ferry
+
 .PHONY: run
 run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS account)
-	$(GO) run ./cmd/ferry dev
+	$(GO) build -o $(FERRY_BIN) ./cmd/ferry
+	exec $(FERRY_BIN) dev
 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
