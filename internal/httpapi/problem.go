@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
@@ -158,8 +159,10 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusPaymentRequired, kindLimitReached, "Limit reached", refused.Detail).
 			with("remaining", refused.Remaining)
 	case errors.Is(err, accounts.ErrInactive):
+		// The rule's own words, which the worker also stores as a rejected event's reason.
+		rule := accounts.ErrInactive.Error()
 		return newProblem(http.StatusPaymentRequired, kindAccountInactive, "Account inactive",
-			"The account is inactive, and an inactive account records no new usage: no new event, hold or charge. "+
+			strings.ToUpper(rule[:1])+rule[1:]+": no new event, hold or charge. "+
 				"A running hold can still be settled at the usage its charges recorded.")
 	case errors.As(err, &invalidBody):
 		return badRequest(invalidBody.Reason + ".")

@@ -99,7 +99,7 @@ func provedNotQueued(out middleware.FinalizeOutput, err error) bool {
 		return ok && len(batch.Successful) == 0
 	}
 	var respErr *smithyhttp.ResponseError
-	if errors.As(err, &respErr) {
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() != 0 { // 0: no answer came
 		status := respErr.HTTPStatusCode()
 		return status >= 400 && status < 500
 	}
