@@ -45,6 +45,20 @@ test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
 
+# make fuzz runs every fuzz target (one per request body, internal/httpapi/fuzz_test.go) for
+# FUZZTIME each, with FUZZ_PARALLEL workers; seeds are under testdata/fuzz/.
+FUZZTIME      ?= 30s
+FUZZ_PARALLEL ?= 1
+FUZZ_PKG      := ./internal/httpapi/
+
+.PHONY: fuzz
+fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTIME=2m
+	@targets=$$($(GO) test $(FUZZ_PKG) -list '^Fuzz' | grep '^Fuzz'); \
+	for target in $$targets; do \
+		echo "== $$target for $(FUZZTIME)"; \
+		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL) || exit 1; \
+	done
+
 .PHONY: bench
 bench: tools ## measure the pipeline: request units, round trips and CPU per event, cost per million
 	$(GO) run ./cmd/ferry bench pipeline
