@@ -49,6 +49,8 @@ test-race: tools ## run the tests of the Go packages under the race detector (in
 # FUZZTIME each, with FUZZ_PARALLEL workers; seeds are under testdata/fuzz/.
 FUZZTIME      ?= 30s
 FUZZ_PARALLEL ?= 1
+# Minimizing an input that is merely interesting stops the fuzzing meanwhile; 60 s by default.
+FUZZ_MINIMIZE ?= 5s
 FUZZ_PKG      := ./internal/httpapi/
 
 .PHONY: fuzz
@@ -56,7 +58,7 @@ fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTI
 	@targets=$$($(GO) test $(FUZZ_PKG) -list '^Fuzz' | grep '^Fuzz'); \
 	for target in $$targets; do \
 		echo "== $$target for $(FUZZTIME)"; \
-		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -parallel $(FUZZ_PARALLEL) || exit 1; \
+		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
 	done
 
 .PHONY: bench

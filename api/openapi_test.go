@@ -82,6 +82,55 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 	}
 }
 
+// The contract changes of strict input are stated where a client reads them: the decoder's
+// rules, the account status rule with its own problem type, what a 502 and a 503 mean on the
+// event routes, and binary content mode.
+func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
+	doc := loadDoc(t)
+	for _, want := range []string{
+		"**Strict input.**", "twice", "case-sensitive", "`null` is never a value", "`7.5`, `7.0`, `1e3` or `\"7\"`",
+		"lone surrogates", "`invalid-header`",
+		"**Account status.** One rule: an inactive account records no new usage", "`account-inactive`",
+		"A 503 (`unavailable`) means nothing happened", "A 502 (`outcome-unknown`)", "same event `id`",
+	} {
+		if !strings.Contains(doc.Info.Description, want) {
+			t.Errorf("the description does not say %q", want)
+		}
+	}
+	for _, path := range []string{"/v1/events", "/v1/events/batch"} {
+		op := operation(doc, http.MethodPost, path)
+		if r := op.Responses.Status(http.StatusBadGateway); r == nil || !strings.Contains(*r.Value.Description, "outcome-unknown") {
+			t.Errorf("POST %s does not document 502 outcome-unknown", path)
+		}
+		if r := op.Responses.Status(http.StatusPaymentRequired); r == nil || !strings.Contains(*r.Value.Description, "account-inactive") {
+			t.Errorf("POST %s does not document 402 account-inactive", path)
+		}
+	}
+	for _, path := range []string{"/v1/holds", "/v1/holds/{id}/charges", "/v1/holds/{id}/settle"} {
+		if r := operation(doc, http.MethodPost, path).Responses.Status(http.StatusPaymentRequired); r == nil || !strings.Contains(*r.Value.Description, "account-inactive") {
+			t.Errorf("POST %s does not document 402 account-inactive", path)
+		}
+	}
+	events := operation(doc, http.MethodPost, "/v1/events")
+	headers := map[string]bool{}
+	for _, p := range events.Parameters {
+		if p.Value.In == "header" {
+			headers[p.Value.Name] = true
+		}
+	}
+	for _, h := range []string{"ce-specversion", "ce-id", "ce-source", "ce-type"} {
+		if !headers[h] {
+			t.Errorf("POST /v1/events does not document binary mode's %s", h)
+		}
+	}
+	if events.RequestBody.Value.Content.Get("*/*") == nil || !strings.Contains(events.Description, "**binary**") {
+		t.Error("POST /v1/events does not document binary mode's body")
+	}
+	if operation(doc, http.MethodPost, "/v1/events/batch").RequestBody.Value.Content.Get("application/cloudevents-batch+json") == nil {
+		t.Error("POST /v1/events/batch does not document application/cloudevents-batch+json")
+	}
+}
+
 // The document covers every declared route and nothing else, and gives each mutating route the
 // idempotency contract: the header, the replay header on its answers, the 409 and the 422.
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
