@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/limits"
 )
 
@@ -149,7 +150,7 @@ func decodeOptionalJSON(r *http.Request, into any) error {
 	if err != nil {
 		return err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if jsonbody.Empty(body) {
 		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

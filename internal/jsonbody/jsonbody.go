@@ -359,6 +359,11 @@ func escapedUnit(b []byte) (uint64, bool) {
 	return n, err == nil
 }
 
+// Empty reports whether a body is empty for a route whose body is optional: nothing but JSON's
+// whitespace (RFC 8259 §2: space, tab, CR, LF). Any other byte — a form feed, a vertical tab,
+// U+00A0 — is a body, which Decode then refuses; it is never read as no body.
+func Empty(body []byte) bool { return len(trimSpace(body)) == 0 }
+
 // trimSpace trims JSON's whitespace (RFC 8259 §2), and nothing else.
 func trimSpace(b []byte) []byte {
 	return bytes.Trim(b, " \t\r\n")

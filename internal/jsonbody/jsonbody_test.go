@@ -139,6 +139,15 @@ func TestDecode_UnknownMembersField(t *testing.T) {
 	}
 }
 
+// Only JSON's whitespace makes an optional body empty: a form feed is a body, and not JSON.
+func TestEmpty(t *testing.T) {
+	for body, empty := range map[string]bool{"": true, " \t\r\n": true, "\f": false, "\v": false, "\u00a0": false, "{}": false} {
+		if got := jsonbody.Empty([]byte(body)); got != empty {
+			t.Errorf("Empty(%q) = %v, want %v", body, got, empty)
+		}
+	}
+}
+
 func TestCheck(t *testing.T) {
 	for body, ok := range map[string]bool{
 		`[{"a":1},{"a":1}]`:          true,
