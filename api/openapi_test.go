@@ -289,7 +289,7 @@ func TestOpenAPI_ValidatorRefusesWhatTheDocumentForbids(t *testing.T) {
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent}}
-	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z"`
+	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z","kindeCustomerId":null,"stripeCustomerId":"cus_1","kindeAgreementId":null,"planChangedAt":null`
 	for name, c := range map[string]struct {
 		status int
 		body   string

@@ -22,11 +22,34 @@ import (
 // Status of an account.
 type Status string
 
-// Statuses.
+// Statuses. A past_due account (a payment failed) still spends: the provider retries the
+// payment and the customer is in grace. An inactive one (deactivated, or its invoice overdue)
+// spends nothing.
 const (
 	Active   Status = "active"
+	PastDue  Status = "past_due"
 	Inactive Status = "inactive"
 )
+
+// LinkKind names a kind of billing-provider id an account can be linked to. Each id of a kind
+// names at most one account.
+type LinkKind string
+
+// Link kinds.
+const (
+	// KindeCustomer is a Kinde customer id (data.customer_id in Kinde's billing webhooks).
+	KindeCustomer LinkKind = "kindeCustomer"
+	// StripeCustomer is a Stripe customer id (cus_…).
+	StripeCustomer LinkKind = "stripeCustomer"
+	// KindeAgreement is a Kinde customer agreement id, which Kinde's meter usage is recorded on.
+	KindeAgreement LinkKind = "kindeAgreement"
+)
+
+// LinkKinds lists every link kind.
+var LinkKinds = []LinkKind{KindeCustomer, StripeCustomer, KindeAgreement}
+
+// Field is the link's JSON field name and stored attribute ("kindeCustomerId").
+func (k LinkKind) Field() string { return string(k) + "Id" }
 
 // Account is one customer account.
 type Account struct {
@@ -41,8 +64,43 @@ type Account struct {
 	UpdatedAtMs  int64
 	// UsageStartedAtMs is set once, by the first usage; after it the agreement day is fixed.
 	UsageStartedAtMs int64
+	// Provider ids linked to the account ("" when not linked); each names at most one account.
+	KindeCustomerID  string
+	StripeCustomerID string
+	KindeAgreementID string
+	// PlanChangedAtMs is the provider's event time of the plan change the account is on (0: the
+	// plan was never changed by a provider event). A plan change older than it is not applied.
+	PlanChangedAtMs int64
+	// StatusChangedAtMs is the provider's event time of the last status change applied from a
+	// billing event (a failed payment, an overdue invoice, a payment).
+	StatusChangedAtMs int64
 	// Known is false for an account Ferry has no record of (it is billed on the default plan).
 	Known bool
+}
+
+// Link returns the id of a kind the account is linked to ("" if none).
+func (a Account) Link(kind LinkKind) string {
+	switch kind {
+	case KindeCustomer:
+		return a.KindeCustomerID
+	case StripeCustomer:
+		return a.StripeCustomerID
+	case KindeAgreement:
+		return a.KindeAgreementID
+	}
+	return ""
+}
+
+// setLink sets the id of a kind on the account.
+func (a *Account) setLink(kind LinkKind, id string) {
+	switch kind {
+	case KindeCustomer:
+		a.KindeCustomerID = id
+	case StripeCustomer:
+		a.StripeCustomerID = id
+	case KindeAgreement:
+		a.KindeAgreementID = id
+	}
 }
 
 // Unknown is the account Ferry assumes for an id it has no record of: the catalog's default
@@ -84,8 +142,9 @@ func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
 // CycleAt returns the account's billing cycle containing t.
 func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
 
-// ErrInactive is the account status rule, the one place it is stated: an account that is not
-// active records no new usage. Every way of spending asks CanSpend — a new event (the ingest
+// ErrInactive is the account status rule, the one place it is stated: an inactive account
+// records no new usage (a past_due one still spends, see the statuses). Every way of spending
+// asks CanSpend — a new event (the ingest
 // gate, and the worker, which stores the same words as the reason of the event it rejects), a
 // new hold, a charge step on a running hold, and a settlement that reports more usage than the
 // hold's charges recorded. What is recorded stays recorded: a hold admitted before the
@@ -93,9 +152,9 @@ func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.Agreeme
 // and the sweeper settles such holds when their leases lapse, as it settles every hold.
 var ErrInactive = errors.New("the account is inactive, and an inactive account records no new usage")
 
-// CanSpend applies the status rule: nil for an active account, ErrInactive otherwise.
+// CanSpend applies the status rule: ErrInactive for an inactive account, nil otherwise.
 func (a Account) CanSpend() error {
-	if a.Status != Active {
+	if a.Status == Inactive {
 		return ErrInactive
 	}
 	return nil
@@ -103,11 +162,23 @@ func (a Account) CanSpend() error {
 
 // Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
 var (
-	ErrNotFound        = errors.New("account not found")
+	ErrNotFound = errors.New("account not found")
+	// ErrLinkContended: the account's links kept changing under a concurrent update.
+	ErrLinkContended   = errors.New("the account's links changed concurrently")
 	ErrExists          = errors.New("account already exists")
 	ErrAgreementLocked = errors.New("the agreement start cannot change after the first usage")
 	ErrUnauthenticated = errors.New("unknown API key")
 )
+
+// LinkTakenError is a provider id that already names another account. Nothing was changed.
+type LinkTakenError struct {
+	Kind LinkKind
+	ID   string
+}
+
+func (e *LinkTakenError) Error() string {
+	return fmt.Sprintf("%s %q is linked to another account", e.Kind.Field(), e.ID)
+}
 
 // InvalidError lists everything wrong with an input.
 type InvalidError struct{ Problems []string }
@@ -126,12 +197,22 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 // a letter or digit. Event ledger keys rely on ids never containing '#'.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
+// linkPattern is what a provider id may look like: Stripe's (cus_…) and Kinde's
+// (customer_…, agreement_…) ids are letters, digits and underscores; '-' and '.' are allowed for
+// other providers' shapes. Never '#', which the link store's keys are built with.
+var linkPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$`)
+
+// ValidLinkID reports whether id can be a linked provider id.
+func ValidLinkID(id string) bool { return linkPattern.MatchString(id) }
+
 // CreateInput creates an account.
 type CreateInput struct {
 	ID     string
 	Plan   string
 	Status Status
 	Limits map[string]plans.Limit
+	// Links are the provider ids to link, by kind (absent or "": not linked).
+	Links map[LinkKind]string
 }
 
 // Validate returns every problem with the input at once.
@@ -143,6 +224,7 @@ func (in CreateInput) Validate(catalog plans.Catalog) error {
 	problems = append(problems, validPlan(in.Plan, catalog)...)
 	problems = append(problems, validStatus(in.Status)...)
 	problems = append(problems, validLimits(in.Limits, catalog)...)
+	problems = append(problems, validLinks(refs(in.Links), false)...)
 	if len(problems) > 0 {
 		return &InvalidError{Problems: problems}
 	}
@@ -156,6 +238,8 @@ type UpdateInput struct {
 	// Limits replaces the account's overrides when set.
 	Limits       *map[string]plans.Limit
 	AgreementDay *int
+	// Links changes the linked provider ids, by kind: an id links it, nil unlinks.
+	Links map[LinkKind]*string
 }
 
 // Validate returns every problem with the input at once.
@@ -173,8 +257,9 @@ func (in UpdateInput) Validate(catalog plans.Catalog) error {
 	if in.AgreementDay != nil && !cycle.ValidAnchor(*in.AgreementDay) {
 		problems = append(problems, fmt.Sprintf("agreementStart must be a day of the month from %d to %d", cycle.MinAnchorDay, cycle.MaxAnchorDay))
 	}
-	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil {
-		problems = append(problems, "nothing to change: send plan, status, limits or agreementStart")
+	problems = append(problems, validLinks(in.Links, true)...)
+	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil && len(in.Links) == 0 {
+		problems = append(problems, "nothing to change: send plan, status, limits, agreementStart or a linked id")
 	}
 	if len(problems) > 0 {
 		return &InvalidError{Problems: problems}
@@ -190,10 +275,53 @@ func validPlan(plan string, catalog plans.Catalog) []string {
 }
 
 func validStatus(s Status) []string {
-	if s != Active && s != Inactive {
-		return []string{`status must be "active" or "inactive"`}
+	if s != Active && s != PastDue && s != Inactive {
+		return []string{`status must be "active", "past_due" or "inactive"`}
 	}
 	return nil
+}
+
+// validLinks checks the linked ids of a request; nil (unlink) is allowed in an update only.
+func validLinks(links map[LinkKind]*string, update bool) []string {
+	var problems []string
+	for _, kind := range LinkKinds {
+		ref, ok := links[kind]
+		if !ok || (ref == nil && update) {
+			continue
+		}
+		id := ""
+		if ref != nil {
+			id = *ref
+		}
+		if !ValidLinkID(id) {
+			problems = append(problems, fmt.Sprintf("%s must be 1–255 letters, digits, '_', '-' or '.', starting with a letter or digit", kind.Field()))
+		}
+	}
+	for kind := range links {
+		if !knownLink(kind) {
+			// A programmer error: handlers build links from named fields only.
+			problems = append(problems, fmt.Sprintf("unknown link kind %q", kind))
+		}
+	}
+	return problems
+}
+
+// refs turns a create's links into the update form, for validLinks.
+func refs(in map[LinkKind]string) map[LinkKind]*string {
+	out := make(map[LinkKind]*string, len(in))
+	for k, v := range in {
+		out[k] = &v
+	}
+	return out
+}
+
+func knownLink(kind LinkKind) bool {
+	for _, k := range LinkKinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
 }
 
 func validLimits(limits map[string]plans.Limit, catalog plans.Catalog) []string {
@@ -218,6 +346,8 @@ type Store interface {
 	Get(ctx context.Context, id string) (Account, error)
 	Update(ctx context.Context, id string, in UpdateInput, nowMs int64) (Account, error)
 	AccountIDForKey(ctx context.Context, keyHash string) (string, error)
+	// AccountIDForLink returns the account a provider id is linked to (ErrNotFound if none).
+	AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error)
 	// MarkUsageStarted records the first usage once and returns the account as stored after it.
 	MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error)
 }
@@ -248,6 +378,9 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Account, string, 
 	a := Account{
 		ID: in.ID, Plan: in.Plan, Status: in.Status, Limits: in.Limits,
 		CreatedAtMs: now, UpdatedAtMs: now, Known: true,
+	}
+	for kind, id := range in.Links {
+		a.setLink(kind, id)
 	}
 	if err := s.Store.Create(ctx, a, HashKey(key)); err != nil {
 		return Account{}, "", err
@@ -281,6 +414,27 @@ func (s *Service) Update(ctx context.Context, id string, in UpdateInput) (Accoun
 		return Account{}, ErrNotFound
 	}
 	return s.Store.Update(ctx, id, in, s.Now().UnixMilli())
+}
+
+// Linked returns the account a provider id is linked to (ErrNotFound if none).
+func (s *Service) Linked(ctx context.Context, kind LinkKind, id string) (Account, error) {
+	if !knownLink(kind) || !ValidLinkID(id) {
+		return Account{}, ErrNotFound
+	}
+	accountID, err := s.Store.AccountIDForLink(ctx, kind, id)
+	if err != nil {
+		return Account{}, err
+	}
+	a, err := s.Store.Get(ctx, accountID)
+	if err != nil {
+		return Account{}, err
+	}
+	if a.Link(kind) != id {
+		// The link item and the account are written in one transaction, so they agree; an
+		// account that disagrees was changed by hand and names no account for this id.
+		return Account{}, ErrNotFound
+	}
+	return a, nil
 }
 
 // Authenticate returns the account an API key belongs to.

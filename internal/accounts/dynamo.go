@@ -15,12 +15,29 @@ import (
 	"github.com/ferrymeter/ferry/internal/plans"
 )
 
-// DynamoStore keeps accounts in the accounts table and key hashes in the apikeys table.
+// DynamoStore keeps accounts in the accounts table, key hashes in the apikeys table and
+// linked provider ids in the account links table.
 type DynamoStore struct {
 	DB            *dynamodb.Client
 	AccountsTable string
 	KeysTable     string
+	LinksTable    string
 }
+
+// maxLinkAttempts bounds an update whose links another update changed between its read and its
+// write; each lap re-reads the account.
+const maxLinkAttempts = 3
+
+// Link conditions: a link item is created only if the id names no account yet. The account's own
+// link attribute is conditioned on the value the update read, so two updates racing to relink
+// one account cannot both commit and leave a stray link item; and because a link item and its
+// account's attribute only ever change together, the account still holding the old id proves
+// the old link item is still its own, so deleting it needs no condition of its own.
+const (
+	linkAbsent    = "attribute_not_exists(#link)"
+	linkUnchanged = "#%s = :was%s"
+	linkWasAbsent = "(attribute_not_exists(#%s) OR #%s = :empty)"
+)
 
 type accountItem struct {
 	ID               string            `dynamodbav:"id"`
@@ -31,7 +48,23 @@ type accountItem struct {
 	CreatedAtMs      int64             `dynamodbav:"createdAtMs"`
 	UpdatedAtMs      int64             `dynamodbav:"updatedAtMs"`
 	UsageStartedAtMs int64             `dynamodbav:"usageStartedAtMs,omitempty"`
+	KindeCustomerID  string            `dynamodbav:"kindeCustomerId,omitempty"`
+	StripeCustomerID string            `dynamodbav:"stripeCustomerId,omitempty"`
+	KindeAgreementID string            `dynamodbav:"kindeAgreementId,omitempty"`
+	PlanChangedAtMs  int64             `dynamodbav:"planChangedAtMs,omitempty"`
+	// StatusChangedAtMs: see Account.
+	StatusChangedAtMs int64 `dynamodbav:"statusChangedAtMs,omitempty"`
 }
+
+// linkItem maps one provider id to its account.
+type linkItem struct {
+	Link        string `dynamodbav:"link"`
+	AccountID   string `dynamodbav:"accountId"`
+	CreatedAtMs int64  `dynamodbav:"createdAtMs"`
+}
+
+// linkKey is the link item's key: the kind and the id. Ids never contain '#'.
+func linkKey(kind LinkKind, id string) string { return string(kind) + "#" + id }
 
 type keyItem struct {
 	KeyHash     string `dynamodbav:"keyHash"`
@@ -58,6 +91,8 @@ func (it accountItem) account() Account {
 	a := Account{
 		ID: it.ID, Plan: it.Plan, Status: Status(it.Status), AgreementDay: it.AgreementDay,
 		CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs, UsageStartedAtMs: it.UsageStartedAtMs,
+		KindeCustomerID: it.KindeCustomerID, StripeCustomerID: it.StripeCustomerID, KindeAgreementID: it.KindeAgreementID,
+		PlanChangedAtMs: it.PlanChangedAtMs, StatusChangedAtMs: it.StatusChangedAtMs,
 		Known: true,
 	}
 	if len(it.Limits) > 0 {
@@ -80,6 +115,7 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 	acct, err := attributevalue.MarshalMap(accountItem{
 		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits),
 		CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs,
+		KindeCustomerID: a.KindeCustomerID, StripeCustomerID: a.StripeCustomerID, KindeAgreementID: a.KindeAgreementID,
 	})
 	if err != nil {
 		return err
@@ -88,7 +124,7 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName: aws.String(s.AccountsTable), Item: acct,
 			ConditionExpression: aws.String("attribute_not_exists(#id)"), ExpressionAttributeNames: dynamo.Names("#id"),
@@ -97,11 +133,25 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 			TableName: aws.String(s.KeysTable), Item: key,
 			ConditionExpression: aws.String("attribute_not_exists(#keyHash)"), ExpressionAttributeNames: dynamo.Names("#keyHash"),
 		}},
-	}})
+	}
+	for _, kind := range LinkKinds {
+		if id := a.Link(kind); id != "" {
+			put, err := s.putLink(kind, id, a.ID, a.CreatedAtMs)
+			if err != nil {
+				return err
+			}
+			items = append(items, put)
+		}
+	}
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if dynamo.IsTransactionCanceled(err) {
-		// A 256-bit key never collides; the only durable reason is an existing account.
+		// A 256-bit key never collides; the durable reasons are an existing account or a
+		// provider id another account is linked to.
 		if _, gerr := s.Get(ctx, a.ID); gerr == nil {
 			return ErrExists
+		}
+		if taken := s.takenLink(ctx, a, a.ID); taken != nil {
+			return taken
 		}
 		return fmt.Errorf("create account %s: %w", a.ID, err)
 	}
@@ -131,8 +181,65 @@ func (s *DynamoStore) Get(ctx context.Context, id string) (Account, error) {
 	return it.account(), nil
 }
 
-// Update implements Store.
+// putLink is the transaction item that links a provider id to an account, only if it names no
+// account yet.
+func (s *DynamoStore) putLink(kind LinkKind, id, accountID string, nowMs int64) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(linkItem{Link: linkKey(kind, id), AccountID: accountID, CreatedAtMs: nowMs})
+	if err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(s.LinksTable), Item: item,
+		ConditionExpression: aws.String(linkAbsent), ExpressionAttributeNames: dynamo.Names(linkAbsent),
+	}}, nil
+}
+
+// deleteLink is the transaction item that unlinks a provider id (see the link conditions).
+func (s *DynamoStore) deleteLink(kind LinkKind, id string) types.TransactWriteItem {
+	return types.TransactWriteItem{Delete: &types.Delete{
+		TableName: aws.String(s.LinksTable),
+		Key:       map[string]types.AttributeValue{"link": dynamo.S(linkKey(kind, id))},
+	}}
+}
+
+// takenLink returns the first of a's links that names another account than owner, if any.
+func (s *DynamoStore) takenLink(ctx context.Context, a Account, owner string) *LinkTakenError {
+	for _, kind := range LinkKinds {
+		id := a.Link(kind)
+		if id == "" {
+			continue
+		}
+		if other, err := s.AccountIDForLink(ctx, kind, id); err == nil && other != owner {
+			return &LinkTakenError{Kind: kind, ID: id}
+		}
+	}
+	return nil
+}
+
+// Update implements Store. An update that changes linked ids changes the account and its link
+// items in one transaction, conditioned on the links it read.
 func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, nowMs int64) (Account, error) {
+	if len(in.Links) == 0 {
+		return s.update(ctx, id, in, nowMs, Account{})
+	}
+	for range maxLinkAttempts {
+		current, err := s.Get(ctx, id)
+		if err != nil {
+			return Account{}, err
+		}
+		a, err := s.update(ctx, id, in, nowMs, current)
+		if !errors.Is(err, errLinksMoved) {
+			return a, err
+		}
+	}
+	return Account{}, ErrLinkContended
+}
+
+// errLinksMoved: the account's links changed between the read and the write; read again.
+var errLinksMoved = errors.New("the account's links changed since they were read")
+
+// update writes in. current is the account as read before, when in changes links.
+func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, nowMs int64, current Account) (Account, error) {
 	sets := []string{"#updatedAtMs = :now"}
 	values := map[string]types.AttributeValue{":now": dynamo.N(nowMs)}
 	cond := "attribute_exists(#id)"
@@ -163,7 +270,45 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 		// Setting the day it already has is not a change, even after the first usage.
 		cond += " AND (attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
 	}
+	var links []types.TransactWriteItem
+	for _, kind := range LinkKinds {
+		ref, ok := in.Links[kind]
+		if !ok {
+			continue
+		}
+		next := ""
+		if ref != nil {
+			next = *ref
+		}
+		was := current.Link(kind)
+		if next == was {
+			continue
+		}
+		f := kind.Field()
+		// An empty string rather than REMOVE unlinks: minidyn ignores REMOVE, and "" reads as
+		// unlinked, as an absent attribute does.
+		sets = append(sets, fmt.Sprintf("#%s = :%s", f, f))
+		values[":"+f] = dynamo.S(next)
+		if was == "" {
+			cond += " AND " + fmt.Sprintf(linkWasAbsent, f, f)
+			values[":empty"] = dynamo.S("")
+		} else {
+			cond += " AND " + fmt.Sprintf(linkUnchanged, f, f)
+			values[":was"+f] = dynamo.S(was)
+			links = append(links, s.deleteLink(kind, was))
+		}
+		if next != "" {
+			put, err := s.putLink(kind, next, id, nowMs)
+			if err != nil {
+				return Account{}, err
+			}
+			links = append(links, put)
+		}
+	}
 	update := "SET " + strings.Join(sets, ", ")
+	if len(links) > 0 {
+		return s.updateWithLinks(ctx, id, in, update, cond, values, links)
+	}
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},
@@ -189,6 +334,65 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 		return Account{}, fmt.Errorf("decode account %s: %w", id, err)
 	}
 	return it.account(), nil
+}
+
+// updateWithLinks writes an account update and its link changes in one transaction. A
+// cancellation is explained from durable state: the account is gone, a new id names another
+// account, the agreement day is locked, or the links moved under us (read again).
+func (s *DynamoStore) updateWithLinks(ctx context.Context, id string, in UpdateInput, update, cond string,
+	values map[string]types.AttributeValue, links []types.TransactWriteItem) (Account, error) {
+	items := append([]types.TransactWriteItem{{Update: &types.Update{
+		TableName:                 aws.String(s.AccountsTable),
+		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(update, cond),
+		ExpressionAttributeValues: values,
+	}}}, links...)
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if err == nil {
+		return s.Get(ctx, id)
+	}
+	if !dynamo.IsTransactionCanceled(err) {
+		return Account{}, fmt.Errorf("update account %s: %w", id, err)
+	}
+	now, gerr := s.Get(ctx, id)
+	if gerr != nil {
+		return Account{}, gerr
+	}
+	var wanted Account
+	for kind, next := range in.Links {
+		if next != nil {
+			wanted.setLink(kind, *next)
+		}
+	}
+	if taken := s.takenLink(ctx, wanted, id); taken != nil {
+		return Account{}, taken
+	}
+	if in.AgreementDay != nil && now.UsageStartedAtMs != 0 && now.AgreementDay != *in.AgreementDay {
+		return Account{}, ErrAgreementLocked
+	}
+	return Account{}, errLinksMoved
+}
+
+// AccountIDForLink implements Store.
+func (s *DynamoStore) AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.LinksTable),
+		Key:            map[string]types.AttributeValue{"link": dynamo.S(linkKey(kind, id))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("look up %s %s: %w", kind.Field(), id, err)
+	}
+	if out.Item == nil {
+		return "", ErrNotFound
+	}
+	var it linkItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return "", fmt.Errorf("decode link %s %s: %w", kind.Field(), id, err)
+	}
+	return it.AccountID, nil
 }
 
 // AccountIDForKey implements Store.

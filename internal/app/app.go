@@ -190,6 +190,7 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 	a.Accounts = &accounts.Service{
 		Store: &accounts.DynamoStore{
 			DB: clients.DynamoDB, AccountsTable: names.Table(resources.TableAccounts), KeysTable: names.Table(resources.TableAPIKeys),
+			LinksTable: names.Table(resources.TableAccountLinks),
 		},
 		Catalog: cfg.Catalog, Now: now,
 	}

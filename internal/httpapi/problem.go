@@ -135,7 +135,16 @@ func problemFor(err error) *Problem {
 	var invalidEvent *event.InvalidError
 	var invalidKey *idempotency.KeyError
 	var invalidBody *jsonbody.Error
+	var linkTaken *accounts.LinkTakenError
 	switch {
+	case errors.As(err, &linkTaken):
+		return newProblem(http.StatusConflict, kindConflict, "Conflict",
+			"The "+linkTaken.Kind.Field()+" "+strconv.Quote(linkTaken.ID)+" is linked to another account; unlink it there first.").
+			with("field", linkTaken.Kind.Field())
+	case errors.Is(err, accounts.ErrLinkContended):
+		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
+			"The account's linked ids changed while this request ran, so nothing was changed; retry it.").
+			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
 	case errors.As(err, &invalidKey):
 		return badRequest(invalidKey.Error() + ".")
 	case errors.Is(err, idempotency.ErrInFlight):

@@ -213,6 +213,26 @@ func firstValue(t *testing.T, body, name string) string {
 	return string(m[name])
 }
 
+// A linked id in PATCH takes null (unlink) where the contract says so, and nothing else but a
+// string; in a create, null is no value (leave the member out).
+func TestStrictDecoder_LinkedIDs_NullOnlyWhereTheContractSaysSo(t *testing.T) {
+	h := apptest.New(t)
+	if r := h.Do(t, "POST", "/v1/accounts", apptest.AdminKey, `{"id":"acct_l","kindeCustomerId":"kc_1"}`); r.Status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	p := assertProblem(t, h.Do(t, "POST", "/v1/accounts", apptest.AdminKey, `{"id":"acct_m","kindeCustomerId":null}`), 400, "invalid-request")
+	if !strings.Contains(fmt.Sprint(p["detail"]), `"kindeCustomerId" cannot be null`) {
+		t.Errorf("detail %v", p["detail"])
+	}
+	p = assertProblem(t, h.Do(t, "PATCH", "/v1/accounts/acct_l", apptest.AdminKey, `{"kindeCustomerId":5}`), 400, "invalid-request")
+	if d := fmt.Sprint(p["detail"]); !strings.Contains(d, `"kindeCustomerId" is not valid: a linked id is a string, or null to unlink it`) {
+		t.Errorf("detail %q", d)
+	}
+	if r := h.Do(t, "PATCH", "/v1/accounts/acct_l", apptest.AdminKey, `{"kindeCustomerId":null}`); r.Status != 200 || r.JSON(t)["kindeCustomerId"] != nil {
+		t.Errorf("unlink: %d %s", r.Status, r.Body)
+	}
+}
+
 // Defect 5: a charge without amount (or with null) was charged as 0 and burned its step key, so
 // the correct retry got 422 and that usage could never be recorded. Defect 6: "Amount" charged 7.
 func TestStrictDecoder_ACharge_RequiredFieldsAreRequired_TheStepKeyIsNotBurned(t *testing.T) {

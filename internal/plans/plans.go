@@ -84,6 +84,10 @@ type Feature struct {
 	Included int64 `json:"included,omitempty"`
 	// OverageMicros is the price of one unit past Included, in micro-dollars.
 	OverageMicros int64 `json:"overageMicros,omitempty"`
+	// Grant is, for an allowance feature (see Definition.Allowance), what this plan tops a
+	// cycle's allowance up to. It is set for allowance features only, and Limit is then unused:
+	// the cycle's limit is the sum of the cycle's keyed grant rows.
+	Grant *int64 `json:"grant,omitempty"`
 }
 
 // Plan is one plan.
@@ -92,12 +96,44 @@ type Plan struct {
 	Tier          Tier               `json:"tier"`
 	MonthlyMicros int64              `json:"monthlyMicros"`
 	Features      map[string]Feature `json:"features"`
+	// KindePlanKeys are the Kinde plan keys (data.plan.key in Kinde's billing webhooks) that
+	// mean this plan; StripePriceIDs are the Stripe price ids of its subscriptions. Each key or
+	// id names at most one plan of the catalog.
+	KindePlanKeys  []string `json:"kindePlanKeys,omitempty"`
+	StripePriceIDs []string `json:"stripePriceIds,omitempty"`
 }
 
-// Catalog is every plan and the plan an unknown account is on.
+// Definition says what a feature is, across plans: whether it is an allowance granted per cycle,
+// and how the billing providers name its meter.
+type Definition struct {
+	// Allowance marks a feature whose cycle limit is the sum of keyed grant rows written when a
+	// plan is entered or paid for in the cycle (e.g. credits), rather than a plan's fixed limit.
+	Allowance bool `json:"allowance,omitempty"`
+	// Kinde names the feature's meter in Kinde; nil means the feature is not reported to Kinde.
+	Kinde *KindeMeter `json:"kinde,omitempty"`
+	// Stripe names the feature's meter in Stripe; nil means it is not reported to Stripe.
+	Stripe *StripeMeter `json:"stripe,omitempty"`
+}
+
+// KindeMeter is a feature's meter in Kinde: the billing feature code usage is recorded against.
+type KindeMeter struct {
+	FeatureCode string `json:"featureCode"`
+}
+
+// StripeMeter is a feature's meter in Stripe: the event name meter events are sent under, and
+// the meter's id, which its event summaries are read back from.
+type StripeMeter struct {
+	MeterEventName string `json:"meterEventName"`
+	MeterID        string `json:"meterId"`
+}
+
+// Catalog is every plan, the plan an unknown account is on, and what each feature is.
 type Catalog struct {
-	Default string          `json:"default"`
-	Plans   map[string]Plan `json:"plans"`
+	Default string `json:"default"`
+	// Definitions says what each feature is; a feature without one is a plain metered feature
+	// with a fixed limit per plan, reported to no provider.
+	Definitions map[string]Definition `json:"features,omitempty"`
+	Plans       map[string]Plan       `json:"plans"`
 }
 
 // Default returns the built-in catalog.
@@ -124,7 +160,20 @@ func Parse(data []byte) (Catalog, error) {
 	if _, ok := c.Plans[c.Default]; !ok {
 		errs = append(errs, fmt.Errorf("default plan %q is not defined", c.Default))
 	}
+	kindeKeys, stripePrices := map[string]string{}, map[string]string{}
 	for name, p := range c.Plans {
+		for _, k := range p.KindePlanKeys {
+			if other, taken := kindeKeys[k]; taken || k == "" {
+				errs = append(errs, fmt.Errorf("plan %s: Kinde plan key %q is empty or also names plan %s", name, k, other))
+			}
+			kindeKeys[k] = name
+		}
+		for _, id := range p.StripePriceIDs {
+			if other, taken := stripePrices[id]; taken || id == "" {
+				errs = append(errs, fmt.Errorf("plan %s: Stripe price id %q is empty or also names plan %s", name, id, other))
+			}
+			stripePrices[id] = name
+		}
 		switch p.Tier {
 		case Capped, Counted, Internal:
 		default:
@@ -134,17 +183,80 @@ func Parse(data []byte) (Catalog, error) {
 			errs = append(errs, fmt.Errorf("plan %s: no %q feature", name, FeatureEvents))
 		}
 		for f, feat := range p.Features {
-			if feat.Included < 0 || feat.OverageMicros < 0 {
+			if feat.Included < 0 || feat.OverageMicros < 0 || (feat.Grant != nil && *feat.Grant < 0) {
 				errs = append(errs, fmt.Errorf("plan %s feature %s: negative quantity", name, f))
+			}
+			allowance := c.Definitions[f].Allowance
+			switch {
+			case allowance && feat.Grant == nil:
+				errs = append(errs, fmt.Errorf("plan %s feature %s: an allowance feature needs a grant", name, f))
+			case !allowance && feat.Grant != nil:
+				errs = append(errs, fmt.Errorf("plan %s feature %s: only an allowance feature has a grant", name, f))
 			}
 		}
 		p.Name = name
 		c.Plans[name] = p
 	}
+	for f, d := range c.Definitions {
+		if !c.HasFeature(f) {
+			errs = append(errs, fmt.Errorf("feature %s is defined but no plan has it", f))
+		}
+		if d.Allowance && f == FeatureEvents {
+			errs = append(errs, fmt.Errorf("feature %s cannot be an allowance: events are capped by a plan limit", f))
+		}
+		if d.Kinde != nil && d.Kinde.FeatureCode == "" {
+			errs = append(errs, fmt.Errorf("feature %s: kinde.featureCode is empty", f))
+		}
+		if d.Stripe != nil && (d.Stripe.MeterEventName == "" || d.Stripe.MeterID == "") {
+			errs = append(errs, fmt.Errorf("feature %s: stripe needs meterEventName and meterId", f))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Catalog{}, fmt.Errorf("invalid plans: %w", err)
 	}
 	return c, nil
+}
+
+// Definition returns what a feature is (the zero value for a plain metered feature).
+func (c Catalog) Definition(feature string) Definition { return c.Definitions[feature] }
+
+// Allowance reports whether feature is an allowance: its cycle limit is the sum of its grant rows.
+func (c Catalog) Allowance(feature string) bool { return c.Definitions[feature].Allowance }
+
+// AllowanceFeatures returns the allowance features, sorted.
+func (c Catalog) AllowanceFeatures() []string {
+	var out []string
+	for f, d := range c.Definitions {
+		if d.Allowance {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PlanForKindeKey returns the plan a Kinde plan key names.
+func (c Catalog) PlanForKindeKey(key string) (Plan, bool) {
+	for _, p := range c.Plans {
+		for _, k := range p.KindePlanKeys {
+			if k == key {
+				return p, true
+			}
+		}
+	}
+	return Plan{}, false
+}
+
+// PlanForStripePrice returns the plan a Stripe price id names.
+func (c Catalog) PlanForStripePrice(priceID string) (Plan, bool) {
+	for _, p := range c.Plans {
+		for _, id := range p.StripePriceIDs {
+			if id == priceID {
+				return p, true
+			}
+		}
+	}
+	return Plan{}, false
 }
 
 // FeatureEvents is the feature every event counts toward, one unit each.
@@ -193,11 +305,23 @@ func (c Catalog) HasFeature(feature string) bool {
 }
 
 // Limit is a plan's limit for a feature; a feature the plan does not define has limit 0 (the
-// plan does not include it).
+// plan does not include it). For an allowance feature it is the plan's grant: what a cycle spent
+// wholly on this plan may use. The limit of a cycle is the sum of its grant rows.
 func (p Plan) Limit(feature string) Limit {
 	f, ok := p.Features[feature]
 	if !ok {
 		return Max(0)
 	}
+	if f.Grant != nil {
+		return Max(*f.Grant)
+	}
 	return f.Limit
+}
+
+// Grant is what the plan tops a cycle's allowance of feature up to (0 when it grants none).
+func (p Plan) Grant(feature string) int64 {
+	if f, ok := p.Features[feature]; ok && f.Grant != nil {
+		return *f.Grant
+	}
+	return 0
 }

@@ -55,3 +55,46 @@ func TestLimit_JSONRoundTrip(t *testing.T) {
 		t.Error("unlimited has a remaining")
 	}
 }
+
+func TestDefault_MapsProviderPlansAndGrantsCredits(t *testing.T) {
+	c := Default()
+	if p, ok := c.PlanForKindeKey("customer_pro_plan"); !ok || p.Name != "plus" {
+		t.Errorf("customer_pro_plan → %+v %v", p, ok)
+	}
+	if p, ok := c.PlanForStripePrice("price_ferry_plus_monthly"); !ok || p.Name != "plus" {
+		t.Errorf("price_ferry_plus_monthly → %+v %v", p, ok)
+	}
+	if _, ok := c.PlanForKindeKey("customer_gold_plan"); ok {
+		t.Error("an unknown Kinde plan key names a plan")
+	}
+	if !c.Allowance("credits") || c.Allowance(FeatureEvents) {
+		t.Errorf("allowances: %v", c.AllowanceFeatures())
+	}
+	free, _ := c.Plan("free")
+	plus, _ := c.Plan("plus")
+	if free.Grant("credits") != 10 || plus.Grant("credits") != 500 || free.Limit("credits") != Max(10) || free.Grant(FeatureEvents) != 0 {
+		t.Errorf("grants: free %d plus %d", free.Grant("credits"), plus.Grant("credits"))
+	}
+	if d := c.Definition(FeatureEvents); d.Kinde == nil || d.Kinde.FeatureCode != "events" || d.Stripe == nil || d.Stripe.MeterID == "" {
+		t.Errorf("events definition %+v", d)
+	}
+}
+
+func TestParse_RefusesInvalidProviderMappings(t *testing.T) {
+	const plan = `"tier":"capped","features":{"events":{"limit":1}`
+	for name, in := range map[string]string{
+		"a Kinde key on two plans": `{"default":"a","plans":{"a":{` + plan + `},"kindePlanKeys":["k"]},"b":{` + plan + `},"kindePlanKeys":["k"]}}}`,
+		"an empty Stripe price":    `{"default":"a","plans":{"a":{` + plan + `},"stripePriceIds":[""]}}}`,
+		"allowance without grant":  `{"default":"a","features":{"credits":{"allowance":true}},"plans":{"a":{"tier":"capped","features":{"events":{"limit":1},"credits":{"limit":5}}}}}`,
+		"grant on a plain feature": `{"default":"a","plans":{"a":{"tier":"capped","features":{"events":{"limit":1},"tokens":{"grant":5}}}}}`,
+		"negative grant":           `{"default":"a","features":{"credits":{"allowance":true}},"plans":{"a":{"tier":"capped","features":{"events":{"limit":1},"credits":{"grant":-1}}}}}`,
+		"events as an allowance":   `{"default":"a","features":{"events":{"allowance":true}},"plans":{"a":{"tier":"capped","features":{"events":{"grant":1}}}}}`,
+		"a definition of nothing":  `{"default":"a","features":{"seats":{}},"plans":{"a":{` + plan + `}}}}`,
+		"a Kinde meter, no code":   `{"default":"a","features":{"events":{"kinde":{"featureCode":""}}},"plans":{"a":{` + plan + `}}}}`,
+		"a Stripe meter, no id":    `{"default":"a","features":{"events":{"stripe":{"meterEventName":"e"}}},"plans":{"a":{` + plan + `}}}}`,
+	} {
+		if _, err := Parse([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

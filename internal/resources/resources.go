@@ -73,13 +73,15 @@ type Bucket struct {
 
 // Logical names. Code refers to resources by these; Names maps them to physical names.
 const (
-	TableAccounts  = "accounts"
-	TableAPIKeys   = "apikeys"
-	TableLedger    = "ledger"
-	TableUsage     = "usage"
-	TableAnalytics = "analytics"
-	QueueEvents    = "events"
-	BucketArchive  = "archive"
+	TableAccounts = "accounts"
+	TableAPIKeys  = "apikeys"
+	// TableAccountLinks maps each linked provider id to its account.
+	TableAccountLinks = "accountlinks"
+	TableLedger       = "ledger"
+	TableUsage        = "usage"
+	TableAnalytics    = "analytics"
+	QueueEvents       = "events"
+	BucketArchive     = "archive"
 )
 
 // Logical names of the usage holds' tables.
@@ -114,6 +116,11 @@ var Tables = []Table{
 		Logical:      TableAPIKeys,
 		Purpose:      "account API keys, stored as SHA-256 hashes only",
 		PartitionKey: Attribute{"keyHash", String},
+	},
+	{
+		Logical:      TableAccountLinks,
+		Purpose:      "billing-provider ids linked to accounts (Kinde and Stripe customers, Kinde agreements): one item per id, so each names at most one account",
+		PartitionKey: Attribute{"link", String},
 	},
 	{
 		Logical:      TableLedger,
@@ -395,8 +402,8 @@ var Functions = []Function{
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
 		Tables: map[string]Access{
-			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableLedger: Read, TableUsage: Read,
-			TableIdempotency: ReadWrite,
+			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: ReadWrite, TableLedger: Read,
+			TableUsage: Read, TableIdempotency: ReadWrite,
 		},
 	},
 	{
