@@ -430,13 +430,19 @@ func FuzzHoldCharge(f *testing.F) {
 func FuzzHoldSettle(f *testing.F) {
 	s := newFuzzStack(f, "hold-settle")
 	n := 0
+	hold := ""
 	f.Fuzz(func(t *testing.T, body []byte) {
-		n++
-		hold := freshHold(t, s, n)
+		// A refused settlement leaves its hold running, for the next input; a settled one needs
+		// a new hold.
+		if hold == "" {
+			n++
+			hold = freshHold(t, s, n)
+		}
 		r := s.do(t, "POST", "/v1/holds/"+hold+"/settle", s.key, body, http.StatusOK)
 		if r.Status != http.StatusOK {
 			return
 		}
+		hold = ""
 		var st struct {
 			Status                  string
 			Used, Charged, Released int64
