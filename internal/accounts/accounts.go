@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Status of an account.
@@ -144,13 +146,16 @@ func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.Agreeme
 
 // ErrInactive is the account status rule, the one place it is stated: an inactive account
 // records no new usage (a past_due one still spends, see the statuses). Every way of spending
-// asks CanSpend — a new event (the ingest
-// gate, and the worker, which stores the same words as the reason of the event it rejects), a
-// new hold, a charge step on a running hold, and a settlement that reports more usage than the
-// hold's charges recorded. What is recorded stays recorded: a hold admitted before the
-// deactivation may still be settled at (or below) its recorded usage, which releases the rest,
-// and the sweeper settles such holds when their leases lapse, as it settles every hold.
-var ErrInactive = errors.New("the account is inactive, and an inactive account records no new usage")
+// asks CanSpend — a new event (the ingest gate, and the worker, which stores the rule's message
+// as the reason of the event it rejects), a new hold, a charge step on a running hold, and a
+// settlement that reports more usage than the hold's charges recorded. What is recorded stays
+// recorded: a hold admitted before the deactivation may still be settled at (or below) its
+// recorded usage, which releases the rest, and the sweeper settles such holds when their leases
+// lapse, as it settles every hold.
+var ErrInactive = problem.New(problem.AccountInactive,
+	"the account is inactive, and an inactive account records no new usage",
+	"The account is inactive, and an inactive account records no new usage: no new event, hold or charge. "+
+		"A running hold can still be settled at the usage its charges recorded.")
 
 // CanSpend applies the status rule: ErrInactive for an inactive account, nil otherwise.
 func (a Account) CanSpend() error {
@@ -160,35 +165,38 @@ func (a Account) CanSpend() error {
 	return nil
 }
 
-// Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
+// Errors. Adapters translate DynamoDB outcomes into these; each carries its kind and what a
+// caller is told, which the HTTP layer maps to a problem document.
 var (
-	ErrNotFound = errors.New("account not found")
+	ErrNotFound = problem.New(problem.NotFound, "account not found", "No such resource.")
 	// ErrLinkContended: the account's links kept changing under a concurrent update.
-	ErrLinkContended   = errors.New("the account's links changed concurrently")
-	ErrExists          = errors.New("account already exists")
-	ErrAgreementLocked = errors.New("the agreement start cannot change after the first usage")
-	ErrUnauthenticated = errors.New("unknown API key")
+	ErrLinkContended = problem.New(problem.Unavailable, "the account's links changed concurrently",
+		"The account's linked ids changed while this request ran, so nothing was changed; retry it.")
+	ErrExists          = problem.New(problem.Conflict, "account already exists", "An account with this id already exists.")
+	ErrAgreementLocked = problem.New(problem.AgreementLocked, "the agreement start cannot change after the first usage",
+		"The agreement start cannot change after the account's first usage.")
+	ErrUnauthenticated = problem.New(problem.Unauthenticated, "unknown API key", "The API key is not valid.")
 )
 
 // LinkTakenError is a provider id that already names another account. Nothing was changed.
 type LinkTakenError struct {
-	Kind LinkKind
+	Link LinkKind
 	ID   string
 }
 
 func (e *LinkTakenError) Error() string {
-	return fmt.Sprintf("%s %q is linked to another account", e.Kind.Field(), e.ID)
+	return fmt.Sprintf("%s %q is linked to another account", e.Link.Field(), e.ID)
 }
 
-// InvalidError lists everything wrong with an input.
-type InvalidError struct{ Problems []string }
+// Kind implements problem.Error: an id names at most one account.
+func (e *LinkTakenError) Kind() problem.Kind { return problem.Conflict }
 
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
-
-// IsInvalid reports whether err is an InvalidError.
-func IsInvalid(err error) bool {
-	var ie *InvalidError
-	return errors.As(err, &ie)
+// Public implements problem.Describer: the caller learns which field is taken.
+func (e *LinkTakenError) Public() problem.Public {
+	return problem.Public{
+		Detail: "The " + e.Link.Field() + " " + strconv.Quote(e.ID) + " is linked to another account; unlink it there first.",
+		Facts:  map[string]any{"field": e.Link.Field()},
+	}
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -225,10 +233,7 @@ func (in CreateInput) Validate(catalog plans.Catalog) error {
 	problems = append(problems, validStatus(in.Status)...)
 	problems = append(problems, validLimits(in.Limits, catalog)...)
 	problems = append(problems, validLinks(refs(in.Links), false)...)
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 // UpdateInput changes an account; nil fields stay as they are.
@@ -261,10 +266,7 @@ func (in UpdateInput) Validate(catalog plans.Catalog) error {
 	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil && len(in.Links) == 0 {
 		problems = append(problems, "nothing to change: send plan, status, limits, agreementStart or a linked id")
 	}
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 func validPlan(plan string, catalog plans.Catalog) []string {

@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime"
 	"net/url"
@@ -26,6 +25,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/ferrymeter/ferry/internal/jsonbody"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Size limits. An event is small metadata about usage, not a document; the limits keep every
@@ -52,19 +52,12 @@ type Event struct {
 // ID returns the event's id.
 func (e Event) ID() string { return e.CE.ID() }
 
-// InvalidError says why an event was refused.
-type InvalidError struct{ Reason string }
+// IsInvalid reports whether err refuses an event (a *problem.InputError).
+func IsInvalid(err error) bool { return problem.IsInvalid(err) }
 
-func (e *InvalidError) Error() string { return e.Reason }
-
-// IsInvalid reports whether err is an InvalidError.
-func IsInvalid(err error) bool {
-	var ie *InvalidError
-	return errors.As(err, &ie)
-}
-
+// invalid refuses an event as a whole, for one reason.
 func invalid(format string, args ...any) error {
-	return &InvalidError{Reason: fmt.Sprintf(format, args...)}
+	return problem.Input(fmt.Sprintf(format, args...))
 }
 
 // wire is a CloudEvent in its JSON format, as the strict decoder reads it. Every other member is
@@ -91,7 +84,7 @@ func Parse(data []byte) (Event, error) {
 	}
 	var w wire
 	if err := jsonbody.Decode(data, &w); err != nil {
-		return Event{}, &InvalidError{Reason: err.Error()}
+		return Event{}, problem.Input(err.Error())
 	}
 	attrs := attributes{
 		specVersion: w.SpecVersion, id: w.ID, source: w.Source, typ: w.Type,

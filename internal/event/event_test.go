@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 func TestParse_Valid(t *testing.T) {
@@ -84,16 +85,16 @@ func TestParse_Refused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := event.Parse([]byte(c.body))
-			var ie *event.InvalidError
+			var ie *problem.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("err %v, want an InvalidError", err)
+				t.Fatalf("err %v, want refused input", err)
 			}
-			if !strings.Contains(ie.Reason, c.want) {
-				t.Errorf("reason %q, want %q", ie.Reason, c.want)
+			if !strings.Contains(ie.Error(), c.want) {
+				t.Errorf("reason %q, want %q", ie.Error(), c.want)
 			}
 			for _, leak := range []string{"ReadString", "bigger context", "jsontext", "json:", "found in #", "`"} {
-				if strings.Contains(ie.Reason, leak) {
-					t.Errorf("the reason %q shows the parser's %q", ie.Reason, leak)
+				if strings.Contains(ie.Error(), leak) {
+					t.Errorf("the reason %q shows the parser's %q", ie.Error(), leak)
 				}
 			}
 		})

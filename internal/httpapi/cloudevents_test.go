@@ -17,6 +17,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 func sdkClient(t *testing.T, h *apptest.Harness, key string) cloudevents.Client {
@@ -59,11 +60,11 @@ func sendStatus(t *testing.T, ctx context.Context, c cloudevents.Client, e cloud
 // archived reads back the JSON format Ferry archived for an event, with the SDK.
 func archived(t *testing.T, h *apptest.Harness, accountID, id string) cloudevents.Event {
 	t.Helper()
-	e, err := h.App.Ledger.Get(context.Background(), accountID, id)
+	e, err := h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), accountID, id)
 	if err != nil {
 		t.Fatalf("ledger %s: %v", id, err)
 	}
-	raw, err := h.App.Archive.Get(context.Background(), archive.Key(accountID, id, e.RowInsertedAtMs))
+	raw, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key(accountID, id, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,13 +30,13 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/archive"
-	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // seedDir holds the readable seed inputs of each fuzz target.
@@ -62,7 +62,7 @@ func (q *recordingQueue) SendBatch(ctx context.Context, envs []event.Envelope) e
 // a time in each worker process, so the stack needs no locking.
 type fuzzStack struct {
 	h     *apptest.Harness
-	calls *cloud.CallCounter
+	calls *instrument.CallCounter
 	queue *recordingQueue
 	key   string
 	// firstBytes is the first event accepted under each id: a later event with the same id is
@@ -72,13 +72,14 @@ type fuzzStack struct {
 
 func newFuzzStack(f *testing.F, target string) *fuzzStack {
 	f.Helper()
-	calls := cloud.NewCallCounter()
+	calls := instrument.NewCallCounter()
 	s := &fuzzStack{calls: calls, firstBytes: map[string][]byte{}}
 	s.h = apptest.New(f, apptest.Options{
 		DynamoDB: calls.Options().DynamoDB,
-		Configure: func(a *app.App) {
-			s.queue = &recordingQueue{Queue: a.Ingest.Queue}
-			a.Ingest.Queue = s.queue
+		Configure: func(h *apptest.Harness) {
+			ing := h.Fn(resources.FunctionIngest).Ingest
+			s.queue = &recordingQueue{Queue: ing.Queue}
+			ing.Queue = s.queue
 		},
 	})
 	// An internal account meters nothing and has no limit, and its tokens are unlimited: no
@@ -201,11 +202,11 @@ func (s *fuzzStack) checkEvent(t *testing.T, id string, sent []byte) {
 	if err := json.Unmarshal(got.Body, &entry); err != nil || entry.ID != id || entry.Status != "INSERTED" {
 		t.Fatalf("accepted event %q reads back as %s (%v)", id, got.Body, err)
 	}
-	e, err := s.h.App.Ledger.Get(context.Background(), "acct_fuzz", id)
+	e, err := s.h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), "acct_fuzz", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := s.h.App.Archive.Get(context.Background(), archive.Key("acct_fuzz", id, e.RowInsertedAtMs))
+	obj, err := s.h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key("acct_fuzz", id, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatalf("archive of %q: %v", id, err)
 	}

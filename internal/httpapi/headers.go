@@ -3,6 +3,8 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // The answers given before any route runs — to a request whose head HTTP itself refuses, and
@@ -17,17 +19,21 @@ const headDetail = "The request's head is not valid HTTP: a header holds a chara
 
 // RequestHeadProblem is the answer to a request whose head HTTP refuses, with the status Go's
 // HTTP server chose for it (400 for a control character in a header; 431 for headers too
-// large; 501, 505 for what it does not implement).
+// large; 501, 505 for what it does not implement). Every one is of kind InvalidHeader.
 func RequestHeadProblem(status int) *Problem {
+	p := failure(problem.InvalidHeader, headDetail)
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		return newProblem(status, kindInvalidHeader, http.StatusText(status), "The request's headers are too large. Nothing was done.")
+		p.Detail = "The request's headers are too large. Nothing was done."
 	case http.StatusNotImplemented:
-		return newProblem(status, kindInvalidHeader, http.StatusText(status), "The request's transfer encoding is not supported. Nothing was done.")
+		p.Detail = "The request's transfer encoding is not supported. Nothing was done."
 	case http.StatusHTTPVersionNotSupported:
-		return newProblem(status, kindInvalidHeader, http.StatusText(status), "The request's HTTP version is not supported. Nothing was done.")
+		p.Detail = "The request's HTTP version is not supported. Nothing was done."
+	default:
+		return p
 	}
-	return newProblem(http.StatusBadRequest, kindInvalidHeader, "Invalid request head", headDetail)
+	p.Status, p.Title = status, http.StatusText(status)
+	return p
 }
 
 // GatewayProblem is an answer the gateway gives on its own: 404 for a path no route can have,
@@ -37,10 +43,9 @@ func GatewayProblem(status int) *Problem {
 	case http.StatusNotFound:
 		return notFound("No route has this path: it is not in its clean form (no empty, . or .. segments).")
 	case http.StatusRequestEntityTooLarge:
-		return newProblem(status, kindTooLarge, "Request too large", "The body is over the gateway's payload limit.")
+		return failure(problem.TooLarge, "The body is over the gateway's payload limit.")
 	}
-	return newProblem(http.StatusInternalServerError, kindInternal, "Internal error",
-		"Something went wrong on our side; nothing about the request is shown here. Retry later.")
+	return failure(problem.Internal, "")
 }
 
 // Document renders the problem as the body of an answer.

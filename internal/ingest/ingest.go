@@ -23,23 +23,28 @@ import (
 	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
-// Errors the HTTP layer maps to statuses.
+// Errors of ingest, each with its kind.
 var (
-	// ErrTooLarge: the body is over the route's limit (413).
-	ErrTooLarge = errors.New("request body too large")
+	// ErrTooLarge: the body is over the route's limit. Callers are told the whole message,
+	// which says by how much.
+	ErrTooLarge = problem.New(problem.TooLarge, "request body too large", "")
 	// ErrQueueUnavailable: the event could not be queued, and nothing was: the queue refused
-	// the write or was never reached (503). A Queue wraps it only when that is proven.
-	ErrQueueUnavailable = errors.New("the event queue is unavailable")
+	// the write or was never reached. A Queue wraps it only when that is proven.
+	ErrQueueUnavailable = problem.New(problem.Unavailable, "the event queue is unavailable",
+		"The event could not be queued and was not accepted; retry it.")
 	// ErrOutcomeUnknown: the queue write failed after it may have landed, so the event may be
-	// queued (502). Retrying with the same event id is safe — the worker collapses deliveries
-	// by event id — and is the only way to be sure.
-	ErrOutcomeUnknown = errors.New("the queue did not confirm the event")
+	// queued. Retrying with the same event id is safe — the worker collapses deliveries by event
+	// id — and is the only way to be sure; "not accepted" would be a lie.
+	ErrOutcomeUnknown = problem.New(problem.OutcomeUnknown, "the queue did not confirm the event",
+		"The queue did not confirm the event, which may or may not have been queued. Retry with the same event id: "+
+			"an event that was queued is processed once, however often it is sent.")
 )
 
-// RefusedError is the gate's 402: the account is known to be unable to take the event.
+// RefusedError is the gate's refusal: the account is known to be unable to take the event.
 type RefusedError struct {
 	Detail    string
 	Remaining int64
@@ -47,6 +52,14 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string { return e.Detail }
+
+// Kind implements problem.Error.
+func (e *RefusedError) Kind() problem.Kind { return problem.LimitReached }
+
+// Public implements problem.Describer: the caller learns what is left.
+func (e *RefusedError) Public() problem.Public {
+	return problem.Public{Detail: e.Detail, Facts: map[string]any{"remaining": e.Remaining}}
+}
 
 // Queue carries envelopes to the worker. An error wraps ErrQueueUnavailable only when nothing
 // was queued; any other error means the outcome is unknown (some or all may have been queued,
@@ -144,14 +157,6 @@ type ItemResult struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// BatchInvalidError: no item of the batch could be queued; Results says why for each.
-type BatchInvalidError struct {
-	Detail  string
-	Results []ItemResult
-}
-
-func (e *BatchInvalidError) Error() string { return e.Detail }
-
 // AcceptBatch validates up to event.MaxBatchItems events, collapses repeated ids (the first copy
 // wins), runs the gate once and queues the valid events. It answers for every item in order.
 func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body []byte) ([]ItemResult, error) {
@@ -161,18 +166,18 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 	// The batch as a whole is read strictly first: invalid UTF-8, a lone surrogate or a
 	// duplicate member anywhere makes the body invalid JSON, before any item is looked at.
 	if err := jsonbody.Check(body); err != nil {
-		return nil, &event.InvalidError{Reason: err.Error()}
+		return nil, problem.Input(err.Error())
 	}
 	trimmed := bytes.Trim(body, " \t\r\n") // JSON's whitespace: Check passed, so nothing else surrounds the array
 	var items []jsontext.Value
 	if trimmed[0] != '[' || json.Unmarshal(trimmed, &items) != nil {
-		return nil, &event.InvalidError{Reason: "a batch is a JSON array of CloudEvents 1.0 events"}
+		return nil, problem.Input("a batch is a JSON array of CloudEvents 1.0 events")
 	}
 	if len(items) == 0 {
-		return nil, &event.InvalidError{Reason: "the batch is empty"}
+		return nil, problem.Input("the batch is empty")
 	}
 	if len(items) > event.MaxBatchItems {
-		return nil, &event.InvalidError{Reason: fmt.Sprintf("the batch has %d events; the limit is %d", len(items), event.MaxBatchItems)}
+		return nil, problem.Input(fmt.Sprintf("the batch has %d events; the limit is %d", len(items), event.MaxBatchItems))
 	}
 	now := s.Now()
 	results := make([]ItemResult, len(items))
@@ -195,7 +200,10 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 		queuedAt = append(queuedAt, i)
 	}
 	if len(envs) == 0 {
-		return nil, &BatchInvalidError{Detail: "no event in the batch is valid", Results: results}
+		// No item can be queued: the batch is refused, with why for each item.
+		invalid := problem.Input("no event in the batch is valid")
+		invalid.Facts = map[string]any{"results": results}
+		return nil, invalid
 	}
 	ids := make([]string, len(envs))
 	for i, env := range envs {
@@ -275,7 +283,7 @@ func (s *Service) refusal(ctx context.Context, acct accounts.Account, now time.T
 		s.Log.Warn("advisory gate could not read the meter; failing open", "account", acct.ID, "err", err)
 		return nil
 	}
-	if budget.Committed >= limit.Max {
+	if !limit.Check(budget.Committed, plans.EventAmount).Fits {
 		return &RefusedError{
 			Detail:    fmt.Sprintf("The account has used its %d events for this cycle.", limit.Max),
 			Remaining: 0, Limit: limit.Max,
