@@ -247,22 +247,6 @@ func (e *RefusedError) Public() problem.Public {
 	return problem.Public{Detail: e.Error(), Facts: map[string]any{"remaining": e.Remaining, "needed": e.Needed}}
 }
 
-// InactiveError is a reservation refused because the account is inactive (deactivated, or its
-// invoice overdue): it spends nothing until it is active again. Nothing was held.
-type InactiveError struct{ AccountID string }
-
-func (e *InactiveError) Error() string {
-	return "The account is inactive; it can open no holds until it is active again."
-}
-
-// Kind implements problem.Error.
-func (e *InactiveError) Kind() problem.Kind { return problem.AccountInactive }
-
-// Public implements problem.Describer: nothing is left for an inactive account.
-func (e *InactiveError) Public() problem.Public {
-	return problem.Public{Detail: e.Error(), Facts: map[string]any{"remaining": 0}}
-}
-
 // RateLimitedError is a reservation refused because the account opened too many holds this
 // window. Nothing was held.
 type RateLimitedError struct {

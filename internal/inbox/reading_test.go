@@ -60,6 +60,16 @@ func TestReplay_UnknownCustomerLinkedThenReplayed_OwnOnly(t *testing.T) {
 			t.Errorf("%s another account's: %d %s; unknown: %d %s; want identical 404s", method, theirs.Status, theirs.Body, none.Status, none.Body)
 		}
 	}
+	// A replay's body, if any, is an empty object, read by the strict decoder: anything else is
+	// refused and the event is left as it is.
+	for _, body := range []string{`{"status":"RECEIVED"}`, `{} {}`, `[]`} {
+		if r := h.Do(t, http.MethodPost, "/v1/billing-events/"+id+"/replay", key, []byte(body)); r.Status != http.StatusBadRequest {
+			t.Errorf("replay with %s: %d %s; want 400", body, r.Status, r.Body)
+		}
+	}
+	if e := h.event(t, id); e.Status != inbox.Applied {
+		t.Errorf("after refused replays: %s", e.Status)
+	}
 	// The replays changed nothing: the grant is still once.
 	if c := h.grants(t, "acct_1", "2026-11"); c.Total() != 500 || len(c.Grants) != 2 {
 		t.Errorf("after replays: %+v", c.Grants)

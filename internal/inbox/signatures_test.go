@@ -235,3 +235,43 @@ func TestKindeWebhook_KeysUnavailableIs503(t *testing.T) {
 		})
 	}
 }
+
+// A correctly signed delivery that could be read two ways — a member named twice, invalid UTF-8,
+// an escaped lone surrogate — is refused 400 before anything is stored: the worker reads the
+// stored payload again, and must read what was verified.
+func TestWebhooks_SignedButAmbiguousStoresNothing(t *testing.T) {
+	h := newHarness(t)
+	h.account(t, "acct_1", "customer_1", "cus_1")
+	now := h.Clock.Now()
+	sent := kindeTime(now)
+	claims := map[string]string{
+		"a member named twice": `{"type":"customer.plan_changed","event_id":"event_1","event_id":"event_2","timestamp":"` + sent + `","data":{"customer_id":"customer_1"}}`,
+		"invalid UTF-8":        `{"type":"customer.plan_changed","event_id":"event_1","timestamp":"` + sent + `","data":{"customer_id":"customer_1","note":"` + "\xff" + `"}}`,
+		"a lone surrogate":     `{"type":"customer.plan_changed","event_id":"event_1","timestamp":"` + sent + `","data":{"customer_id":"\ud800"}}`,
+	}
+	key := h.Signer(t).PrivateKey()
+	for name, payload := range claims {
+		header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","kid":"` + h.Signer(t).KeyID() + `","typ":"JWT"}`))
+		signing := header + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+		sig, err := jwt.SigningMethodRS256.Sign(signing, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(signing+"."+base64.RawURLEncoding.EncodeToString(sig)), "Content-Type", "application/jwt")
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("Kinde, %s: %d %s; want 400", name, r.Status, r.Body)
+		}
+	}
+	bodies := map[string]string{
+		"a member named twice": `{"id":"evt_1","object":"event","type":"invoice.paid","type":"invoice.payment_failed","created":1,"data":{"object":{"object":"invoice","customer":"cus_1"}}}`,
+		"invalid UTF-8":        `{"id":"evt_1","object":"event","type":"invoice.paid","created":1,"data":{"object":{"object":"invoice","customer":"cus_1","description":"` + "\xff" + `"}}}`,
+	}
+	for name, body := range bodies {
+		sig := stripewebhook.Sign([]byte(body), apptest.StripeSecret, time.Now())
+		r := h.send(t, http.MethodPost, "/v1/webhooks/stripe", []byte(body), "Content-Type", "application/json", "Stripe-Signature", sig)
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("Stripe, %s: %d %s; want 400", name, r.Status, r.Body)
+		}
+	}
+	h.assertNothingStored(t)
+}

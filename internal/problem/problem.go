@@ -52,12 +52,16 @@ const (
 	HoldNotRunning
 	// KeyReused: a job or step key was sent again with a different request.
 	KeyReused
+	// AccountInactive: the account is inactive and records no new usage. Nothing moved.
+	AccountInactive
+	// OutcomeUnknown: a write to a dependency failed after it may have landed. Retrying with
+	// the same identity (an event id) is safe, and the only way to be sure.
+	OutcomeUnknown
+	// InvalidHeader: the request's head is not valid HTTP (a control character in a header).
+	InvalidHeader
 	// SignatureInvalid: a billing provider's delivery whose signature cannot be verified;
 	// nothing was stored.
 	SignatureInvalid
-	// AccountInactive: the account is inactive (deactivated, or its invoice overdue) and spends
-	// nothing.
-	AccountInactive
 
 	numKinds
 )
@@ -77,7 +81,7 @@ var kindNames = [numKinds]string{
 	Conflict: "conflict", AgreementLocked: "agreement-locked", LimitReached: "limit-reached",
 	LimitUnknown: "limit-unknown", RateLimited: "rate-limited", Unavailable: "unavailable", InFlight: "in-flight",
 	IdempotencyKeyReused: "idempotency-key-reused", HoldNotRunning: "hold-not-running", KeyReused: "key-reused",
-	SignatureInvalid: "signature-invalid", AccountInactive: "account-inactive",
+	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header", SignatureInvalid: "signature-invalid",
 }
 
 func (k Kind) String() string {

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/provider"
 )
@@ -66,6 +67,23 @@ func (e *UnverifiableError) Kind() problem.Kind { return problem.SignatureInvali
 // Public implements problem.Describer.
 func (e *UnverifiableError) Public() problem.Public {
 	return problem.Public{Detail: "The delivery was not stored: " + e.Reason + "."}
+}
+
+// AmbiguousClaimsError is a correctly signed token whose claims are not strict JSON (a member
+// named twice, invalid UTF-8, an escaped lone surrogate): readers could take it two ways, so it is
+// answered 400 and nothing is stored.
+type AmbiguousClaimsError struct{ Reason string }
+
+func (e *AmbiguousClaimsError) Error() string {
+	return "Kinde token with ambiguous claims: " + e.Reason
+}
+
+// Kind implements problem.Error.
+func (e *AmbiguousClaimsError) Kind() problem.Kind { return problem.Invalid }
+
+// Public implements problem.Describer.
+func (e *AmbiguousClaimsError) Public() problem.Public {
+	return problem.Public{Detail: "The delivery was not stored: the token's claims are not strict JSON (" + e.Reason + ")."}
 }
 
 // ErrKeysUnavailable: Kinde's keys could not be fetched at all, so no delivery can be verified
@@ -212,6 +230,10 @@ func (v *Verifier) Verify(ctx context.Context, body []byte) (Verified, error) {
 	payload, err := v.parser.DecodeSegment(parts[1])
 	if err != nil {
 		return Verified{}, &UnverifiableError{Reason: "the token's payload cannot be decoded"}
+	}
+	// The claims are stored as signed and read again by the worker: they must read one way only.
+	if err := jsonbody.Check(payload); err != nil {
+		return Verified{}, &AmbiguousClaimsError{Reason: err.Error()}
 	}
 	kid, _ := token.Header["kid"].(string)
 	if !inbox.ValidEventID(c.EventID) {

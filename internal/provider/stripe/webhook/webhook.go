@@ -21,6 +21,7 @@ import (
 	"github.com/stripe/stripe-go/v85/webhook"
 
 	"github.com/ferrymeter/ferry/internal/inbox"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/problem"
 )
 
@@ -88,6 +89,10 @@ func (v Verifier) Verify(body []byte, signature string) (Verified, error) {
 		return Verified{}, &UnverifiableError{Reason: "no v1 signature in the Stripe-Signature header verifies"}
 	case err != nil:
 		// The signature verified (stripe-go checks it first); the body is not an event.
+		return Verified{}, &NotAnEventError{Reason: err.Error()}
+	}
+	// The body is stored as signed and read again by the worker: it must read one way only.
+	if err := jsonbody.Check(body); err != nil {
 		return Verified{}, &NotAnEventError{Reason: err.Error()}
 	}
 	if !inbox.ValidEventID(ev.ID) || ev.Type == "" {
