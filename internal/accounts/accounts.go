@@ -211,6 +211,9 @@ func (e *LinkTakenError) Public() problem.Public {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
+// prefixPattern is what the start of an account id may look like (a search).
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
 // ValidID reports whether id can name an account: 1–64 letters, digits, '_' or '-', starting with
 // a letter or digit. Event ledger keys rely on ids never containing '#'.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
@@ -365,6 +368,8 @@ type Store interface {
 	AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error)
 	// MarkUsageStarted records the first usage once and returns the account as stored after it.
 	MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error)
+	// List returns a page of accounts in id order, those whose id starts with prefix.
+	List(ctx context.Context, prefix, cursor string, limit int) (Page, error)
 }
 
 // Service is the accounts use cases.

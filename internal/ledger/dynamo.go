@@ -24,10 +24,13 @@ const (
 	claimCondition      = "attribute_not_exists(#pk)"
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
-	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
+	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
 	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
 	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	reopenUpdate        = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now"
+	reopenUpdate        = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs"
+	// failureSet puts a REJECTED or UNINSERTABLE entry in the sparse failure index (see
+	// resources.IndexLedgerByFailure), in the same write that gives it the status.
+	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
 )
 
 // DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
@@ -52,6 +55,10 @@ type entryItem struct {
 	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
 	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
 	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+	// FailureKey and FailedAtMs are present only while the entry is REJECTED or UNINSERTABLE:
+	// they put it in the failure index.
+	FailureKey string `dynamodbav:"failureKey,omitempty"`
+	FailedAtMs int64  `dynamodbav:"failedAtMs,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -205,7 +212,7 @@ func (s *DynamoStore) Reject(ctx context.Context, accountID, eventID, reason str
 		ExpressionAttributeNames: dynamo.Names(rejectUpdate, checkpointCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":rejected": dynamo.S(string(Rejected)), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs),
-			":inserting": dynamo.S(string(Inserting)),
+			":inserting": dynamo.S(string(Inserting)), ":failureKey": dynamo.S(FailureKey(accountID, Rejected)),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {
@@ -263,18 +270,23 @@ func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID strin
 
 func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
 	update := "SET #status = :status, #updatedAtMs = :now"
-	if status == Inserted {
+	values := map[string]types.AttributeValue{
+		":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+	}
+	switch status {
+	case Inserted:
 		update += ", #insertedAtMs = :now"
+	case Uninsertable:
+		update += ", " + failureSet
+		values[":failureKey"] = dynamo.S(FailureKey(accountID, Uninsertable))
 	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(s.Table),
-		Key:                      s.key(accountID, eventID),
-		UpdateExpression:         aws.String(update),
-		ConditionExpression:      aws.String(cond),
-		ExpressionAttributeNames: dynamo.Names(update, cond),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
-		},
+		TableName:                 aws.String(s.Table),
+		Key:                       s.key(accountID, eventID),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(update, cond),
+		ExpressionAttributeValues: values,
 	})
 	if dynamo.IsConditionFailed(err) {
 		return ErrNotInserting
