@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
@@ -26,9 +27,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
+	catalog, err := devCatalog()
+	if err != nil {
+		return err
+	}
+	meters, standIns, err := devMeters(ctx, catalog)
+	if err != nil {
+		return err
+	}
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
 		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Extend: extendDevStack,
+		Catalog: &catalog, Meters: meters,
+		Extend: func(a *app.App, s *devstack.Stack) error {
+			standIns.mount(s)
+			return extendDevStack(a, s)
+		},
 	})
 	if err != nil {
 		return err
@@ -45,6 +58,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"  health:       "+stack.URL+"/healthz",
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
 		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
+		"  reporting: "+reportingBanner(standIns, stack.URL),
 		"Press Ctrl-C to stop.",
 	))
 	<-ctx.Done()
@@ -55,6 +69,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
 func extendDevStack(a *app.App, s *devstack.Stack) error {
 	return extendHolds(a, s)
+}
+
+// reportingBanner says where ferry dev reports usage.
+func reportingBanner(m *meterStandIns, url string) string {
+	if m == nil {
+		return "to the providers the environment configures"
+	}
+	return fmt.Sprintf("to stand-ins (%s; also at %s%s/ and %s%s/)", strings.Join(m.urls, ", "), url, devKindeStandInPath, url, devStripeStandInPath)
 }
 
 func envOr(name, fallback string) string {

@@ -52,6 +52,7 @@ func extendHolds(a *app.App, s *devstack.Stack) error {
 	}
 	a.Limits = &limits.Cached{Fetch: client, Metrics: a.Metrics, Log: a.Log, Now: a.Now}
 	a.Holds.Limits = a.Limits
+	a.API.SetLimits(a.Limits)
 	return nil
 }
 

@@ -45,6 +45,8 @@ type Config struct {
 	MaxQuarantines int
 	// Limits selects where usage holds read limits from; the zero value reads the plans.
 	Limits LimitsConfig
+	// Meters selects the providers usage is reported to; the zero value reports to none.
+	Meters MetersConfig
 }
 
 // ConfigFromEnv reads a function's configuration: resource names, plans (FERRY_PLANS or the
@@ -181,6 +183,9 @@ type App struct {
 	// Holds runs the usage holds and their sweeper; Limits is where admissions read limits.
 	Holds  *holds.Service
 	Limits limits.Source
+
+	// Meters reports usage to the providers and reconciles their meters with the ledger.
+	Meters *Meters
 }
 
 // New composes the services. now is the clock every service reads (once per unit of work).
@@ -216,9 +221,14 @@ func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Record
 		},
 		Accounts: a.Accounts, Limits: a.Limits, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
 	}
+	a.Meters = newMeters(a, cfg.Meters, clients, log, rec)
 	a.API = httpapi.New(httpapi.Deps{
 		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
-		Holds: a.Holds, AdminKey: cfg.AdminKey, Log: log, Now: now,
+		Holds: a.Holds, AdminKey: cfg.AdminKey, Log: log, Now: now, Limits: a.Limits,
+		Meters: httpapi.MeterDeps{
+			Corrections: a.Meters.Corrections, Reporter: a.Meters.Reporter, Reconciler: a.Meters.Reconciler,
+			Evidence: a.Meters.Evidence, Review: a.Meters.Review, Drainer: a.Meters.Drainer,
+		},
 	})
 	a.Idempotency = &idempotency.Service{
 		Store:  &idempotency.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableIdempotency)},
@@ -238,6 +248,9 @@ func FromEnv(ctx context.Context, needAdminKey bool) (*App, error) {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	if cfg.Limits, err = LimitsConfigFromEnv(ctx); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	if cfg.Meters, err = MetersConfigFromEnv(ctx); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})

@@ -53,7 +53,9 @@ type StackOptions struct {
 	Prefix            string
 	VisibilityTimeout time.Duration
 	Catalog           *plans.Catalog
-	Log               *slog.Logger
+	// Meters are the providers usage is reported to (ferry dev points them at stand-ins).
+	Meters app.MetersConfig
+	Log    *slog.Logger
 	Now               func() time.Time
 	// Extend lets capabilities add routes, middleware and scheduled functions to the app before
 	// the stack starts serving.
@@ -126,7 +128,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	cfg := app.Config{
 		Names: names, AdminKey: opts.AdminKey, Catalog: catalog,
-		Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines,
+		Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines, Meters: opts.Meters,
 	}
 	s.App = app.New(cfg, clients, log, s.Counter, opts.Now)
 	// The schedules EventBridge runs in AWS.
@@ -135,6 +137,25 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		if res.Expired > 0 || res.Failed > 0 {
 			log.Info("sweep done", "expired", res.Expired, "skipped", res.Skipped, "failed", res.Failed)
 		}
+		return err
+	}
+	s.Schedules[resources.FunctionReporter] = func(ctx context.Context) error {
+		res, err := s.App.Meters.Reporter.Run(ctx)
+		if res.Found > 0 {
+			log.Info("report done", "found", res.Found, "reported", res.Reported, "review", res.Review, "retrying", res.Retrying, "failed", res.Failed)
+		}
+		_, merr := s.App.Meters.Reconciler.RunMarked(ctx)
+		return errors.Join(err, merr)
+	}
+	s.Schedules[resources.FunctionDrainer] = func(ctx context.Context) error {
+		res, err := s.App.Meters.Drainer.Run(ctx)
+		if res.Due > 0 {
+			log.Info("drain done", "due", res.Due, "sent", res.Sent, "retrying", res.Retrying, "dead", res.Dead)
+		}
+		return err
+	}
+	s.Schedules[resources.FunctionReconciler] = func(ctx context.Context) error {
+		_, err := s.App.Meters.Reconciler.RunAll(ctx, time.Now().Add(resources.ReconcilerTimeout), nil)
 		return err
 	}
 	if opts.Extend != nil {

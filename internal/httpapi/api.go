@@ -21,6 +21,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/usage"
@@ -43,6 +44,10 @@ type Deps struct {
 	Catalog  plans.Catalog
 	// Holds serves the usage holds routes.
 	Holds *holds.Service
+	// Limits is where the next admission reads its limit; GET /v1/usage shows that limit.
+	Limits limits.Source
+	// Meters serves the reporting and reconciliation routes.
+	Meters MeterDeps
 	// AdminKey authenticates the operator routes. Empty disables them.
 	AdminKey string
 	Log      *slog.Logger
@@ -94,8 +99,16 @@ func New(d Deps) *API {
 	a.register("GET /v1/holds/{id}", Account, a.getHold)
 	a.register("POST /v1/holds/{id}/charges", Account, a.chargeHold)
 	a.register("POST /v1/holds/{id}/settle", Account, a.settleHold)
+	a.register("POST /v1/usage/corrections", Operator, a.postCorrection)
+	a.register("POST /v1/report", Operator, a.postReport)
+	a.register("POST /v1/reconcile", Operator, a.postReconcile)
+	a.register("GET /v1/reconcile/evidence", Operator, a.getEvidence)
+	a.register("GET /v1/reconcile/review", Operator, a.getReview)
 	return a
 }
+
+// SetLimits replaces the limit source GET /v1/usage reads (ferry dev swaps in a stand-in's).
+func (a *API) SetLimits(src limits.Source) { a.deps.Limits = src }
 
 // Register adds a route handler. The route must be declared in resources.Routes: that list is
 // what the CDK app deploys, so a handler without an entry would never be reachable in AWS.

@@ -120,6 +120,9 @@ func problemFor(err error) *Problem {
 	if p, ok := holdsProblem(err); ok {
 		return p
 	}
+	if p, ok := meterProblem(err); ok {
+		return p
+	}
 	var refused *ingest.RefusedError
 	var batchInvalid *ingest.BatchInvalidError
 	var invalidAccount *accounts.InvalidError

@@ -51,6 +51,9 @@ type entryItem struct {
 	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
 	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
 	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
+	// identity, the key of the ledger's sparse meter index.
+	MeterRow string `dynamodbav:"meterRow,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -164,15 +167,29 @@ func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowM
 		},
 	}}
 	var items []types.TransactWriteItem
+	markAt := -1 // the index of the report mark's item, for metered charges
+	meterRowSK := ""
 	switch c.Kind {
 	case ChargeCapped:
-		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, c.Feature, e.Cycle, c.Amount, c.Limit, nowMs), checkpoint}
+		meterRowSK = usage.BudgetSK
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, c.Feature, e.Cycle, c.Amount, c.Limit, nowMs)}
 	case ChargeCounted:
-		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, c.Feature, e.Cycle, usage.ShardFor(e.EventID), c.Amount, nowMs), checkpoint}
+		shard := usage.ShardFor(e.EventID)
+		meterRowSK = usage.ShardSK(shard)
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, c.Feature, e.Cycle, shard, c.Amount, nowMs)}
 	case ChargeCheckpointOnly:
 		items = []types.TransactWriteItem{checkpoint}
 	default:
 		return 0, fmt.Errorf("accept billing %s: charge kind %d does not bill", e.EventID, c.Kind)
+	}
+	if meterRowSK != "" {
+		put, err := s.meteredCheckpoint(e, c, meterRowSK, nowMs)
+		if err != nil {
+			return 0, err
+		}
+		// The steady state: the row's report mark is there and is only checked (see usage/marks.go).
+		markAt = len(items) + 1
+		items = append(items, put, s.Usage.MarkCheck(e.AccountID, c.Feature, e.Cycle, meterRowSK))
 	}
 
 	for attempt := range dynamo.MaxConflictTries {
@@ -202,8 +219,21 @@ func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowM
 				return 0, ErrLimitReached
 			}
 		}
-		// Neither the checkpoint nor the limit explains the cancellation: a conflicting
-		// transaction on the same rows. The write is keyed by the checkpoint, so retry it.
+		// Neither the checkpoint nor the limit explains the cancellation: the row's report mark
+		// was absent (the first write since the last report), or a conflicting transaction on
+		// the same rows. The write is keyed by the checkpoint, so write it again, marking the row
+		// if its mark is absent.
+		if markAt >= 0 {
+			marked, merr := s.Usage.Marked(ctx, e.AccountID, c.Feature, e.Cycle, meterRowSK)
+			if merr != nil {
+				return 0, merr
+			}
+			if !marked {
+				items[markAt] = s.Usage.MarkPut(e.AccountID, c.Feature, e.Cycle, meterRowSK, nowMs)
+				continue
+			}
+			items[markAt] = s.Usage.MarkCheck(e.AccountID, c.Feature, e.Cycle, meterRowSK)
+		}
 		if attempt < dynamo.MaxConflictTries-1 {
 			if serr := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); serr != nil {
 				return 0, serr
@@ -211,6 +241,30 @@ func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowM
 		}
 	}
 	return 0, fmt.Errorf("bill event %s: still contended after %d tries", e.EventID, dynamo.MaxConflictTries)
+}
+
+// meteredCheckpoint is the checkpoint of an event billed against a counter row: the entry is put
+// whole, at its checkpoint, carrying the counter row it moved (the ledger's meter index key). It
+// is put rather than updated so that it enters the sparse meter index the way the local emulator
+// keeps right; its condition is the checkpoint's own, and an INSERTING entry without a checkpoint
+// is exactly the entry its claim wrote, so putting it whole changes nothing else.
+func (s *DynamoStore) meteredCheckpoint(e Entry, c Charge, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(entryItem{
+		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
+		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
+		Tier: string(c.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
+		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, c.Feature, e.Cycle, rowSK),
+	})
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                 aws.String(s.Table),
+		Item:                      item,
+		ConditionExpression:       aws.String(checkpointCondition),
+		ExpressionAttributeNames:  dynamo.Names(checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))},
+	}}, nil
 }
 
 // write sends the billing items: a transaction, or a single conditional update when there is
