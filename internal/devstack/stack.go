@@ -56,7 +56,7 @@ type StackOptions struct {
 	// Meters are the providers usage is reported to (ferry dev points them at stand-ins).
 	Meters app.MetersConfig
 	Log    *slog.Logger
-	Now               func() time.Time
+	Now    func() time.Time
 	// Extend lets capabilities add routes, middleware and scheduled functions to the app before
 	// the stack starts serving.
 	Extend func(a *app.App, s *Stack) error

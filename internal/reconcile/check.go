@@ -337,4 +337,3 @@ func (r *Reconciler) confirmStripe(ctx context.Context, acct accounts.Account, d
 	}
 	return last, nil
 }
-

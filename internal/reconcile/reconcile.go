@@ -482,4 +482,3 @@ func differing(k report.Key, rows []map[string]types.AttributeValue, sum Sum) []
 	}
 	return out
 }
-
