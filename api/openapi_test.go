@@ -502,6 +502,44 @@ func conformanceTable() []exchange {
 		{name: "charge, after settlement", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
 			body: `{"key":"step-3","amount":1}`, status: 409},
 		{name: "hold, unknown", route: "GET /v1/holds/{id}", path: "/v1/holds/nohold", as: "acct_1", status: 404},
+
+		// Reporting and reconciliation (DESIGN §9).
+		{name: "correction", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-1",
+			body: `{"account":"acct_1","feature":"events","units":-1,"reason":"a bot's click"}`, status: 201},
+		{name: "correction, repeated", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-1",
+			body: `{"account":"acct_1","feature":"events","units":-1,"reason":"a bot's click"}`, status: 201, replayed: true},
+		{name: "correction, no Idempotency-Key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator",
+			body: `{"account":"acct_1","feature":"events","units":2,"reason":"late import"}`, status: 400},
+		{name: "correction of zero", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-0",
+			body: `{"account":"acct_1","feature":"events","units":0,"reason":"nothing"}`, status: 400, invalidRequest: true},
+		{name: "correction, unknown account", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-2",
+			body: `{"account":"nobody","feature":"events","units":1,"reason":"x"}`, status: 404},
+		{name: "correction, an account's key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "acct_1",
+			body: `{"account":"acct_1","feature":"events","units":1,"reason":"x"}`, status: 401},
+		{name: "usage after a correction", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				if !strings.Contains(string(r.body), `"corrections":-1`) {
+					t.Errorf("usage does not show the correction: %s", r.body)
+				}
+			}},
+		{name: "report now", route: "POST /v1/report", path: "/v1/report", as: "operator", idemKey: "report-1", body: `{}`, status: 200},
+		{name: "report now, repeated", route: "POST /v1/report", path: "/v1/report", as: "operator", idemKey: "report-1", body: `{}`, status: 200, replayed: true},
+		{name: "report now, no body", route: "POST /v1/report", path: "/v1/report", as: "operator", status: 200},
+		{name: "report now, a stray member", route: "POST /v1/report", path: "/v1/report", as: "operator", body: `{"all":true}`, status: 400, invalidRequest: true},
+		{name: "reconcile an account", route: "POST /v1/reconcile", path: "/v1/reconcile", as: "operator", idemKey: "rec-1",
+			body: `{"account":"acct_1","cycle":"2026-11"}`, status: 200},
+		{name: "reconcile, repeated", route: "POST /v1/reconcile", path: "/v1/reconcile", as: "operator", idemKey: "rec-1",
+			body: `{"account":"acct_1","cycle":"2026-11"}`, status: 200, replayed: true},
+		{name: "reconcile a page", route: "POST /v1/reconcile", path: "/v1/reconcile", as: "operator", body: `{}`, status: 200},
+		{name: "reconcile, malformed cycle", route: "POST /v1/reconcile", path: "/v1/reconcile", as: "operator",
+			body: `{"account":"acct_1","cycle":"2026-13"}`, status: 400, invalidRequest: true},
+		{name: "reconcile, unknown account", route: "POST /v1/reconcile", path: "/v1/reconcile", as: "operator",
+			body: `{"account":"nobody"}`, status: 404},
+		{name: "evidence", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&cycle=2026-11", as: "operator", status: 200},
+		{name: "evidence, no account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence", as: "operator", status: 400, invalidRequest: true},
+		{name: "evidence, unknown account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=nobody", as: "operator", status: 404},
+		{name: "review list", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "operator", status: 200},
+		{name: "review list, an account's key", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "acct_1", status: 401},
 	}
 }
 

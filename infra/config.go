@@ -32,6 +32,10 @@ const (
 	ctxKindeDomain            = "kindeDomain"
 	ctxKindeClientID          = "kindeClientId"
 	ctxKindeClientSecretARN   = "kindeClientSecretArn"
+	// Meter reporting: whether usage is reported to Kinde (with the Kinde settings above), and
+	// the Secrets Manager secret holding the Stripe API key (Stripe reporting is on when set).
+	ctxReportToKinde         = "reportToKinde"
+	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
 )
 
 // Defaults for every optional setting. They suit a small production stage; each can be
@@ -115,6 +119,12 @@ type Config struct {
 	KindeDomain          string
 	KindeClientID        string
 	KindeClientSecretARN string
+	// ReportToKinde reports usage to Kinde's meters with the same Kinde client (the functions
+	// that report get the domain and client id, and may read the client secret).
+	ReportToKinde bool
+	// StripeAPIKeySecretARN names the Secrets Manager secret holding the Stripe API key; when
+	// set, usage is reported to Stripe and the functions that report may read it.
+	StripeAPIKeySecretARN string
 }
 
 // Prefix is the physical-name prefix of the stage's resources ("ferry-prod").
@@ -122,6 +132,13 @@ func (c Config) Prefix() string { return StackName(c.Stage) }
 
 // Kinde reports whether usage holds read limits from Kinde.
 func (c Config) Kinde() bool { return c.LimitsSource == limits.SourceKinde }
+
+// KindeClient reports whether the deployment talks to Kinde at all (limits or reporting), and
+// so needs the Kinde settings.
+func (c Config) KindeClient() bool { return c.Kinde() || c.ReportToKinde }
+
+// Stripe reports whether usage is reported to Stripe.
+func (c Config) Stripe() bool { return c.StripeAPIKeySecretARN != "" }
 
 // Disposable reports whether the stage's data may be destroyed with the stack.
 func (c Config) Disposable() bool { return c.Stage == defaultStage }
@@ -183,6 +200,20 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.KindeDomain = str(ctxKindeDomain, "")
 	c.KindeClientID = str(ctxKindeClientID, "")
 	c.KindeClientSecretARN = str(ctxKindeClientSecretARN, "")
+	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
+	switch v := lookup(ctxReportToKinde).(type) {
+	case nil:
+	case bool:
+		c.ReportToKinde = v
+	case string:
+		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxReportToKinde, v))
+		}
+		c.ReportToKinde = on
+	default:
+		errs = append(errs, fmt.Errorf("context %s: want true or false, got %v", ctxReportToKinde, v))
+	}
 	if path := str(ctxPlansFile, ""); path != "" {
 		plans, err := readPlans(path)
 		if err != nil {
@@ -238,6 +269,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("plans: %d bytes of JSON; Lambda allows 4 KB for all variables, so keep plans under %d", len(c.Plans), maxPlansBytes))
 	}
 	errs = append(errs, c.validateLimitsSource()...)
+	if c.StripeAPIKeySecretARN != "" && !secretARNPattern.MatchString(c.StripeAPIKeySecretARN) {
+		errs = append(errs, fmt.Errorf("stripeApiKeySecretArn %q: want the ARN of a Secrets Manager secret (arn:aws:secretsmanager:<region>:<account>:secret:<name>)", c.StripeAPIKeySecretARN))
+	}
 	return errors.Join(errs...)
 }
 
@@ -254,6 +288,9 @@ func (c Config) validateLimitsSource() []error {
 	var errs []error
 	switch c.LimitsSource {
 	case limits.SourcePlan:
+		if c.ReportToKinde {
+			break
+		}
 		var set []string
 		for _, k := range kindeKeys {
 			if k.value != "" {
@@ -261,7 +298,7 @@ func (c Config) validateLimitsSource() []error {
 			}
 		}
 		if len(set) > 0 {
-			errs = append(errs, fmt.Errorf("%s: set only with limitsSource=%s, and limitsSource is %q", strings.Join(set, ", "), limits.SourceKinde, c.LimitsSource))
+			errs = append(errs, fmt.Errorf("%s: set only with limitsSource=%s, and limitsSource is %q and %s is false", strings.Join(set, ", "), limits.SourceKinde, c.LimitsSource, ctxReportToKinde))
 		}
 		return errs
 	case limits.SourceKinde:
@@ -275,7 +312,11 @@ func (c Config) validateLimitsSource() []error {
 		}
 	}
 	if len(missing) > 0 {
-		errs = append(errs, fmt.Errorf("limitsSource %q needs %s", limits.SourceKinde, strings.Join(missing, ", ")))
+		who := fmt.Sprintf("limitsSource %q", limits.SourceKinde)
+		if !c.Kinde() {
+			who = ctxReportToKinde + "=true"
+		}
+		errs = append(errs, fmt.Errorf("%s needs %s", who, strings.Join(missing, ", ")))
 	}
 	if c.KindeDomain != "" {
 		if err := validKindeDomain(c.KindeDomain); err != nil {

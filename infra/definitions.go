@@ -55,7 +55,7 @@ var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPT
 // carries the secret's ARN: the operator key, which the stack generates, and the Kinde client
 // secret, which the kindeClientSecretArn context names (and which exists only with
 // limitsSource=kinde).
-var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN}
+var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN, resources.EnvStripeAPIKeySecretARN}
 
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
@@ -135,12 +135,19 @@ func (d Definitions) Validate() error {
 			}
 		}
 		// A function that reads limits from Kinde needs the client secret, and only such a
-		// function has any use for it.
+		// function, or one that reports usage (to Kinde), has any use for it. Only a function
+		// that reports usage has any use for the Stripe API key.
 		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
 		case f.ReadsLimits && !kindeSecret:
 			fail("function %q reads limits but does not list secret %s, which limitsSource kinde needs", f.Name, resources.EnvKindeClientSecretARN)
-		case !f.ReadsLimits && kindeSecret:
+		case !f.ReadsLimits && !f.ReportsUsage && kindeSecret:
 			fail("function %q lists secret %s but does not read limits; only functions that read limits may read it", f.Name, resources.EnvKindeClientSecretARN)
+		}
+		switch stripeSecret := listed[resources.EnvStripeAPIKeySecretARN]; {
+		case f.ReportsUsage && !stripeSecret:
+			fail("function %q reports usage but does not list secret %s, which Stripe reporting needs", f.Name, resources.EnvStripeAPIKeySecretARN)
+		case !f.ReportsUsage && stripeSecret:
+			fail("function %q lists secret %s but does not report usage; only functions that report usage may read it", f.Name, resources.EnvStripeAPIKeySecretARN)
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {

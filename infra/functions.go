@@ -68,8 +68,9 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
 	env := baseEnvironment(props.Config, props.Storage.Names())
 	limitsEnv := limitsEnvironment(props.Config)
+	reportEnv := reportEnvironment(props.Config)
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env, limitsEnv)
+		fn, err := newFunction(this, props, def, env, limitsEnv, reportEnv)
 		if err != nil {
 			return nil, err
 		}
@@ -102,10 +103,35 @@ func limitsEnvironment(cfg Config) map[string]*string {
 	return env
 }
 
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string) (awslambda.Function, error) {
+// reportEnvironment is what a function that reports usage gets: with reportToKinde, the switch
+// and the Kinde domain and client id (the client secret travels as a secret, by its ARN).
+func reportEnvironment(cfg Config) map[string]*string {
+	env := map[string]*string{}
+	if cfg.ReportToKinde {
+		env[resources.EnvReportKinde] = jsii.String("true")
+		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
+		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
+	}
+	return env
+}
+
+// needsSecret reports whether a function that lists a secret needs it in this deployment: the
+// Kinde client secret for reading limits from Kinde or for reporting to Kinde, the Stripe key for
+// reporting to Stripe.
+func needsSecret(cfg Config, def resources.Function, name string) bool {
+	switch name {
+	case resources.EnvKindeClientSecretARN:
+		return (def.ReadsLimits && cfg.Kinde()) || (def.ReportsUsage && cfg.ReportToKinde)
+	case resources.EnvStripeAPIKeySecretARN:
+		return def.ReportsUsage && cfg.Stripe()
+	}
+	return true
+}
+
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv, reportEnv map[string]*string) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+len(limitsEnv)+len(def.Secrets))
+	env := make(map[string]*string, len(base)+len(limitsEnv)+len(reportEnv)+len(def.Secrets))
 	for k, v := range base {
 		env[k] = v
 	}
@@ -114,10 +140,16 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 			env[k] = v
 		}
 	}
+	if def.ReportsUsage && contains(def.Secrets, resources.EnvKindeClientSecretARN) {
+		// Only a function that may read the Kinde client secret can report to Kinde.
+		for k, v := range reportEnv {
+			env[k] = v
+		}
+	}
 	// Secrets in definition order, so the policy reads the same on every synthesis.
 	var secrets []awssecretsmanager.ISecret
 	for _, name := range def.Secrets {
-		if secret, ok := props.Secrets[name]; ok {
+		if secret, ok := props.Secrets[name]; ok && needsSecret(cfg, def, name) {
 			env[name] = secret.SecretArn()
 			secrets = append(secrets, secret)
 		}

@@ -58,8 +58,11 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		RemovalPolicy: removalPolicy(cfg),
 	})
 	secrets := map[string]awssecretsmanager.ISecret{resources.EnvAdminKeySecretARN: adminKey}
-	if cfg.Kinde() {
+	if cfg.KindeClient() {
 		secrets[resources.EnvKindeClientSecretARN] = importKindeClientSecret(stack, cfg)
+	}
+	if cfg.Stripe() {
+		secrets[resources.EnvStripeAPIKeySecretARN] = importSecret(stack, "StripeAPIKey", cfg.StripeAPIKeySecretARN)
 	}
 	functions, err := NewFunctions(stack, "Functions", &FunctionsProps{
 		Config:       cfg,
@@ -105,6 +108,15 @@ func importKindeClientSecret(scope constructs.Construct, cfg Config) awssecretsm
 		return awssecretsmanager.Secret_FromSecretCompleteArn(scope, id, arn)
 	}
 	return awssecretsmanager.Secret_FromSecretPartialArn(scope, id, arn)
+}
+
+// importSecret refers to a secret the operator owns by its ARN, complete or partial (see
+// importKindeClientSecret).
+func importSecret(scope constructs.Construct, id, arn string) awssecretsmanager.ISecret {
+	if secretARNSuffix.MatchString(arn) {
+		return awssecretsmanager.Secret_FromSecretCompleteArn(scope, jsii.String(id), jsii.String(arn))
+	}
+	return awssecretsmanager.Secret_FromSecretPartialArn(scope, jsii.String(id), jsii.String(arn))
 }
 
 // checkDeployable reports what the stack could not deploy safely: a function without code, or a

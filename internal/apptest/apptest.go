@@ -74,6 +74,8 @@ type Options struct {
 	// Configure runs after the app is composed and before the gateway is built: capabilities
 	// register routes and middleware here.
 	Configure func(a *app.App)
+	// Meters are the providers usage is reported to (see StandIns).
+	Meters app.MetersConfig
 }
 
 // Harness is one test's Ferry.
@@ -109,7 +111,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 	counter := metrics.NewCounter()
 	cfg := app.Config{
 		Names: env.Names, AdminKey: AdminKey, Catalog: catalog, Schema: schema,
-		MaxQuarantines: worker.DefaultMaxQuarantines,
+		MaxQuarantines: worker.DefaultMaxQuarantines, Meters: o.Meters,
 	}
 	a := app.New(cfg, env.Clients, Logger(t), counter, clock.Now)
 	if o.Configure != nil {

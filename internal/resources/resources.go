@@ -605,7 +605,8 @@ var Functions = []Function{
 	{
 		Name:    FunctionMeterAPI,
 		Purpose: "operator routes of reporting and reconciliation: corrections, report now, reconcile now, evidence, review list",
-		Timeout: 30 * time.Second, MemoryMB: 512,
+		// Under the Idempotency-Key lease (30 s) and API Gateway's 30 s integration timeout.
+		Timeout: 25 * time.Second, MemoryMB: 512,
 		ReportsUsage: true,
 		Secrets:      []string{EnvAdminKeySecretARN, EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
 		Tables: func() map[string]Access {
