@@ -150,7 +150,7 @@ func TestReporting_AlarmsOnDeadRowsUnreadableOrDriftedMetersAndTheReviewList(t *
 		check(t, func() {
 			s.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(object{
 				"MetricName": metric, "Namespace": metrics.Namespace,
-				"AlarmName":  resources.PhysicalName(s.cfg.Prefix(), metric),
+				"AlarmName": resources.PhysicalName(s.cfg.Prefix(), metric),
 			}))
 		})
 	}
