@@ -21,6 +21,8 @@ const (
 	MaxRowsPerRun = 100
 	// sendConcurrency bounds the rows sent at once.
 	sendConcurrency = 10
+	// recordTimeout bounds writing a send's outcome.
+	recordTimeout = 5 * time.Second
 )
 
 // Sender sends one meter event to Stripe (the stripe client implements it).
@@ -45,6 +47,8 @@ type Point string
 
 // Points a Hook sees.
 const (
+	// BeforeClaim: the row is read and claimable; the claim is not written.
+	BeforeClaim Point = "before claim"
 	// AfterClaim: the claim is written, the event not sent.
 	AfterClaim Point = "after claim"
 	// AfterSend: Stripe accepted the event; the row does not say SENT yet.
@@ -153,6 +157,9 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	if row.TooLate(nowMs) {
 		return d.toReview(ctx, row, nowMs, log)
 	}
+	if err := d.hook(ctx, BeforeClaim, row); err != nil {
+		return "", err
+	}
 	claimed, err := d.Store.Rewrite(ctx, row.Claimed(d.owner(), nowMs), row.Rev)
 	if errors.Is(err, ErrChanged) {
 		return OutcomeSkipped, nil // another drainer claimed it first
@@ -174,6 +181,10 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 		Value: claimed.Delta, Timestamp: time.UnixMilli(claimed.TimestampMs),
 	})
 	nowMs = d.Now().UnixMilli()
+	// The outcome is recorded even when the caller's context ended with the send: a row left
+	// SENDING would wait out its claim for nothing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	if sendErr != nil {
 		retryAfter := time.Duration(0)
 		var se *stripe.Error
