@@ -223,6 +223,39 @@ func TestReconcile_ClosedCycleDrift_ListedNeverWritten(t *testing.T) {
 	if r.Counter.Get(metrics.ReconcileDrift) != 1 || r.Counter.Get(metrics.ReviewListed) != 1 {
 		t.Errorf("metrics: drift %d, listed %d", r.Counter.Get(metrics.ReconcileDrift), r.Counter.Get(metrics.ReviewListed))
 	}
+	// Found again on the same numbers, it is listed once: one entry, one alarm.
+	if _, err := r.App.Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: acct.ID, Cycle: label}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ = r.App.Meters.Review.List(context.Background())
+	if len(entries) != 1 || r.Counter.Get(metrics.ReviewListed) != 1 {
+		t.Errorf("listed again: %d entries, ReviewListed %d", len(entries), r.Counter.Get(metrics.ReviewListed))
+	}
+}
+
+// A request made again after the reconciler read it is a new request: marking the first done
+// leaves it.
+func TestRequests_ARequestMadeAgainSurvivesTheFirstOnesDone(t *testing.T) {
+	r := newRig(t)
+	q := r.App.Meters.Requests
+	ctx := context.Background()
+	if err := q.Request(ctx, "acct_q", "2026-11", "first"); err != nil {
+		t.Fatal(err)
+	}
+	marks, err := q.Pending(ctx, 10)
+	if err != nil || len(marks) != 1 {
+		t.Fatalf("%+v %v", marks, err)
+	}
+	r.Clock.Advance(time.Second)
+	if err := q.Request(ctx, "acct_q", "2026-11", "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Done(ctx, marks[0]); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := q.Pending(ctx, 10); len(left) != 1 || left[0].Reason != "again" {
+		t.Errorf("pending %+v", left)
+	}
 }
 
 // Stripe above the ledger (a negative correction after the report): Ferry cancels its own most
@@ -334,6 +367,30 @@ func TestReconcile_CounterDifferingFromTheLedger_RebuiltFromTheRows(t *testing.T
 	}
 	if tot, _ := r.App.Usage.Read(context.Background(), acct.ID, plans.FeatureEvents, label); tot.Used != 30 {
 		t.Errorf("counters read %d after the rebuild", tot.Used)
+	}
+}
+
+// A report still in the outbox is sent before the meter is read, so a delta on its way is not
+// taken for under-billing (which a repair on top of the delta would turn into double billing).
+func TestReconcile_PendingReport_SentBeforeTheMeterIsRead(t *testing.T) {
+	r := newRig(t)
+	acct := r.linked(t, "acct_pending", "plus")
+	r.bill(t, acct, 11)
+	if _, err := r.App.Meters.Reporter.Run(context.Background()); err != nil { // no drain
+		t.Fatal(err)
+	}
+	res, err := r.reconcile(t, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := check(t, res, report.ProviderStripe); c.Verdict != reconcile.Match || val(c.Meter) != "11" {
+		t.Errorf("check: %+v", c)
+	}
+	if _, err := r.App.Meters.Drainer.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.stand.Stripe.Total("ferry_events", "cus_acct_pending"); got != 11 {
+		t.Errorf("Stripe holds %d; want 11", got)
 	}
 }
 
