@@ -445,8 +445,6 @@ func TestState_LeaseTakenOverOnlyOnceLapsed_ReleasedOnlyByItsHolder(t *testing.T
 	}
 }
 
-
-
 // A mark already present costs no write: once a row is marked, billing another event on it is
 // one transaction of the same two writes as without marks (the meter and the checkpoint), plus
 // a check of the mark. Only the first write after a report pays for the mark. (A counted plan's
