@@ -29,15 +29,15 @@ const (
 	maxScheduleEventAge = 24 * time.Hour
 )
 
-// IAM actions per access level. DynamoDB authorizes TransactWriteItems and TransactGetItems by
-// the per-item actions below, so there are no separate transaction actions.
+// IAM actions per access level: resources' lists, which the test harness's IAM guard enforces
+// on every function's clients too.
 var (
-	tableReadActions   = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"}
-	tableWriteActions  = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
-	queueSendActions   = []string{"sqs:SendMessage"} // SendMessageBatch is authorized by SendMessage
-	bucketListActions  = []string{"s3:ListBucket"}   // lets a missing object read as 404, not 403
-	objectReadActions  = []string{"s3:GetObject"}
-	objectWriteActions = []string{"s3:PutObject"}
+	tableReadActions   = resources.TableReadActions
+	tableWriteActions  = resources.TableWriteActions
+	queueSendActions   = resources.QueueSendActions
+	bucketListActions  = resources.BucketListActions
+	objectReadActions  = resources.ObjectReadActions
+	objectWriteActions = resources.ObjectWriteActions
 )
 
 // FunctionsProps configures the Lambda functions.
@@ -66,11 +66,9 @@ type Functions struct {
 func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) (*Functions, error) {
 	this := constructs.NewConstruct(scope, jsii.String(id))
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
-	env := baseEnvironment(props.Config, props.Storage.Names())
-	limitsEnv := limitsEnvironment(props.Config)
-	reportEnv := reportEnvironment(props.Config)
+	names := props.Storage.Names()
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env, limitsEnv, reportEnv)
+		fn, err := newFunction(this, props, def, names)
 		if err != nil {
 			return nil, err
 		}
@@ -79,78 +77,36 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	return fns, nil
 }
 
-// baseEnvironment is what every function gets: each resource's physical name under
-// resources.EnvVar (as resources.NamesFromEnv reads them), the log level and the plans.
-func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
-	env := map[string]*string{resources.EnvLogLevel: jsii.String(cfg.LogLevel)}
-	for k, v := range names.Env() {
-		env[k] = jsii.String(v)
+// envSettings are the deployment's settings that reach functions as environment variables.
+func envSettings(cfg Config, secrets map[string]awssecretsmanager.ISecret) resources.EnvSettings {
+	s := resources.EnvSettings{
+		LogLevel: cfg.LogLevel, Plans: cfg.Plans, LimitsSource: cfg.LimitsSource, ReportToKinde: cfg.ReportToKinde,
+		Secrets: map[string]string{},
 	}
-	if cfg.Plans != "" {
-		env[resources.EnvPlans] = jsii.String(cfg.Plans)
+	if cfg.KindeClient() {
+		s.KindeDomain, s.KindeClientID = cfg.KindeDomain, cfg.KindeClientID
 	}
-	return env
+	for name, secret := range secrets {
+		s.Secrets[name] = *secret.SecretArn()
+	}
+	return s
 }
 
-// limitsEnvironment is what a function that reads limits gets: the limit source and, for Kinde,
-// the domain and client id (the client secret travels as a secret, by its ARN).
-func limitsEnvironment(cfg Config) map[string]*string {
-	env := map[string]*string{resources.EnvLimitsSource: jsii.String(cfg.LimitsSource)}
-	if cfg.Kinde() {
-		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
-		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
-	}
-	return env
-}
-
-// reportEnvironment is what a function that reports usage gets: with reportToKinde, the switch
-// and the Kinde domain and client id (the client secret travels as a secret, by its ARN).
-func reportEnvironment(cfg Config) map[string]*string {
-	env := map[string]*string{}
-	if cfg.ReportToKinde {
-		env[resources.EnvReportKinde] = jsii.String("true")
-		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
-		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
-	}
-	return env
-}
-
-// needsSecret reports whether a function that lists a secret needs it in this deployment: the
-// Kinde client secret for reading limits from Kinde or for reporting to Kinde, the Stripe key for
-// reporting to Stripe.
-func needsSecret(cfg Config, def resources.Function, name string) bool {
-	switch name {
-	case resources.EnvKindeClientSecretARN:
-		return (def.ReadsLimits && cfg.Kinde()) || (def.ReportsUsage && cfg.ReportToKinde)
-	case resources.EnvStripeAPIKeySecretARN:
-		return def.ReportsUsage && cfg.Stripe()
-	}
-	return true
-}
-
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv, reportEnv map[string]*string) (awslambda.Function, error) {
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, names resources.Names) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+len(limitsEnv)+len(reportEnv)+len(def.Secrets))
-	for k, v := range base {
-		env[k] = v
+	// The environment is resources.FunctionEnv's, which the Lambda emulator check also starts
+	// every function with.
+	env := map[string]*string{}
+	settings := envSettings(cfg, props.Secrets)
+	for k, v := range resources.FunctionEnv(def, names, settings) {
+		env[k] = jsii.String(v)
 	}
-	if def.ReadsLimits {
-		for k, v := range limitsEnv {
-			env[k] = v
-		}
-	}
-	if def.ReportsUsage && contains(def.Secrets, resources.EnvKindeClientSecretARN) {
-		// Only a function that may read the Kinde client secret can report to Kinde.
-		for k, v := range reportEnv {
-			env[k] = v
-		}
-	}
-	// Secrets in definition order, so the policy reads the same on every synthesis.
+	// Secrets in definition order, so the policy reads the same on every synthesis; each one the
+	// function lists and needs in this deployment.
 	var secrets []awssecretsmanager.ISecret
 	for _, name := range def.Secrets {
-		if secret, ok := props.Secrets[name]; ok && needsSecret(cfg, def, name) {
-			env[name] = secret.SecretArn()
+		if secret, ok := props.Secrets[name]; ok && resources.NeedsSecret(def, name, settings) {
 			secrets = append(secrets, secret)
 		}
 	}

@@ -11,10 +11,12 @@ import (
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/operate"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
-// EnvAddr names the environment variable for ferry dev's listen address.
+// EnvAddr names the environment variable for ferry dev's listen address (and the labs' and the
+// walkthrough's default target).
 const EnvAddr = "FERRY_ADDR"
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,39 +27,41 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
+	operatorKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
-	catalog, err := devCatalog()
+	// The catalog FERRY_PLANS names, as the functions read it.
+	catalog, err := devstack.CatalogFromEnv()
 	if err != nil {
 		return err
 	}
-	meters, standIns, err := devMeters(ctx, catalog)
+	limits, err := devstack.LimitsFromEnv(ctx, catalog, log)
+	if err != nil {
+		return err
+	}
+	meters, standIns, err := devstack.MetersFromEnv(ctx, catalog)
 	if err != nil {
 		return err
 	}
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
-		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Catalog: &catalog, Meters: meters,
-		Extend: func(a *app.App, s *devstack.Stack) error {
-			standIns.mount(s)
-			return extendDevStack(a, s)
-		},
+		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
+		Catalog: &catalog, Limits: limits, Meters: meters,
 	})
 	if err != nil {
 		return err
 	}
+	standIns.Mount(stack)
 	defer stack.Close()
 	e := stack.Emulators.Endpoints
-	if err := writeDevEnv(devEnvFile, e, stack.Names); err != nil {
+	if err := operate.WriteDevEnv(operate.DevEnvFile, e, stack.Names); err != nil {
 		return err
 	}
-	defer os.Remove(devEnvFile)
+	defer os.Remove(operate.DevEnvFile)
 	fmt.Fprint(stdout, joinLines(
 		"Ferry is running on "+stack.URL,
-		"  operator key: "+adminKey+"   (Authorization: Bearer "+adminKey+")",
+		"  operator key: "+operatorKey+"   (Authorization: Bearer "+operatorKey+")",
 		"  health:       "+stack.URL+"/healthz",
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
-		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
+		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",
 		"  reporting: "+reportingBanner(standIns, stack.URL),
 		"Press Ctrl-C to stop.",
 	))
@@ -66,17 +70,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
-func extendDevStack(a *app.App, s *devstack.Stack) error {
-	return extendHolds(a, s)
-}
-
 // reportingBanner says where ferry dev reports usage.
-func reportingBanner(m *meterStandIns, url string) string {
+func reportingBanner(m *devstack.MeterStandIns, url string) string {
 	if m == nil {
 		return "to the providers the environment configures"
 	}
-	return fmt.Sprintf("to stand-ins (%s; also at %s%s/ and %s%s/)", strings.Join(m.urls, ", "), url, devKindeStandInPath, url, devStripeStandInPath)
+	return fmt.Sprintf("to stand-ins (%s; also at %s%s/ and %s%s/)", strings.Join(m.URLs, ", "),
+		url, devstack.KindeStandInPath, url, devstack.StripeStandInPath)
 }
 
 func envOr(name, fallback string) string {

@@ -1,6 +1,8 @@
 // Command ferry runs Ferry locally and operates it: `ferry dev` starts the whole stack on
-// 127.0.0.1 with embedded emulators, `ferry bench` measures it, and `ferry lab` reproduces the
-// reference scenarios.
+// 127.0.0.1 with embedded emulators, `ferry bench` measures it, `ferry lab` reproduces the
+// reference scenarios, and `ferry inspect` and `ferry redrive` operate a stack. It is a thin CLI:
+// each command parses its flags and calls the package that does the work (devstack, bench, lab,
+// operate).
 package main
 
 import (
@@ -10,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 )
 
@@ -25,8 +26,11 @@ var commands = map[string]command{
 	"bench":     {"measure Ferry: `ferry bench pipeline` (cost per event) or `ferry bench holds` (admissions)", runBench},
 	"emulators": {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
 	"inspect":   {"show an event's ledger entry, archive object and analytics row (--account, --event)", runInspect},
-	"lab":       {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load)", runLab},
+	"lab":       {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load, reconcile)", runLab},
 	"redrive":   {"queue an UNINSERTABLE event again from the archive once its cause is fixed", runRedrive},
+	"report":    {"run the reporter (and the Stripe outbox's drainer) now (--url)", runReport},
+	"reconcile": {"prove the providers' meters match the ledger, repair and store evidence (--url, --account, --cycle)", runReconcile},
+	"evidence":  {"show the stored evidence of an account's cycle (--url, --account, --cycle)", runEvidence},
 }
 
 func main() {
@@ -64,6 +68,3 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun `ferry <command> -h` for a command's flags.")
 }
-
-// joinLines is a small helper for banners.
-func joinLines(lines ...string) string { return strings.Join(lines, "\n") + "\n" }

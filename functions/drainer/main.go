@@ -5,27 +5,6 @@
 // is due again once its claim lapses.
 package main
 
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"os"
+import "github.com/ferrymeter/ferry/internal/app"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/ferrymeter/ferry/internal/app"
-)
-
-func main() {
-	a, err := app.FromEnv(context.Background(), false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lambda.Start(func(ctx context.Context, _ json.RawMessage) error {
-		res, err := a.Meters.Drainer.Run(ctx)
-		a.Log.Info("drain done", "due", res.Due, "sent", res.Sent, "retrying", res.Retrying, "dead", res.Dead,
-			"review", res.Review, "skipped", res.Skipped, "failed", res.Failed)
-		return err
-	})
-}
+func main() { app.Run(app.BuildDrainer) }

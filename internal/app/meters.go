@@ -3,13 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 
-	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/corrections"
-	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/provider/kinde"
 	"github.com/ferrymeter/ferry/internal/provider/stripe"
@@ -73,7 +70,7 @@ func MetersConfigFromEnv(ctx context.Context) (MetersConfig, error) {
 	return cfg, nil
 }
 
-// Meters is the reporting and reconciliation graph.
+// Meters are the reporting and reconciliation services a builder composed.
 type Meters struct {
 	Reporter    *report.Reporter
 	Drainer     *outbox.Drainer
@@ -84,71 +81,72 @@ type Meters struct {
 	Requests    *reconcile.Requests
 	Outbox      *outbox.DynamoStore
 	State       *report.StateStore
-	// Kinde and Stripe are the providers' clients (nil when usage is not reported there).
-	Kinde  *kinde.Client
-	Stripe *stripe.Client
+	// KindeMeter and Stripe are the providers' clients (nil when usage is not reported there).
+	KindeMeter *kinde.Client
+	Stripe     *stripe.Client
 }
 
-// newMeters composes reporting and reconciliation. A provider client that cannot be built
-// leaves that provider off with an error logged; MetersConfigFromEnv has validated the
-// configuration, so this happens only with a configuration built by hand.
-func newMeters(a *App, cfg MetersConfig, clients cloud.Clients, log *slog.Logger, rec metrics.Recorder) *Meters {
-	names := a.Config.Names
-	db := clients.DynamoDB
-	m := &Meters{
-		Evidence: &reconcile.EvidenceStore{DB: db, Table: names.Table(resources.TableEvidence)},
-		Review:   &review.DynamoStore{DB: db, Table: names.Table(resources.TableReview), Metrics: rec},
-		Requests: &reconcile.Requests{DB: db, Table: names.Table(resources.TableEvidence), Now: a.Now},
-		Outbox:   &outbox.DynamoStore{DB: db, Table: names.Table(resources.TableOutbox)},
-		State:    &report.StateStore{DB: db, Table: names.Table(resources.TableMeters)},
+// providers builds the providers' clients the configuration asks for. MetersConfigFromEnv
+// validated the configuration; a client that still cannot be built is a build error.
+func (c *Composer) providers(m *Meters) {
+	if k := c.Config.Meters.Kinde; k != nil {
+		client, err := kinde.New(*k)
+		c.fail(err)
+		m.KindeMeter = client
 	}
-	if cfg.Kinde != nil {
-		c, err := kinde.New(*cfg.Kinde)
-		if err != nil {
-			log.Error("the Kinde meter client is misconfigured; usage is not reported to Kinde", "err", err)
-		} else {
-			m.Kinde = c
-		}
+	if s := c.Config.Meters.Stripe; s != nil {
+		client, err := stripe.New(*s)
+		c.fail(err)
+		m.Stripe = client
 	}
-	if cfg.Stripe != nil {
-		c, err := stripe.New(*cfg.Stripe)
-		if err != nil {
-			log.Error("the Stripe client is misconfigured; usage is not reported to Stripe", "err", err)
-		} else {
-			m.Stripe = c
-		}
-	}
-	m.Drainer = &outbox.Drainer{Store: m.Outbox, Review: m.Review, Metrics: rec, Log: log, Now: a.Now}
+}
+
+// drainer is the Stripe outbox's drainer over the outbox and review tables.
+func (c *Composer) drainer(m *Meters) {
+	m.Outbox = &outbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableOutbox, resources.ReadWrite)}
+	m.Review = &review.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableReview, resources.ReadWrite), Metrics: c.Metrics}
+	m.Drainer = &outbox.Drainer{Store: m.Outbox, Review: m.Review, Metrics: c.Metrics, Log: c.Log, Now: c.Now, Sender: unconfiguredStripe{}}
 	if m.Stripe != nil {
 		m.Drainer.Sender = m.Stripe
-	} else {
-		m.Drainer.Sender = unconfiguredStripe{}
 	}
+}
+
+// reporting composes the reporter, the reconciler and corrections: everything the reporter, the
+// reconciler and the meter API use.
+func (c *Composer) reporting(fn *Function) {
+	m := &fn.Meters
+	c.providers(m)
+	c.drainer(m)
+	fn.Accounts = c.accounts(resources.Read, "", "")
+	fn.Usage = c.usage(resources.ReadWrite)
+	db := c.DynamoDB()
+	m.State = &report.StateStore{DB: db, Table: c.Table(resources.TableMeters, resources.ReadWrite)}
+	m.Evidence = &reconcile.EvidenceStore{DB: db, Table: c.Table(resources.TableEvidence, resources.ReadWrite)}
+	m.Requests = &reconcile.Requests{DB: db, Table: c.Table(resources.TableEvidence, resources.ReadWrite), Now: c.Now}
 	m.Reporter = &report.Reporter{
-		Usage: a.Usage, Marks: &report.MarkIndex{DB: db, Table: names.Table(resources.TableUsage)},
-		State: m.State, Outbox: m.Outbox, Accounts: a.Accounts, Catalog: a.Config.Catalog,
-		Stripe: m.Stripe != nil, Review: m.Review, Reconcile: m.Requests, Metrics: rec, Log: log, Now: a.Now,
+		Usage: fn.Usage, Marks: &report.MarkIndex{DB: db, Table: c.Table(resources.TableUsage, resources.ReadWrite)},
+		State: m.State, Outbox: m.Outbox, Accounts: fn.Accounts, Catalog: c.Config.Catalog,
+		Stripe: m.Stripe != nil, Review: m.Review, Reconcile: m.Requests, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	m.Reconciler = &reconcile.Reconciler{
-		Usage: a.Usage,
+		Usage: fn.Usage,
 		Ledger: &reconcile.LedgerReader{
-			DB: db, LedgerTable: names.Table(resources.TableLedger), HoldsTable: names.Table(resources.TableHolds),
+			DB: db, LedgerTable: c.Table(resources.TableLedger, resources.Read), HoldsTable: c.Table(resources.TableHolds, resources.Read),
 		},
-		State: m.State, Outbox: m.Outbox, Drainer: m.Drainer, Accounts: a.Accounts,
-		Pager:   &reconcile.AccountPager{DB: db, Table: names.Table(resources.TableAccounts)},
-		Catalog: a.Config.Catalog, Evidence: m.Evidence, Review: m.Review, Marks: m.Requests,
-		Metrics: rec, Log: log, Now: a.Now,
+		State: m.State, Outbox: m.Outbox, Drainer: m.Drainer, Accounts: fn.Accounts,
+		Pager:   &reconcile.AccountPager{DB: db, Table: c.Table(resources.TableAccounts, resources.Read)},
+		Catalog: c.Config.Catalog, Evidence: m.Evidence, Review: m.Review, Marks: m.Requests,
+		Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
-	// Typed nils must not become non-nil interfaces: a provider left off is nil.
-	if m.Kinde != nil {
-		m.Reporter.Kinde = m.Kinde
-		m.Reconciler.Kinde = m.Kinde
+	// A provider left off is a nil interface, never a typed nil.
+	if m.KindeMeter != nil {
+		m.Reporter.Kinde = m.KindeMeter
+		m.Reconciler.Kinde = m.KindeMeter
 	}
 	if m.Stripe != nil {
 		m.Reconciler.Stripe = m.Stripe
 	}
-	m.Corrections = &corrections.Service{Usage: a.Usage, Accounts: a.Accounts, Catalog: a.Config.Catalog, Review: m.Review, Now: a.Now}
-	return m
+	m.Corrections = &corrections.Service{Usage: fn.Usage, Accounts: fn.Accounts, Catalog: c.Config.Catalog, Review: m.Review, Now: c.Now}
 }
 
 // unconfiguredStripe refuses every send: no outbox row is written while Stripe is off, so it is

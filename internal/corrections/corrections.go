@@ -21,6 +21,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/review"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
@@ -76,19 +77,12 @@ func (in Input) Validate(catalog plans.Catalog) error {
 	if in.IdempotencyKey == "" {
 		problems = append(problems, "an Idempotency-Key is required: a retried correction without one would be applied twice")
 	}
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
-// InvalidError lists everything wrong with an input. Nothing was stored.
-type InvalidError struct{ Problems []string }
-
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
-
 // ErrKeyReused: the Idempotency-Key already names a different correction of this cycle.
-var ErrKeyReused = errors.New("this Idempotency-Key already names a different correction")
+var ErrKeyReused = problem.New(problem.IdempotencyKeyReused, "this Idempotency-Key already names a different correction",
+	"This Idempotency-Key already names a different correction of this cycle; send a new key for a new correction.")
 
 // Correction is a stored correction.
 type Correction struct {
@@ -135,10 +129,10 @@ func (s *Service) Apply(ctx context.Context, in Input) (c Correction, created bo
 	cy := acct.CycleAt(now)
 	if in.Cycle != "" {
 		if cy, err = cycle.Parse(in.Cycle, acct.AgreementDay); err != nil {
-			return Correction{}, false, &InvalidError{Problems: []string{err.Error()}}
+			return Correction{}, false, problem.Input(err.Error())
 		}
 		if cy.Start.After(now) {
-			return Correction{}, false, &InvalidError{Problems: []string{fmt.Sprintf("cycle %s has not started: only usage that happened can be corrected", in.Cycle)}}
+			return Correction{}, false, problem.Input(fmt.Sprintf("cycle %s has not started: only usage that happened can be corrected", in.Cycle))
 		}
 	}
 	c = Correction{

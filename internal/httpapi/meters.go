@@ -1,14 +1,14 @@
 package httpapi
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/corrections"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/outbox"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/reconcile"
 	"github.com/ferrymeter/ferry/internal/report"
 	"github.com/ferrymeter/ferry/internal/review"
@@ -23,11 +23,6 @@ type MeterDeps struct {
 	Review      *review.DynamoStore
 	Drainer     *outbox.Drainer
 }
-
-// Problem kinds of reporting and reconciliation.
-const (
-	kindReportUnavailable = "report-unavailable"
-)
 
 type correctionRequest struct {
 	Account string `json:"account"`
@@ -103,13 +98,11 @@ func (a *API) postReport(w http.ResponseWriter, r *http.Request) error {
 	m := a.deps.Meters
 	res, err := m.Reporter.Run(r.Context())
 	if err != nil {
-		a.deps.Log.Error("report run failed", "err", err)
-		return reportUnavailable("The reporter could not read or write its state; every cycle it did not finish stays marked for the next run.")
+		return reportUnavailable(err, "The reporter could not read or write its state; every cycle it did not finish stays marked for the next run.")
 	}
 	drained, err := m.Drainer.Run(r.Context())
 	if err != nil {
-		a.deps.Log.Error("drain failed", "err", err)
-		return reportUnavailable("The reporter ran, but the Stripe outbox could not be drained; its rows stay due for the next run.")
+		return reportUnavailable(err, "The reporter ran, but the Stripe outbox could not be drained; its rows stay due for the next run.")
 	}
 	return writeJSON(w, http.StatusOK, reportBody{Report: res, Drain: drainBody{
 		Due: drained.Due, Sent: drained.Sent, Retrying: drained.Retrying, Dead: drained.Dead, Review: drained.Review,
@@ -117,9 +110,10 @@ func (a *API) postReport(w http.ResponseWriter, r *http.Request) error {
 	}})
 }
 
-func reportUnavailable(detail string) *Problem {
-	return newProblem(http.StatusServiceUnavailable, kindReportUnavailable, "Reporting unavailable", detail).
-		header("Retry-After", "5")
+// reportUnavailable is a run that could not read or write Ferry's own state: what it did not
+// finish stays marked (or due) for the next run. The cause is logged, never shown.
+func reportUnavailable(cause error, detail string) error {
+	return fmt.Errorf("%w: %w", problem.New(problem.Unavailable, "reporting run failed", detail), cause)
 }
 
 // decodeOptionalEmpty reads a body that may be absent or an empty JSON object.
@@ -170,8 +164,8 @@ func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
 			problems = append(problems, err.Error())
 		}
 	}
-	if len(problems) > 0 {
-		return badRequest(strings.Join(problems, "; ")).with("errors", problems)
+	if err := problem.Fields(problems); err != nil {
+		return err
 	}
 	if req.Account != "" {
 		if _, err := a.deps.Accounts.Get(r.Context(), req.Account); err != nil {
@@ -181,8 +175,7 @@ func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
 	page, err := a.deps.Meters.Reconciler.Run(r.Context(), reconcile.Input{Account: req.Account, Cycle: req.Cycle, After: req.After})
 	ok := err == nil
 	if err != nil && len(page.Results) == 0 {
-		a.deps.Log.Error("reconcile run failed", "err", err)
-		return reportUnavailable("The reconciler could not run; nothing was repaired. Retry it.")
+		return reportUnavailable(err, "The reconciler could not run; nothing was repaired. Retry it.")
 	}
 	if page.Results == nil {
 		page.Results = []reconcile.Result{}
@@ -278,17 +271,4 @@ func (a *API) getReview(w http.ResponseWriter, r *http.Request) error {
 		})
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"entries": out})
-}
-
-// meterProblem maps the errors of corrections, reporting and reconciliation.
-func meterProblem(err error) (*Problem, bool) {
-	var invalid *corrections.InvalidError
-	switch {
-	case errors.As(err, &invalid):
-		return badRequest(invalid.Error()+".").with("errors", invalid.Problems), true
-	case errors.Is(err, corrections.ErrKeyReused):
-		return newProblem(http.StatusUnprocessableEntity, kindKeyReused, "Idempotency-Key reused",
-			"This Idempotency-Key already names a different correction of this cycle; send a new key for a new correction."), true
-	}
-	return nil, false
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
@@ -119,9 +120,9 @@ func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry
 	return it.entry(), nil
 }
 
-// checkpoint is the one projected, strongly consistent read that resolves a cancelled billing
-// transaction: whether the checkpoint is present, and the status.
-func (s *DynamoStore) checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
+// Checkpoint implements BillingStore: the one projected, strongly consistent read that resolves
+// a cancelled billing write: whether the checkpoint is present, and the status.
+func (s *DynamoStore) Checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
@@ -138,24 +139,17 @@ func (s *DynamoStore) checkpoint(ctx context.Context, accountID, eventID string)
 	return dynamo.Has(out.Item, "billingAcceptedAtMs"), Status(dynamo.Str(out.Item, "status")), nil
 }
 
-// Outcome of AcceptBilling.
-type Outcome int
+// Budget implements BillingStore: the budget row an event's capped billing moves, read strongly
+// consistent.
+func (s *DynamoStore) Budget(ctx context.Context, e Entry, b Billing) (usage.Totals, error) {
+	return s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)
+}
 
-// Outcomes.
-const (
-	// Accepted: this call stamped the checkpoint (and moved the meter, for metered tiers).
-	Accepted Outcome = iota + 1
-	// AlreadyAccepted: an earlier attempt had billed the event; nothing moved now.
-	AlreadyAccepted
-)
-
-// AcceptBilling bills one event per its charge: one TransactWriteItems carrying the meter update
-// and the checkpoint (or the checkpoint alone for tiers that consume nothing). A cancelled write
-// is resolved from durable state — the checkpoint first, then, if it is absent, the budget row —
-// never from the error's shape. It returns ErrLimitReached only when the budget row confirms the
-// limit, and retries (bounded) a cancellation that neither explains, such as a transaction
-// conflict.
-func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowMs int64) (Outcome, error) {
+// WriteBilling implements BillingStore: one TransactWriteItems carrying the meter update and the
+// checkpoint (or the checkpoint alone for tiers that consume nothing). A write that a condition
+// or a conflicting transaction cancelled is ErrCancelled: which of them it was, only durable
+// state says, never the error's shape.
+func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowMs int64) error {
 	checkpoint := types.TransactWriteItem{Update: &types.Update{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(e.AccountID, e.EventID),
@@ -163,97 +157,76 @@ func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowM
 		ConditionExpression:      aws.String(checkpointCondition),
 		ExpressionAttributeNames: dynamo.Names(checkpointUpdate, checkpointCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(c.Tier)), ":inserting": dynamo.S(string(Inserting)),
+			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(b.Tier)), ":inserting": dynamo.S(string(Inserting)),
 		},
 	}}
 	var items []types.TransactWriteItem
-	markAt := -1 // the index of the report mark's item, for metered charges
-	meterRowSK := ""
-	switch c.Kind {
-	case ChargeCapped:
-		meterRowSK = usage.BudgetSK
-		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, c.Feature, e.Cycle, c.Amount, c.Limit, nowMs)}
-	case ChargeCounted:
+	rowSK := "" // the counter row a metered billing moves
+	switch b.Kind {
+	case BillCapped:
+		rowSK = usage.BudgetSK
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs)}
+	case BillCounted:
 		shard := usage.ShardFor(e.EventID)
-		meterRowSK = usage.ShardSK(shard)
-		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, c.Feature, e.Cycle, shard, c.Amount, nowMs)}
-	case ChargeCheckpointOnly:
+		rowSK = usage.ShardSK(shard)
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, shard, b.Amount, nowMs)}
+	case BillCheckpointOnly:
 		items = []types.TransactWriteItem{checkpoint}
 	default:
-		return 0, fmt.Errorf("accept billing %s: charge kind %d does not bill", e.EventID, c.Kind)
+		return fmt.Errorf("bill event %s: billing kind %d does not bill", e.EventID, b.Kind)
 	}
-	if meterRowSK != "" {
-		put, err := s.meteredCheckpoint(e, c, meterRowSK, nowMs)
-		if err != nil {
-			return 0, err
-		}
-		// The steady state: the row's report mark is there and is only checked (see usage/marks.go).
-		markAt = len(items) + 1
-		items = append(items, put, s.Usage.MarkCheck(e.AccountID, c.Feature, e.Cycle, meterRowSK))
+	var err error
+	if rowSK == "" {
+		err = s.write(ctx, items)
+	} else {
+		err = s.writeMetered(ctx, e, b, rowSK, items, nowMs)
 	}
+	if dynamo.IsTransactionCanceled(err) || dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("bill event %s: %w", e.EventID, ErrCancelled)
+	}
+	if err != nil {
+		return fmt.Errorf("bill event %s: %w", e.EventID, err)
+	}
+	return nil
+}
 
-	for attempt := range dynamo.MaxConflictTries {
-		err := s.write(ctx, items)
-		if err == nil {
-			return Accepted, nil
-		}
-		if !dynamo.IsTransactionCanceled(err) && !dynamo.IsConditionFailed(err) {
-			return 0, fmt.Errorf("bill event %s: %w", e.EventID, err)
-		}
-		billed, status, rerr := s.checkpoint(ctx, e.AccountID, e.EventID)
-		if rerr != nil {
-			return 0, rerr
-		}
-		if billed {
-			return AlreadyAccepted, nil
-		}
-		if status != Inserting {
-			return 0, ErrNotInserting
-		}
-		if c.Kind == ChargeCapped && !c.Limit.Unlimited {
-			budget, berr := s.Usage.ReadBudget(ctx, e.AccountID, c.Feature, e.Cycle, true)
-			if berr != nil {
-				return 0, berr
-			}
-			if budget.Committed+c.Amount > c.Limit.Max {
-				return 0, ErrLimitReached
-			}
-		}
-		// Neither the checkpoint nor the limit explains the cancellation: the row's report mark
-		// was absent (the first write since the last report), or a conflicting transaction on
-		// the same rows. The write is keyed by the checkpoint, so write it again, marking the row
-		// if its mark is absent.
-		if markAt >= 0 {
-			marked, merr := s.Usage.Marked(ctx, e.AccountID, c.Feature, e.Cycle, meterRowSK)
-			if merr != nil {
-				return 0, merr
-			}
-			if !marked {
-				items[markAt] = s.Usage.MarkPut(e.AccountID, c.Feature, e.Cycle, meterRowSK, nowMs)
-				continue
-			}
-			items[markAt] = s.Usage.MarkCheck(e.AccountID, c.Feature, e.Cycle, meterRowSK)
-		}
-		if attempt < dynamo.MaxConflictTries-1 {
-			if serr := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); serr != nil {
-				return 0, serr
-			}
-		}
+// writeMetered writes the billing of an event against a counter row: the meter update, the
+// checkpoint (put whole, carrying the row it moved: the ledger's meter index key) and the row's
+// report mark (see usage/marks.go), in one transaction. In the steady state the mark is there
+// and only checked, so it costs no write. When the transaction is cancelled and a strongly
+// consistent read finds the mark absent (the first write since the last report), the same
+// transaction is written once more with the mark put. Any other cancellation is returned as it
+// is, for AcceptBilling to resolve from durable state.
+func (s *DynamoStore) writeMetered(ctx context.Context, e Entry, b Billing, rowSK string, items []types.TransactWriteItem, nowMs int64) error {
+	put, err := s.meteredCheckpoint(e, b, rowSK, nowMs)
+	if err != nil {
+		return err
 	}
-	return 0, fmt.Errorf("bill event %s: still contended after %d tries", e.EventID, dynamo.MaxConflictTries)
+	items = append(items, put, s.Usage.MarkCheck(e.AccountID, b.Feature, e.Cycle, rowSK))
+	err = s.write(ctx, items)
+	if !dynamo.IsTransactionCanceled(err) {
+		return err
+	}
+	marked, merr := s.Usage.Marked(ctx, e.AccountID, b.Feature, e.Cycle, rowSK)
+	if merr != nil || marked {
+		return err
+	}
+	items[len(items)-1] = s.Usage.MarkPut(e.AccountID, b.Feature, e.Cycle, rowSK, nowMs)
+	return s.write(ctx, items)
 }
 
 // meteredCheckpoint is the checkpoint of an event billed against a counter row: the entry is put
-// whole, at its checkpoint, carrying the counter row it moved (the ledger's meter index key). It
-// is put rather than updated so that it enters the sparse meter index the way the local emulator
-// keeps right; its condition is the checkpoint's own, and an INSERTING entry without a checkpoint
-// is exactly the entry its claim wrote, so putting it whole changes nothing else.
-func (s *DynamoStore) meteredCheckpoint(e Entry, c Charge, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
+// whole, at its checkpoint, carrying the counter row it moved. It is put rather than updated so
+// that it enters the sparse meter index the way the local emulator keeps right (an update that
+// adds an index key loses another entry there); its condition is the checkpoint's own, and an
+// INSERTING entry without a checkpoint is exactly the entry its claim wrote, so putting it whole
+// changes nothing else.
+func (s *DynamoStore) meteredCheckpoint(e Entry, b Billing, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
 	item, err := attributevalue.MarshalMap(entryItem{
 		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
 		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
-		Tier: string(c.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
-		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, c.Feature, e.Cycle, rowSK),
+		Tier: string(b.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
+		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, b.Feature, e.Cycle, rowSK),
 	})
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)
@@ -397,8 +370,8 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 	return nil
 }
 
-// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the re-reads of
-// keys DynamoDB left unprocessed under load.
+// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the rounds of
+// one page, re-reading the keys DynamoDB left unprocessed under load.
 const (
 	maxBatchGetKeys      = 100
 	maxUnprocessedRounds = 5
@@ -418,24 +391,28 @@ func (s *DynamoStore) Known(ctx context.Context, accountID string, eventIDs []st
 			Keys: keys, ConsistentRead: aws.Bool(true),
 			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
 		}}
-		for round := 0; len(request) > 0; round++ {
-			if round == maxUnprocessedRounds {
-				return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
-			}
-			if round > 0 {
-				if err := dynamo.Sleep(ctx, dynamo.Backoff(round)); err != nil {
-					return nil, err
-				}
-			}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
 			if err != nil {
-				return nil, fmt.Errorf("read ledger: %w", err)
+				return struct{}{}, fmt.Errorf("read ledger: %w", err)
 			}
 			for _, item := range out.Responses[s.Table] {
 				known[dynamo.Str(item, "eventId")] = true
 			}
-			request = out.UnprocessedKeys
+			if request = out.UnprocessedKeys; len(request) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if errors.Is(err, retry.ErrExhausted) {
+			return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return known, nil
 }
+
+// errUnprocessed is a BatchGetItem answer that left keys unprocessed (DynamoDB's own throttle).
+var errUnprocessed = errors.New("keys left unprocessed")

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/provider/stripe/standin"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func newRig(t *testing.T) *rig {
 	stand := apptest.NewStandIns(t, plans.Default())
 	h := apptest.New(t, apptest.Options{Meters: stand.Meters})
 	stand.Stripe.SetClock(h.Clock.Now)
-	return &rig{h: h, stand: stand, d: h.App.Meters.Drainer}
+	return &rig{h: h, stand: stand, d: h.Fn(resources.FunctionMeterAPI).Meters.Drainer}
 }
 
 // other is a second drainer on the same outbox, as a second Lambda instance would be.
@@ -52,7 +53,7 @@ func (r *rig) row(t *testing.T) outbox.Row {
 		Total: 7, Delta: 7, EventName: "ferry_events", MeterID: "mtr_ferry_events", Customer: "cus_1",
 		TimestampMs: now.UnixMilli(), CycleEndMs: c.UnixMilli(), CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
 	}
-	item, err := r.h.App.Meters.Outbox.InsertItem(row)
+	item, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.InsertItem(row)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func (r *rig) row(t *testing.T) outbox.Row {
 
 func (r *rig) get(t *testing.T, row outbox.Row) outbox.Row {
 	t.Helper()
-	got, err := r.h.App.Meters.Outbox.Get(context.Background(), outbox.RefOf(row))
+	got, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.Get(context.Background(), outbox.RefOf(row))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestDrainer_RowAfterItsCycleClosed_ListedNotSent(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	r.wantStripe(t, 0, 0)
-	entries, err := r.h.App.Meters.Review.List(context.Background())
+	entries, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
 	if err != nil || len(entries) != 1 {
 		t.Errorf("review %+v, %v", entries, err)
 	}
@@ -313,11 +314,11 @@ func TestOutbox_InsertRefusesAnExistingKey(t *testing.T) {
 	r := newRig(t)
 	row := r.row(t)
 	r.run(t, r.d)
-	item, err := r.h.App.Meters.Outbox.InsertItem(row)
+	item, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.InsertItem(row)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = r.h.App.Meters.State.Commit(context.Background(), item)
+	err = r.h.Fn(resources.FunctionMeterAPI).Meters.State.Commit(context.Background(), item)
 	if err == nil {
 		t.Fatal("a second row with the same key was written")
 	}

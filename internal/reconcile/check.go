@@ -9,12 +9,12 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/cycle"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/provider/stripe"
 	"github.com/ferrymeter/ferry/internal/report"
+	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/review"
 )
 
@@ -327,7 +327,7 @@ func (r *Reconciler) confirmStripe(ctx context.Context, acct accounts.Account, d
 			lastErr = unread
 		}
 		if try < tries-1 {
-			if err := dynamo.Sleep(ctx, wait); err != nil {
+			if err := retry.Sleep(ctx, wait); err != nil {
 				return last, err
 			}
 		}

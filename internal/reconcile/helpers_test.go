@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/reconcile"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
@@ -37,8 +38,8 @@ func newRig(t *testing.T, opts ...apptest.Options) *rig {
 	o.Meters = stand.Meters
 	h := apptest.New(t, o)
 	// The stand-ins answer at once: no waiting between read-backs and rechecks.
-	h.App.Meters.Reconciler.ConfirmWait = 10 * time.Millisecond
-	h.App.Meters.Reconciler.RecheckWait = 10 * time.Millisecond
+	h.Fn(resources.FunctionMeterAPI).Meters.Reconciler.ConfirmWait = 10 * time.Millisecond
+	h.Fn(resources.FunctionMeterAPI).Meters.Reconciler.RecheckWait = 10 * time.Millisecond
 	stand.Stripe.SetClock(h.Clock.Now)
 	return &rig{Harness: h, stand: stand, keys: map[string]string{}}
 }
@@ -53,7 +54,7 @@ func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 		t.Fatalf("create %s: %d %s", id, resp.Status, resp.Body)
 	}
 	r.keys[id] = resp.JSON(t)["apiKey"].(string)
-	a, err := r.App.Accounts.Get(context.Background(), id)
+	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
 	t.Helper()
 	ctx := context.Background()
 	now := r.Clock.Now()
-	charge := ledger.ChargeFor(acct, r.App.Config.Catalog)
+	charge := ledger.BillingFor(acct, plans.Default())
 	label := acct.CycleAt(now).Label()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -82,11 +83,11 @@ func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
 				AccountID: acct.ID, EventID: id, Status: ledger.Inserting, RowInsertedAtMs: now.UnixMilli(),
 				ReceivedAtMs: now.UnixMilli(), Cycle: label, CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
 			}
-			if err := r.App.Ledger.Claim(ctx, e); err != nil {
+			if err := r.Fn(resources.FunctionWorker).Ledger.Claim(ctx, e); err != nil {
 				errs <- err
 				return
 			}
-			if _, err := r.App.Ledger.AcceptBilling(ctx, e, charge, now.UnixMilli()); err != nil {
+			if _, err := ledger.AcceptBilling(ctx, r.Fn(resources.FunctionWorker).Ledger, e, charge, now.UnixMilli()); err != nil {
 				errs <- err
 			}
 		}()
@@ -101,10 +102,10 @@ func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
 // report runs the reporter, then the drainer, as the schedules do.
 func (r *rig) report(t *testing.T) {
 	t.Helper()
-	if _, err := r.App.Meters.Reporter.Run(context.Background()); err != nil {
+	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Reporter.Run(context.Background()); err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	if _, err := r.App.Meters.Drainer.Run(context.Background()); err != nil {
+	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
 }
@@ -118,7 +119,7 @@ func (r *rig) reconcile(t *testing.T, id string) (reconcile.Result, error) {
 // reconcileFeature reconciles one account's current cycle and returns a feature's result.
 func (r *rig) reconcileFeature(t *testing.T, id, feature string) (reconcile.Result, error) {
 	t.Helper()
-	page, err := r.App.Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: id, Cycle: r.cycle(t, id)})
+	page, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: id, Cycle: r.cycle(t, id)})
 	for _, res := range page.Results {
 		if res.Feature == feature {
 			return res, err
@@ -158,7 +159,7 @@ func (r *rig) spend(t *testing.T, apiKey string, amount int64) {
 
 func (r *rig) cycle(t *testing.T, id string) string {
 	t.Helper()
-	a, err := r.App.Accounts.Get(context.Background(), id)
+	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func check(t *testing.T, res reconcile.Result, provider string) reconcile.Check 
 
 func (r *rig) evidence(t *testing.T, id string) []reconcile.Record {
 	t.Helper()
-	recs, err := r.App.Meters.Evidence.List(context.Background(), id, r.cycle(t, id))
+	recs, err := r.Fn(resources.FunctionMeterAPI).Meters.Evidence.List(context.Background(), id, r.cycle(t, id))
 	if err != nil {
 		t.Fatal(err)
 	}

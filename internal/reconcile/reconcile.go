@@ -36,6 +36,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/report"
+	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/review"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
@@ -404,7 +405,7 @@ func (r *Reconciler) claim(ctx context.Context, k report.Key, owner string) (rep
 			return st, err
 		}
 		if try < leaseTries-1 {
-			if err := dynamo.Sleep(ctx, leaseWait); err != nil {
+			if err := retry.Sleep(ctx, leaseWait); err != nil {
 				return report.State{}, err
 			}
 		}
@@ -437,7 +438,7 @@ func (r *Reconciler) counters(ctx context.Context, k report.Key, log *slog.Logge
 		case 0:
 			// The ledger's indexes trail the counters by moments: look again before acting.
 			log.Warn("counters differ from the ledger; checking again", "rows", len(diffs))
-			if err := dynamo.Sleep(ctx, wait); err != nil {
+			if err := retry.Sleep(ctx, wait); err != nil {
 				return usage.Totals{}, nil, 0, err
 			}
 		case 1:

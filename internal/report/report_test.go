@@ -13,12 +13,13 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	kindestandin "github.com/ferrymeter/ferry/internal/provider/kinde/standin"
 	"github.com/ferrymeter/ferry/internal/report"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/review"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -41,7 +42,7 @@ func newRig(t *testing.T, ddb ...func(*dynamodb.Options)) *rig {
 	stand.Meters.Kinde.HTTPClient = &http.Client{Timeout: 300 * time.Millisecond}
 	h := apptest.New(t, apptest.Options{Meters: stand.Meters, DynamoDB: ddb})
 	stand.Stripe.SetClock(h.Clock.Now)
-	return &rig{Harness: h, stand: stand, rep: h.App.Meters.Reporter}
+	return &rig{Harness: h, stand: stand, rep: h.Fn(resources.FunctionMeterAPI).Meters.Reporter}
 }
 
 func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
@@ -52,7 +53,7 @@ func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 	if resp.Status != http.StatusCreated {
 		t.Fatalf("create %s: %d %s", id, resp.Status, resp.Body)
 	}
-	a, err := r.App.Accounts.Get(context.Background(), id)
+	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,17 +65,17 @@ func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
 	t.Helper()
 	ctx := context.Background()
 	now := r.Clock.Now()
-	charge := ledger.ChargeFor(acct, r.App.Config.Catalog)
+	charge := ledger.BillingFor(acct, plans.Default())
 	for range n {
 		e := ledger.Entry{
 			AccountID: acct.ID, EventID: fmt.Sprintf("evt_%06d", r.serial.Add(1)), Status: ledger.Inserting,
 			RowInsertedAtMs: now.UnixMilli(), ReceivedAtMs: now.UnixMilli(), Cycle: acct.CycleAt(now).Label(),
 			CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
 		}
-		if err := r.App.Ledger.Claim(ctx, e); err != nil {
+		if err := r.Fn(resources.FunctionWorker).Ledger.Claim(ctx, e); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.App.Ledger.AcceptBilling(ctx, e, charge, now.UnixMilli()); err != nil {
+		if _, err := ledger.AcceptBilling(ctx, r.Fn(resources.FunctionWorker).Ledger, e, charge, now.UnixMilli()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +92,7 @@ func (r *rig) run(t *testing.T) report.Result {
 
 func (r *rig) drain(t *testing.T) {
 	t.Helper()
-	if _, err := r.App.Meters.Drainer.Run(context.Background()); err != nil {
+	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
 }
@@ -387,7 +388,7 @@ func TestReport_ClosedCycle_ListedNeverWritten(t *testing.T) {
 	if r.stand.Kinde.Counts().MeterWrites != kinde || r.stand.Stripe.Counts().MeterEventRequests != stripe {
 		t.Error("a closed cycle was written")
 	}
-	entries, err := r.App.Meters.Review.List(context.Background())
+	entries, err := r.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("review %+v, %v", entries, err)
 	}
@@ -450,7 +451,7 @@ func TestState_LeaseTakenOverOnlyOnceLapsed_ReleasedOnlyByItsHolder(t *testing.T
 // a check of the mark. Only the first write after a report pays for the mark. (A counted plan's
 // events land on 64 shards, each with its own mark: see make bench for the amortized figure.)
 func TestMarks_APresentMarkCostsNoWrite(t *testing.T) {
-	meter := dynamo.NewRequestMeter()
+	meter := instrument.NewRequestMeter()
 	r := newRig(t, meter.Option)
 	acct := r.linked(t, "acct_cost", "free")
 	r.bill(t, acct, 1) // the first event marks the budget row

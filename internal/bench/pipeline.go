@@ -1,0 +1,313 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/analytics"
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/archive"
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/figures"
+	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/usage"
+)
+
+// Pipeline benchmark limits: bounded in count and time, as every load on this machine must be.
+const (
+	maxBenchEvents     = 50_000
+	benchIngestBatch   = 100
+	benchDrainDeadline = 10 * time.Minute
+	benchLambdaMemGB   = 0.5 // the worker's memory size, for the compute lower bound
+	benchAccountID     = "acct_bench"
+)
+
+// phaseResult is what one worker did to the same deliveries.
+type phaseResult struct {
+	name       string
+	delivered  int
+	meter      int64
+	archived   int
+	rows       int
+	ledger     map[ledger.Status]int
+	calls      map[string]int
+	units      map[string]instrument.OpUsage
+	ingestCPU  time.Duration
+	workerCPU  time.Duration
+	workerWall time.Duration
+	maxItem    int
+}
+
+// PipelineOptions shape the pipeline benchmark.
+type PipelineOptions struct {
+	// Events is how many distinct events are sent (at most MaxEvents).
+	Events int
+	// Duplicates is the share of events delivered a second time (0–1).
+	Duplicates float64
+	// Plan is the account's plan: free (capped transaction), plus (sharded counter) or internal.
+	Plan string
+	// Pollers is how many queue pollers run at once (Lambda's concurrent batches).
+	Pollers int
+	// Seed picks which events are duplicated.
+	Seed uint64
+}
+
+// DefaultPipeline is the run the README reports: 2,000 events, 20% delivered twice, free plan.
+var DefaultPipeline = PipelineOptions{Events: 2000, Duplicates: 0.2, Plan: "free", Pollers: 4, Seed: 1}
+
+// MaxEvents bounds one pipeline run, in distinct events.
+const MaxEvents = maxBenchEvents
+
+// Pipeline sends events, a share of them twice, through ingest, then drains the queue with
+// Ferry's worker and again with a naive apply-on-arrival worker on the same emulators, and prints
+// what each cost per delivery.
+func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) error {
+	n, dupShare, plan, pollers, seed := &o.Events, &o.Duplicates, &o.Plan, &o.Pollers, &o.Seed
+	if *n < 1 || *n > maxBenchEvents || *dupShare < 0 || *dupShare > 1 {
+		return fmt.Errorf("events must be 1–%d and duplicates 0–1", maxBenchEvents)
+	}
+	endpoints, stop, err := benchEndpoints()
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	dups := int(float64(*n) * *dupShare)
+	fmt.Fprintf(stdout, "Pipeline benchmark: %s distinct events, %s delivered twice (%.0f%%), plan %s, %d pollers.\n",
+		figures.Thousands(int64(*n)), figures.Thousands(int64(dups)), *dupShare*100, *plan, *pollers)
+	fmt.Fprintf(stdout, "Both workers run on the same emulators in this run; the emulators run in a child process, so CPU below is Ferry's own.\n\n")
+
+	var results []phaseResult
+	for _, phase := range []string{"ferry", "naive"} {
+		fmt.Fprintf(stderr, "running %s…\n", phase)
+		r, err := runPipelinePhase(ctx, endpoints, phase, *plan, *n, dups, *pollers, *seed)
+		if err != nil {
+			return fmt.Errorf("%s: %w", phase, err)
+		}
+		results = append(results, r)
+	}
+	printPipeline(stdout, results, *n, dups)
+	return nil
+}
+
+func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, plan string, distinct, dups, pollers int, seed uint64) (phaseResult, error) {
+	res := phaseResult{name: phase, ledger: map[ledger.Status]int{}}
+	calls, units := instrument.NewCallCounter(), instrument.NewRequestMeter()
+	opts := calls.Options().Merge(cloud.Options{DynamoDB: []func(*dynamodb.Options){units.Option}})
+	clients, err := cloud.New(ctx, endpoints, opts)
+	if err != nil {
+		return res, err
+	}
+	prefix := "bench-" + phase + "-" + testenv.UniquePrefix()
+	names, err := devstack.Provision(ctx, clients, prefix, devstack.ProvisionOptions{VisibilityTimeout: 30 * time.Second})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = devstack.Teardown(context.Background(), clients, names) }()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fns, err := functions(names, clients, log)
+	if err != nil {
+		return res, err
+	}
+	// The operator's accounts (the api function's), the ingest function and the worker.
+	api, ingest, ferry := fns[resources.FunctionAPI], fns[resources.FunctionIngest].Ingest, fns[resources.FunctionWorker].Worker
+	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
+	if _, _, err := api.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
+		return res, err
+	}
+	acct, err := api.Accounts.Get(ctx, benchAccountID)
+	if err != nil {
+		return res, err
+	}
+	// The account's first usage is recorded once; count only what every event costs.
+	if _, err := api.Accounts.EnsureUsageStarted(ctx, acct, time.Now()); err != nil {
+		return res, err
+	}
+	if acct, err = api.Accounts.Get(ctx, benchAccountID); err != nil {
+		return res, err
+	}
+	calls.Reset()
+	units.Reset()
+
+	// Ingest: every event once in batches of 100, then the duplicates, as a client retrying.
+	ids := make([]string, distinct)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("evt_%06d", i)
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	resend := rng.Perm(distinct)[:dups]
+	sends := append([]string(nil), ids...)
+	for _, i := range resend {
+		sends = append(sends, ids[i])
+	}
+	cpu0 := cpuTime()
+	for start := 0; start < len(sends); start += benchIngestBatch {
+		batch := sends[start:min(start+benchIngestBatch, len(sends))]
+		body, _ := json.Marshal(benchEvents(batch))
+		if _, err := ingest.AcceptBatch(ctx, acct, body); err != nil {
+			return res, fmt.Errorf("ingest: %w", err)
+		}
+	}
+	res.ingestCPU = cpuTime() - cpu0
+	res.delivered = len(sends)
+
+	handler := ferry.HandleSQS
+	if phase == "naive" {
+		handler = (&naiveWorker{clients: clients, names: names}).handle
+	}
+	arn, err := devstack.QueueARN(ctx, clients.SQS, names.QueueURL(resources.QueueEvents))
+	if err != nil {
+		return res, err
+	}
+	var handled atomic.Int64
+	source := &devstack.EventSource{SQS: clients.SQS, QueueURL: names.QueueURL(resources.QueueEvents), QueueARN: arn, Log: log,
+		Handler: func(ctx context.Context, b events.SQSEvent) (events.SQSEventResponse, error) {
+			resp, err := handler(ctx, b)
+			handled.Add(int64(len(b.Records) - len(resp.BatchItemFailures)))
+			return resp, err
+		}}
+	cpu0, wall0 := cpuTime(), time.Now()
+	drainCtx, cancel := context.WithTimeout(ctx, benchDrainDeadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range max(1, pollers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for drainCtx.Err() == nil && handled.Load() < int64(len(sends)) {
+				if _, err := source.PollOnce(drainCtx, 0); err != nil && drainCtx.Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.workerWall, res.workerCPU = time.Since(wall0), cpuTime()-cpu0
+	if handled.Load() < int64(len(sends)) {
+		return res, fmt.Errorf("the queue did not drain within %s (%d of %d handled)", benchDrainDeadline, handled.Load(), len(sends))
+	}
+	// What the pipeline did; the read-back below is the benchmark's own and is not counted.
+	res.calls, res.units = calls.Snapshot(), units.Snapshot()
+	return res, measureOutcome(ctx, &res, api, clients, names, ids)
+}
+
+// measureOutcome reads back what the phase left: the meter, ledger statuses, archive objects,
+// analytics rows, and the largest stored item (which checks the request-unit estimate).
+func measureOutcome(ctx context.Context, res *phaseResult, api *app.Function, clients cloud.Clients, names resources.Names, ids []string) error {
+	tot, err := api.Usage.Read(ctx, benchAccountID, plans.FeatureEvents, time.Now().UTC().Format("2006-01"))
+	if err != nil {
+		return err
+	}
+	res.meter = tot.Used
+	for _, id := range ids {
+		e, err := api.Ledger.Get(ctx, benchAccountID, id)
+		if err == nil {
+			res.ledger[e.Status]++
+		}
+	}
+	p := s3.NewListObjectsV2Paginator(clients.S3, &s3.ListObjectsV2Input{Bucket: aws.String(names.Bucket(resources.BucketArchive))})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		res.archived += len(page.Contents)
+	}
+	for _, table := range []string{resources.TableLedger, resources.TableUsage, resources.TableAnalytics, resources.TableAccounts} {
+		sp := dynamodb.NewScanPaginator(clients.DynamoDB, &dynamodb.ScanInput{TableName: aws.String(names.Table(table))})
+		for sp.HasMorePages() {
+			page, err := sp.NextPage(ctx)
+			if err != nil {
+				return err
+			}
+			for _, item := range page.Items {
+				res.maxItem = max(res.maxItem, instrument.ItemSize(item))
+				if table == resources.TableAnalytics {
+					res.rows++
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func benchEvents(ids []string) []map[string]any {
+	out := make([]map[string]any, len(ids))
+	for i, id := range ids {
+		out[i] = map[string]any{
+			"specversion": "1.0", "id": id, "source": "/bench", "type": "api.call", "time": "2026-11-30T12:00:00Z",
+			"data": map[string]any{"route": "/v1/things", "status": 200, "region": "eu-west-1"},
+		}
+	}
+	return out
+}
+
+// naiveWorker applies each delivery as it arrives: it moves the meter, archives and writes the
+// row, with no claim and no checkpoint. It is what Ferry is measured against: cheaper per
+// delivery, and wrong on every duplicate.
+type naiveWorker struct {
+	clients cloud.Clients
+	names   resources.Names
+}
+
+func (w *naiveWorker) handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, msg := range batch.Records {
+		if err := w.apply(ctx, msg.Body); err != nil {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+func (w *naiveWorker) apply(ctx context.Context, body string) error {
+	env, ev, err := event.DecodeEnvelope(body)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	label := time.UnixMilli(env.ReceivedAtMs).UTC().Format("2006-01")
+	_, err = w.clients.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(w.names.Table(resources.TableUsage)),
+		Key:                       usage.BudgetKey(env.AccountID, plans.FeatureEvents, label),
+		UpdateExpression:          aws.String("ADD #used :one"),
+		ExpressionAttributeNames:  dynamo.Names("#used"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": dynamo.N(1)},
+	})
+	if err != nil {
+		return err
+	}
+	key := archive.Key(env.AccountID, env.EventID, now)
+	if _, err := w.clients.S3.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(w.names.Bucket(resources.BucketArchive)), Key: aws.String(key), Body: bytes.NewReader(env.Event),
+	}); err != nil {
+		return err
+	}
+	row, err := analytics.RowFor(analytics.DefaultSchema, ev, env.AccountID, env.ReceivedAtMs, now, label, key)
+	if err != nil {
+		return err
+	}
+	return (&analytics.DynamoWriter{DB: w.clients.DynamoDB, Table: w.names.Table(resources.TableAnalytics)}).Write(ctx, row)
+}
