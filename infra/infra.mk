@@ -7,6 +7,8 @@
 #   make deploy STAGE=prod ALARM_EMAIL=ops@example.com AWS_PROFILE=ferry-prod
 #   make deploy STAGE=prod LIMITS_SOURCE=kinde KINDE_DOMAIN=acme.kinde.com \
 #     KINDE_CLIENT_ID=<id> KINDE_CLIENT_SECRET_ARN=<arn> AWS_PROFILE=ferry-prod
+#   make deploy STAGE=prod REPORT_TO_KINDE=true KINDE_DOMAIN=… KINDE_CLIENT_ID=… \
+#     KINDE_CLIENT_SECRET_ARN=<arn> STRIPE_API_KEY_SECRET_ARN=<arn> AWS_PROFILE=ferry-prod
 #   make test-infra
 
 STAGE ?= dev
@@ -18,6 +20,11 @@ LIMITS_SOURCE ?=
 KINDE_DOMAIN ?=
 KINDE_CLIENT_ID ?=
 KINDE_CLIENT_SECRET_ARN ?=
+# Usage reporting: REPORT_TO_KINDE=true reports to Kinde's meters (with the KINDE_* client);
+# STRIPE_API_KEY_SECRET_ARN names the secret holding the Stripe API key the drainer and the
+# reconciler use.
+REPORT_TO_KINDE ?=
+STRIPE_API_KEY_SECRET_ARN ?=
 CDK_FLAGS ?=
 
 CDK := _tools/node_modules/.bin/cdk
@@ -28,7 +35,9 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(LIMITS_SOURCE),-c limitsSource=$(LIMITS_SOURCE)) \
 	$(if $(KINDE_DOMAIN),-c kindeDomain=$(KINDE_DOMAIN)) \
 	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
-	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN))
+	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN)) \
+	$(if $(REPORT_TO_KINDE),-c reportToKinde=$(REPORT_TO_KINDE)) \
+	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
@@ -55,7 +64,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_API_KEY_SECRET_ARN)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

@@ -98,6 +98,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(tw, "account\tfeature\tcycle\tprovider\tledger\tsent\tmeter\tverdict\trepair\tread back\tconfirmed\tnew evidence")
 	}
 	failed := 0
+	var notes []string
 	after, accounts, cycles := "", 0, 0
 	for page := 1; page <= maxReconcilePages; page++ {
 		body := map[string]any{}
@@ -136,15 +137,16 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%v\t%v\n", res.Account, res.Feature, res.Cycle, ch.Provider,
 					ch.Ledger, ch.Sent, opt(ch.Meter), ch.Verdict, opt(ch.Repair), opt(ch.ReadBack), ch.Confirmed, ch.NewEvidence)
+				who := fmt.Sprintf("%s %s %s %s", res.Account, res.Feature, res.Cycle, ch.Provider)
 				if ch.Verdict != reconcile.Match {
-					fmt.Fprintf(tw, "\t\t\t\t%s\n", ch.Cause)
+					notes = append(notes, fmt.Sprintf("%s: %s: %s", who, ch.Verdict, ch.Cause))
 				}
 				if ch.Error != "" {
-					fmt.Fprintf(tw, "\t\t\t\terror: %s\n", ch.Error)
+					notes = append(notes, fmt.Sprintf("%s: error: %s", who, ch.Error))
 				}
 			}
 			if res.Error != "" && len(res.Checks) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\terror: %s\n", res.Account, res.Feature, res.Cycle, res.Error)
+				notes = append(notes, fmt.Sprintf("%s %s %s: error: %s", res.Account, res.Feature, res.Cycle, res.Error))
 			}
 		}
 		fmt.Fprintf(stderr, "page %d: %d accounts, %d cycles reconciled so far\n", page, accounts, cycles)
@@ -155,6 +157,12 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if !*asJSON {
 		_ = tw.Flush()
+		if len(notes) > 0 {
+			fmt.Fprintln(stdout)
+			for _, n := range notes {
+				fmt.Fprintln(stdout, n)
+			}
+		}
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d checks were not proven or not repaired: see above", failed)
