@@ -25,10 +25,10 @@ type MeterDeps struct {
 }
 
 type correctionRequest struct {
-	Account string `json:"account"`
-	Feature string `json:"feature"`
-	Units   int64  `json:"units"`
-	Reason  string `json:"reason"`
+	Account string `json:"account" jsonbody:"required"`
+	Feature string `json:"feature" jsonbody:"required"`
+	Units   int64  `json:"units" jsonbody:"required"`
+	Reason  string `json:"reason" jsonbody:"required"`
 	Cycle   string `json:"cycle"`
 }
 
@@ -118,11 +118,8 @@ func reportUnavailable(cause error, detail string) error {
 
 // decodeOptionalEmpty reads a body that may be absent or an empty JSON object.
 func decodeOptionalEmpty(r *http.Request) error {
-	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
-		return nil
-	}
 	var empty struct{}
-	return decodeJSON(r, &empty)
+	return decodeOptionalJSON(r, &empty)
 }
 
 type reconcileRequest struct {
@@ -147,10 +144,8 @@ func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req reconcileRequest
-	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
-		if err := decodeJSON(r, &req); err != nil {
-			return err
-		}
+	if err := decodeOptionalJSON(r, &req); err != nil {
+		return err
 	}
 	var problems []string
 	if req.Account != "" && !accounts.ValidID(req.Account) {
