@@ -12,6 +12,9 @@ import (
 	"strings"
 
 	"github.com/ferrymeter/ferry/internal/limits"
+	"github.com/ferrymeter/ferry/internal/provider"
+	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // Context keys the app reads (`cdk synth -c stage=prod`, or "context" in cdk.json).
@@ -32,9 +35,15 @@ const (
 	ctxKindeDomain            = "kindeDomain"
 	ctxKindeClientID          = "kindeClientId"
 	ctxKindeClientSecretARN   = "kindeClientSecretArn"
-	// Meter reporting: whether usage is reported to Kinde (with the Kinde settings above), and
-	// the Secrets Manager secret holding the Stripe API key (Stripe reporting is on when set).
-	ctxReportToKinde         = "reportToKinde"
+	// Meter reporting: whether usage is reported to Kinde (with the Kinde settings above).
+	ctxReportToKinde = "reportToKinde"
+	// The webhook inbox: where Kinde's webhook keys are (default: from kindeDomain), and the
+	// optional re-fetch of Stripe objects with its API base and key.
+	ctxKindeWebhookJWKSURL = "kindeWebhookJwksUrl"
+	ctxStripeRefetch       = "stripeRefetch"
+	ctxStripeAPIBase       = "stripeApiBase"
+	// The Secrets Manager secret holding the Stripe API key: usage is reported to Stripe when it
+	// is set, and the inbox's re-fetch reads with it.
 	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
 )
 
@@ -122,9 +131,37 @@ type Config struct {
 	// ReportToKinde reports usage to Kinde's meters with the same Kinde client (the functions
 	// that report get the domain and client id, and may read the client secret).
 	ReportToKinde bool
+	// KindeWebhookJWKSURL is where the webhooks function fetches Kinde's webhook keys; empty
+	// means https://<KindeDomain>/.well-known/jwks when KindeDomain is set, and otherwise Kinde
+	// deliveries are answered 503 until it is configured.
+	KindeWebhookJWKSURL string
+	// StripeRefetch makes the inbox worker re-read each Stripe event's object from StripeAPIBase
+	// (default Stripe's) with the API key in the secret StripeAPIKeySecretARN names.
+	StripeRefetch bool
+	StripeAPIBase string
 	// StripeAPIKeySecretARN names the Secrets Manager secret holding the Stripe API key; when
-	// set, usage is reported to Stripe and the functions that report may read it.
+	// set, usage is reported to Stripe (the reporting functions may read it), and the inbox's
+	// re-fetch reads with it.
 	StripeAPIKeySecretARN string
+}
+
+// Settings are the deployment settings functions may list (resources.Function.Settings), by
+// environment variable, as this deployment configures them.
+func (c Config) Settings() map[string]string {
+	out := map[string]string{}
+	switch {
+	case c.KindeWebhookJWKSURL != "":
+		out[resources.EnvKindeWebhookJWKSURL] = c.KindeWebhookJWKSURL
+	case c.KindeDomain != "":
+		out[resources.EnvKindeWebhookJWKSURL] = kindewebhook.JWKSURLFor(c.KindeDomain)
+	}
+	if c.StripeRefetch {
+		out[resources.EnvStripeRefetch] = "true"
+		if c.StripeAPIBase != "" {
+			out[resources.EnvStripeAPIBase] = c.StripeAPIBase
+		}
+	}
+	return out
 }
 
 // Prefix is the physical-name prefix of the stage's resources ("ferry-prod").
@@ -200,7 +237,15 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.KindeDomain = str(ctxKindeDomain, "")
 	c.KindeClientID = str(ctxKindeClientID, "")
 	c.KindeClientSecretARN = str(ctxKindeClientSecretARN, "")
+	c.KindeWebhookJWKSURL = str(ctxKindeWebhookJWKSURL, "")
+	c.StripeAPIBase = str(ctxStripeAPIBase, "")
 	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
+	switch refetch := strings.ToLower(str(ctxStripeRefetch, "false")); refetch {
+	case "true", "false":
+		c.StripeRefetch = refetch == "true"
+	default:
+		errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxStripeRefetch, refetch))
+	}
 	switch v := lookup(ctxReportToKinde).(type) {
 	case nil:
 	case bool:
@@ -269,10 +314,36 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("plans: %d bytes of JSON; Lambda allows 4 KB for all variables, so keep plans under %d", len(c.Plans), maxPlansBytes))
 	}
 	errs = append(errs, c.validateLimitsSource()...)
-	if c.StripeAPIKeySecretARN != "" && !secretARNPattern.MatchString(c.StripeAPIKeySecretARN) {
-		errs = append(errs, fmt.Errorf("stripeApiKeySecretArn %q: want the ARN of a Secrets Manager secret (arn:aws:secretsmanager:<region>:<account>:secret:<name>)", c.StripeAPIKeySecretARN))
-	}
+	errs = append(errs, c.validateInbox()...)
 	return errors.Join(errs...)
+}
+
+// validateInbox checks the webhook inbox's settings: a JWKS URL the webhooks function may fetch
+// (https), and a re-fetch that has its key. A re-fetch setting without stripeRefetch is refused:
+// someone meant to turn it on.
+func (c Config) validateInbox() []error {
+	var errs []error
+	if c.KindeWebhookJWKSURL != "" {
+		if err := kindewebhook.CheckURL(c.KindeWebhookJWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ctxKindeWebhookJWKSURL, err))
+		}
+	}
+	if c.StripeAPIBase != "" {
+		if err := provider.CheckEndpoint(ctxStripeAPIBase, c.StripeAPIBase); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.StripeAPIKeySecretARN != "" && !secretARNPattern.MatchString(c.StripeAPIKeySecretARN) {
+		errs = append(errs, fmt.Errorf("%s %q: want the ARN of a Secrets Manager secret", ctxStripeAPIKeySecretARN, c.StripeAPIKeySecretARN))
+	}
+	// The key alone is valid: it reports usage to Stripe.
+	switch {
+	case c.StripeRefetch && c.StripeAPIKeySecretARN == "":
+		errs = append(errs, fmt.Errorf("%s=true needs %s (the Stripe API key that reads subscriptions and invoices)", ctxStripeRefetch, ctxStripeAPIKeySecretARN))
+	case !c.StripeRefetch && c.StripeAPIBase != "":
+		errs = append(errs, fmt.Errorf("%s: set only with %s=true", ctxStripeAPIBase, ctxStripeRefetch))
+	}
+	return errs
 }
 
 // validateLimitsSource checks the limit source and its Kinde settings. With kinde, every Kinde

@@ -56,7 +56,15 @@ var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPT
 // carries the secret's ARN: the operator key, which the stack generates, and the Kinde client
 // secret, which the kindeClientSecretArn context names (and which exists only with
 // limitsSource=kinde).
-var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN, resources.EnvStripeAPIKeySecretARN}
+var stackSecrets = []string{
+	resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN,
+	// The Stripe endpoint's signing secret, which the stack creates for the operator to fill in,
+	// and the Stripe API key (stripeApiKeySecretArn) reporting and the optional re-fetch use.
+	resources.EnvStripeWebhookSecretARN, resources.EnvStripeAPIKeySecretARN,
+}
+
+// deploymentSettings are the settings a function may list in resources.Function.Settings.
+var deploymentSettings = []string{resources.EnvKindeWebhookJWKSURL, resources.EnvStripeRefetch, resources.EnvStripeAPIBase}
 
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
@@ -135,9 +143,15 @@ func (d Definitions) Validate() error {
 				fail("function %q: unknown secret %q; the stack provides %s", f.Name, env, strings.Join(stackSecrets, ", "))
 			}
 		}
+		for _, name := range f.Settings {
+			if !contains(deploymentSettings, name) {
+				fail("function %q: unknown setting %q; the stack provides %s", f.Name, name, strings.Join(deploymentSettings, ", "))
+			}
+		}
 		// A function that reads limits from Kinde needs the client secret, and only such a
 		// function, or one that reports usage (to Kinde), has any use for it. Only a function
-		// that reports usage has any use for the Stripe API key.
+		// that reports usage, or re-fetches Stripe objects (EnvStripeRefetch), has any use for
+		// the Stripe API key.
 		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
 		case f.ReadsLimits && !kindeSecret:
 			fail("function %q reads limits but does not list secret %s, which limitsSource kinde needs", f.Name, resources.EnvKindeClientSecretARN)
@@ -147,8 +161,8 @@ func (d Definitions) Validate() error {
 		switch stripeSecret := listed[resources.EnvStripeAPIKeySecretARN]; {
 		case f.ReportsUsage && !stripeSecret:
 			fail("function %q reports usage but does not list secret %s, which Stripe reporting needs", f.Name, resources.EnvStripeAPIKeySecretARN)
-		case !f.ReportsUsage && stripeSecret:
-			fail("function %q lists secret %s but does not report usage; only functions that report usage may read it", f.Name, resources.EnvStripeAPIKeySecretARN)
+		case !f.ReportsUsage && !contains(f.Settings, resources.EnvStripeRefetch) && stripeSecret:
+			fail("function %q lists secret %s but neither reports usage nor re-fetches Stripe objects; only those may read it", f.Name, resources.EnvStripeAPIKeySecretARN)
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {
@@ -174,12 +188,12 @@ func (d Definitions) Validate() error {
 			}
 			switch access {
 			case resources.Send:
-			case resources.Consume:
+			case resources.Consume, resources.ConsumeAndSend:
 				if q.VisibilityTimeout < visibilityPerTimeout*f.Timeout {
 					fail("queue %q: visibility timeout %s is less than %d x the timeout %s of its consumer %q", logical, q.VisibilityTimeout, visibilityPerTimeout, f.Timeout, f.Name)
 				}
 			default:
-				fail("function %q: queue %q access %q; queues take send or consume", f.Name, logical, access)
+				fail("function %q: queue %q access %q; queues take send, consume or consume-send", f.Name, logical, access)
 			}
 		}
 	}
@@ -219,7 +233,7 @@ func (d Definitions) Validate() error {
 func (d Definitions) consumers(queue string) []resources.Function {
 	var out []resources.Function
 	for _, f := range d.Functions {
-		if f.Queues[queue] == resources.Consume {
+		if f.Queues[queue].Consumes() {
 			out = append(out, f)
 		}
 	}

@@ -21,9 +21,14 @@ KINDE_DOMAIN ?=
 KINDE_CLIENT_ID ?=
 KINDE_CLIENT_SECRET_ARN ?=
 # Usage reporting: REPORT_TO_KINDE=true reports to Kinde's meters (with the KINDE_* client);
-# STRIPE_API_KEY_SECRET_ARN names the secret holding the Stripe API key the drainer and the
-# reconciler use.
+# STRIPE_API_KEY_SECRET_ARN names the secret holding the Stripe API key, which reports usage to
+# Stripe (and which the inbox's optional re-fetch reads with).
 REPORT_TO_KINDE ?=
+# The webhook inbox: Kinde's webhook key URL (default from KINDE_DOMAIN) and the optional
+# re-fetch of Stripe objects (STRIPE_REFETCH=true with the API key's secret ARN).
+KINDE_WEBHOOK_JWKS_URL ?=
+STRIPE_REFETCH ?=
+STRIPE_API_BASE ?=
 STRIPE_API_KEY_SECRET_ARN ?=
 CDK_FLAGS ?=
 
@@ -37,6 +42,9 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
 	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN)) \
 	$(if $(REPORT_TO_KINDE),-c reportToKinde=$(REPORT_TO_KINDE)) \
+	$(if $(KINDE_WEBHOOK_JWKS_URL),-c kindeWebhookJwksUrl=$(KINDE_WEBHOOK_JWKS_URL)) \
+	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
+	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
 	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
@@ -64,7 +72,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_API_KEY_SECRET_ARN)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_*)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

@@ -43,6 +43,9 @@ type Config struct {
 	Limits LimitsConfig
 	// Meters selects the providers usage is reported to; the zero value reports to none.
 	Meters MetersConfig
+	// Inbox is where the webhook inbox's verification keys come from, and whether its worker
+	// re-fetches Stripe objects.
+	Inbox InboxConfig
 }
 
 // DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
@@ -69,6 +72,12 @@ func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Conf
 		}
 		cfg.Limits = limits
 	}
+	// Only the functions the deployment gives the inbox's variables read anything here.
+	inboxCfg, err := InboxConfigFromEnv(ctx)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Inbox = inboxCfg
 	if !needOperatorKey {
 		return cfg, nil
 	}

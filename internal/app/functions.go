@@ -9,6 +9,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
 	"github.com/ferrymeter/ferry/internal/reconcile"
@@ -42,7 +43,7 @@ var (
 // Builders lists every builder. Capabilities add theirs here.
 func Builders() []Builder {
 	return []Builder{BuildIngest, BuildAPI, BuildWorker, BuildHolds, BuildSweeper,
-		BuildReporter, BuildDrainer, BuildReconciler, BuildMeterAPI}
+		BuildReporter, BuildDrainer, BuildReconciler, BuildMeterAPI, BuildWebhooks, BuildInbox, BuildInboxSweep}
 }
 
 func buildAPI(c *Composer) (*Function, error) {
@@ -51,11 +52,17 @@ func buildAPI(c *Composer) (*Function, error) {
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite, resources.ReadWrite)
 	fn.Usage = c.usage(resources.Read)
 	fn.Ledger = c.ledger(resources.Read, resources.Read)
-	// GET /v1/usage shows the limit the next admission is held to, from the holds' source.
+	// GET /v1/usage shows the limit the next admission is held to, from the holds' source, and
+	// an allowance's grant rows; the billing-events routes read the inbox and replay (a write
+	// and a nudge).
 	fn.Limits = NewLimits(c.Config, c.Log, c.Metrics, c.Now)
+	fn.Allowances = c.allowances(resources.Read)
+	store := c.inboxStore(resources.ReadWrite, &Function{})
+	reader := &inbox.Reader{Store: store, Nudger: c.nudger(), Log: c.Log, Now: c.Now}
+	fn.Inbox = &Inbox{Store: store, Reader: reader}
 	api := httpapi.New(httpapi.Deps{
 		Accounts: fn.Accounts, Events: fn.Ledger, Usage: fn.Usage, Catalog: c.Config.Catalog, Now: c.Now,
-		Limits: fn.Limits,
+		Limits: fn.Limits, Allowances: fn.Allowances, BillingEvents: reader,
 	})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil
 }
@@ -95,12 +102,15 @@ func buildHolds(c *Composer) (*Function, error) {
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.Read, "")
 	fn.Usage = c.usage(resources.ReadWrite)
 	fn.Limits = NewLimits(c.Config, c.Log, c.Metrics, c.Now)
+	// An allowance feature's limit is the sum of its grant rows; the first admission of a cycle
+	// writes the cycle's opening row.
+	fn.Allowances = c.allowances(resources.ReadWrite)
 	fn.Holds = &holds.Service{
 		Store: &holds.DynamoStore{
 			DB: c.DynamoDB(), Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: fn.Usage,
 			RateLimits: ratelimit.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableRateLimits, resources.ReadWrite)},
 		},
-		Accounts: fn.Accounts, Limits: fn.Limits, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
+		Accounts: fn.Accounts, Limits: fn.Limits, Allowances: fn.Allowances, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	api := httpapi.New(httpapi.Deps{Holds: fn.Holds})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil
@@ -128,6 +138,10 @@ func buildSweeper(c *Composer) (*Function, error) {
 func buildReporter(c *Composer) (*Function, error) {
 	fn := c.Function()
 	c.reporting(fn)
+	// The cycles to reconcile soon: Ferry's own requests, and the inbox's marks of provider
+	// meters that changed (Kinde's customer.meter_usage_updated).
+	fn.Reconciler.Marks = reconcile.Sources{fn.Requests,
+		reconcile.InboxMarks{Marks: inbox.MeterMarkReader{Store: c.inboxStore(resources.ReadWrite, &Function{})}}}
 	// A cycle it could not report stays marked for the next run; a run fails only when Ferry's
 	// own state could not be read or written (the function's Errors alarm). It then reconciles
 	// the cycles whose provider meter changed.

@@ -53,6 +53,8 @@ type StackOptions struct {
 	Limits app.LimitsConfig
 	// Meters are the providers usage is reported to (ferry dev points them at stand-ins).
 	Meters app.MetersConfig
+	// Inbox is the webhook inbox's verification keys and re-fetch (see InboxFromEnv).
+	Inbox app.InboxConfig
 	// Definitions replace app.DefaultDefinitions (a capability under test).
 	Definitions *app.Definitions
 	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
@@ -132,7 +134,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	s.Names = names
 	cfg := app.DefaultConfig()
-	cfg.OperatorKey, cfg.Limits, cfg.Meters = opts.OperatorKey, opts.Limits, opts.Meters
+	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}
@@ -236,6 +238,11 @@ func (s *Stack) Close() {
 		_ = s.server.Shutdown(ctx)
 		s.cancel()
 		s.wg.Wait()
+		for _, fn := range s.Functions {
+			if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+				fn.Inbox.Receiver.Close()
+			}
+		}
 		s.Emulators.Stop()
 	})
 }

@@ -127,4 +127,6 @@ type usageBody struct {
 	Remaining *int64      `json:"remaining"`
 	// Corrections is the sum of the cycle's correction rows: the meter holds used + corrections.
 	Corrections int64 `json:"corrections"`
+	// Grants are an allowance feature's grant rows in the cycle (allowance features only).
+	Grants []grantBody `json:"grants,omitempty"`
 }

@@ -16,7 +16,7 @@ import (
 
 // Mark says "the provider's meter (or Ferry's view of it) changed for (account, cycle): reconcile
 // it soon". The reporter leaves one when the ledger drops below what Stripe was sent; the webhook
-// inbox leaves one for each Kinde customer.meter_usage_updated event.
+// inbox leaves one for each Kinde customer.meter_usage_updated event (InboxMarks reads those).
 type Mark struct {
 	Account string
 	Cycle   string
@@ -26,11 +26,13 @@ type Mark struct {
 	Source string
 	ID     string
 	AtMs   int64
+	// ref is the source's own handle of the mark, for its Done.
+	ref any
 }
 
 // MarkSource is where the reconciler reads marks from. It is the seam between the reconciler
-// and whatever notices that a meter changed: Ferry's own requests (Requests) and, once it
-// exists, the webhook inbox's "provider meter changed" marks, combined with Sources.
+// and whatever notices that a meter changed: Ferry's own requests (Requests) and the webhook
+// inbox's "provider meter changed" marks (InboxMarks), combined with Sources.
 type MarkSource interface {
 	// Pending returns up to limit marks, oldest first where the source knows the order.
 	Pending(ctx context.Context, limit int) ([]Mark, error)

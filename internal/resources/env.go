@@ -17,6 +17,9 @@ type EnvSettings struct {
 	// Secrets are the secrets the deployment provides, by the variable that carries each one's
 	// ARN (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
 	Secrets map[string]string
+	// Settings are the deployment settings functions may list (Function.Settings), by variable,
+	// as the deployment configures them (EnvKindeWebhookJWKSURL, EnvStripeRefetch…).
+	Settings map[string]string
 }
 
 // limitsSourceKinde is the limit source whose client settings functions get.
@@ -24,9 +27,10 @@ const limitsSourceKinde = "kinde"
 
 // FunctionEnv is the environment a deployment gives fn: every resource's physical name (as
 // NamesFromEnv and GrantFromEnv read them), the log level and the plans; for a function that
-// reads limits, the limit source and its Kinde client settings; and the ARN of each secret fn
-// lists that the deployment provides. The CDK app sets exactly this; the Lambda emulator check
-// (make test-lambda) starts every function with it, pointed at emulator resources.
+// reads limits, the limit source and its Kinde client settings; the ARN of each secret fn lists
+// that the deployment provides and fn needs (NeedsSecret); and each setting fn lists that the
+// deployment configures. The CDK app sets exactly this; the Lambda emulator check (make
+// test-lambda) starts every function with it, pointed at emulator resources.
 func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 	env := names.Env()
 	env[EnvLogLevel] = s.LogLevel
@@ -50,6 +54,11 @@ func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 			env[name] = arn
 		}
 	}
+	for _, name := range fn.Settings {
+		if v, ok := s.Settings[name]; ok {
+			env[name] = v
+		}
+	}
 	return env
 }
 
@@ -61,14 +70,14 @@ func reportsToKinde(fn Function, s EnvSettings) bool {
 
 // NeedsSecret reports whether fn, which lists the secret name, needs it in a deployment: the
 // Kinde client secret to read limits from Kinde or to report to Kinde, the Stripe API key to
-// report to Stripe, any other secret always. A function gets (and is granted) only the secrets
+// report to Stripe or to re-fetch Stripe objects (EnvStripeRefetch), any other secret always. A function gets (and is granted) only the secrets
 // it needs.
 func NeedsSecret(fn Function, name string, s EnvSettings) bool {
 	switch name {
 	case EnvKindeClientSecretARN:
 		return (fn.ReadsLimits && s.LimitsSource == limitsSourceKinde) || reportsToKinde(fn, s)
 	case EnvStripeAPIKeySecretARN:
-		return fn.ReportsUsage
+		return fn.ReportsUsage || (listed(fn.Settings, EnvStripeRefetch) && s.Settings[EnvStripeRefetch] == "true")
 	}
 	return true
 }
