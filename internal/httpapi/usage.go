@@ -43,7 +43,14 @@ func (a *API) usageOf(ctx context.Context, acct accounts.Account, feature string
 	if err != nil {
 		return usageBody{}, err
 	}
+	// The limit the next admission is held to: the plan's, or the provider's entitlement when
+	// limits come from the provider (FERRY_LIMITS_SOURCE=kinde).
 	limit := acct.Limit(feature, a.deps.Catalog)
+	if a.deps.Limits != nil {
+		if limit, err = a.deps.Limits.Limit(ctx, acct, feature); err != nil {
+			return usageBody{}, err
+		}
+	}
 	var grants []grantBody
 	if a.deps.Catalog.Allowance(feature) {
 		// An allowance's limit is the sum of the cycle's grant rows. The rows the account's plan
@@ -64,7 +71,7 @@ func (a *API) usageOf(ctx context.Context, acct accounts.Account, feature string
 	}
 	return usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
-		Remaining: limit.Remaining(totals.Used + totals.Held), Grants: grants,
+		Remaining: limit.Remaining(totals.Used + totals.Held), Corrections: totals.Corrections, Grants: grants,
 	}, nil
 }
 

@@ -26,12 +26,6 @@ const (
 	IndexHoldsByAccount     = "byAccountStatus"
 	IndexHoldsAccountStatus = "accountStatus"
 	IndexHoldsCreatedAt     = "createdAtMs"
-	// IndexAccountsByList lists every account in id order: an account carries
-	// IndexAccountsListKey = AccountsListValue from its creation, and nothing else indexed, so
-	// no later write to it touches the index.
-	IndexAccountsList    = "byList"
-	IndexAccountsListKey = "listKey"
-	AccountsListValue    = "accounts"
 )
 
 // APITimeout is the api function's timeout: under API Gateway's 30 s integration limit, and long
