@@ -24,6 +24,8 @@ type LabSpec struct {
 const (
 	holdsFiveTimeout    = 30 * time.Second
 	webhooksNineTimeout = 2 * time.Minute
+	// The reconciliation lab waits out a report that a Kinde pause of a previous run delays.
+	reconcileTimeout = 4 * time.Minute
 	// slotMargin keeps a slot's lease a little longer than its run, so a slot is never free
 	// while its run may still be going.
 	slotMargin = 10 * time.Second
@@ -35,6 +37,7 @@ const (
 var Labs = []LabSpec{
 	{Name: "holds-five", Timeout: holdsFiveTimeout, Run: lab.HoldsFive},
 	{Name: "webhooks-nine", Timeout: webhooksNineTimeout, Run: lab.WebhooksNine},
+	{Name: "reconcile", Timeout: reconcileTimeout, Run: lab.Reconcile},
 }
 
 // ErrNoLab: no lab has this name.

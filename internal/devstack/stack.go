@@ -135,6 +135,8 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	s.Names = names
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
+	// The console's labs drive the stack through its own address, as ferry lab does.
+	cfg.APIURL = "http://" + listener.Addr().String()
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}

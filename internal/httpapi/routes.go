@@ -161,6 +161,9 @@ var Routes = []Route{
 		Handler: Handle((*API).getEvidence)},
 	{Method: "GET", Path: "/v1/reconcile/review", Function: resources.FunctionMeterAPI, Auth: Operator,
 		Handler: Handle((*API).getReview)},
+	// The Stripe outbox of one account's cycle: what is still to send, retrying, or dead.
+	{Method: "GET", Path: "/v1/outbox", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Handler: Handle((*API).getOutbox)},
 	// The webhook inbox. A delivery's provider signature authenticates it, and the provider's
 	// signed event id keys it (a copy is counted, never applied twice): no Idempotency-Key.
 	{Method: "POST", Path: "/v1/webhooks/kinde", Function: resources.FunctionWebhooks, Auth: WebhookSignature,
