@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/ferrymeter/ferry/internal/console"
 	"github.com/ferrymeter/ferry/internal/session"
@@ -182,7 +183,7 @@ func newLabRunBody(run console.Run) labRunBody {
 	}
 	b := labRunBody{
 		Lab: run.Lab, OK: run.Err == nil && res.OK(), DurationMs: run.Duration.Milliseconds(), AccountID: res.AccountID,
-		Intro: res.Intro, Columns: columns, Rows: [][]string{}, Notes: nonNil(res.Notes), Problems: nonNil(res.Problems),
+		Intro: res.Intro, Columns: columns, Rows: [][]string{}, Notes: withoutKey(res.Notes, res.APIKey), Problems: nonNil(res.Problems),
 		Failures: nonNil(res.Failures), Limit: res.Limit,
 	}
 	if run.Err != nil {
@@ -205,6 +206,18 @@ func newLabRunBody(run console.Run) labRunBody {
 		})
 	}
 	return b
+}
+
+// withoutKey is the lab's notes with its account's API key withheld.
+func withoutKey(notes []string, key string) []string {
+	out := make([]string, 0, len(notes))
+	for _, n := range notes {
+		if key != "" {
+			n = strings.ReplaceAll(n, key, "(withheld)")
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func nonNil(s []string) []string {
