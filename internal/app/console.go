@@ -1,11 +1,11 @@
 package app
 
 import (
-	"net"
 	"net/url"
 
 	"github.com/ferrymeter/ferry/internal/console"
 	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/provider"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/session"
 )
@@ -31,11 +31,7 @@ func LoopbackHTTP(raw string) bool {
 	if err != nil || u.Scheme != "http" {
 		return false
 	}
-	if u.Hostname() == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(u.Hostname())
-	return ip != nil && ip.IsLoopback()
+	return provider.Loopback(u.Hostname())
 }
 
 // console is what the api function's console routes use: the embedded page, its sessions, and

@@ -69,8 +69,10 @@ func TestConsole_PageAndAssetsAreServedWithAStrictPolicy(t *testing.T) {
 	if js.Status != http.StatusOK || js.Header.Get("Content-Type") != "text/javascript; charset=utf-8" || js.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("console.js: %d %v", js.Status, js.Header)
 	}
+	// Nothing from another origin: the one absolute URL is the SVG namespace, a name, not a fetch.
+	script := strings.ReplaceAll(string(js.Body), `"http://www.w3.org/2000/svg"`, "")
 	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "localStorage", "sessionStorage", "http://", "https://"} {
-		if strings.Contains(string(js.Body), bad) {
+		if strings.Contains(script, bad) {
 			t.Errorf("console.js uses %q", bad)
 		}
 	}

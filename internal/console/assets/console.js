@@ -266,17 +266,15 @@ async function accountPage(id) {
       el("div", { class: "muted" }, "Agreement day"), el("div", {}, fmt(a.agreementStart))));
   const out = [el("h1", {}, "Account ", el("code", {}, a.id)), accountLinks(a.id), cards, el("h2", {}, "Standing per feature and cycle")];
   for (const f of standing.features) {
-    const cur = f.cycles[f.cycles.length - 1];
     out.push(el("h2", {}, f.feature, f.allowance ? el("span", { class: "muted" }, " (allowance)") : null));
     out.push(el("div", { class: "cards" }, el("div", {}, chart(f.cycles)),
       table([
         { label: "Cycle", get: (c) => c.cycle },
-        { label: "Limit", num: true, get: (c) => (c.limit && c.limit.unlimited ? "unlimited" : c.limit ? c.limit.max : null) },
+        { label: "Limit", num: true, get: (c) => (c.limit === null ? "unlimited" : c.limit) },
         { label: "Used", num: true, get: (c) => c.used },
         { label: "Held", num: true, get: (c) => c.held },
         { label: "Remaining", num: true, get: (c) => c.remaining },
       ], f.cycles.slice().reverse(), { "data-feature": f.feature, class: "standing" })));
-    void cur;
   }
   return out;
 }
@@ -284,7 +282,8 @@ async function accountPage(id) {
 // chart draws a cycle's used and held as bars against its limit.
 function chart(cycles) {
   const w = 36 * cycles.length + 20, h = 120, base = 100;
-  const top = Math.max(1, ...cycles.map((c) => Math.max(c.used + c.held, c.limit && !c.limit.unlimited ? c.limit.max : 0)));
+  // A limit is a number, or null when unlimited.
+  const top = Math.max(1, ...cycles.map((c) => Math.max(c.used + c.held, c.limit === null ? 0 : c.limit)));
   const s = svg("svg", { class: "chart", width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img" });
   s.append(svg("title", {}, "used and held per cycle, against the limit"));
   cycles.forEach((c, i) => {
@@ -292,8 +291,8 @@ function chart(cycles) {
     const used = (c.used / top) * (base - 10), held = (c.held / top) * (base - 10);
     s.append(svg("rect", { class: "used", x, y: base - used, width: 22, height: used }));
     s.append(svg("rect", { class: "held", x, y: base - used - held, width: 22, height: held }));
-    if (c.limit && !c.limit.unlimited) {
-      const y = base - (c.limit.max / top) * (base - 10);
+    if (c.limit !== null) {
+      const y = base - (c.limit / top) * (base - 10);
       s.append(svg("line", { class: "limit", x1: x - 3, x2: x + 25, y1: y, y2: y }));
     }
     s.append(svg("text", { x: x - 2, y: base + 14 }, c.cycle.slice(2)));
