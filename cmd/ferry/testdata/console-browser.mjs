@@ -71,7 +71,7 @@ try {
     await open("#/labs", `[data-run-lab="${name}"]`);
     await page.click(`[data-run-lab="${name}"]`);
     await page.locator(`[data-lab-result="${name}"] ${ready}`).first().waitFor({ timeout });
-    await shot("lab-" + name);
+    await page.locator(`[data-lab="${name}"]`).screenshot({ path: path.join(shots, "lab-" + name + ".png") });
     return page.locator(`[data-lab-result="${name}"]`);
   };
   const text = async (loc) => (await loc.textContent()).trim();
