@@ -139,7 +139,7 @@ func checkStored(t *testing.T, s *fuzzStack, r apptest.Response, eventID string,
 
 // signKinde signs claims, byte for byte as given, as a Kinde webhook token (RS256, the signer's
 // kid): the claims reach the verifier exactly as the fuzzer wrote them, duplicates and all.
-func signKinde(t *testing.T, s *fuzzStack, claims []byte) string {
+func signKinde(t testing.TB, s *fuzzStack, claims []byte) string {
 	t.Helper()
 	signer := s.h.Signer(t)
 	header, err := json.Marshal(map[string]string{"alg": "RS256", "typ": "JWT", "kid": signer.KeyID()})
@@ -161,6 +161,12 @@ func signKinde(t *testing.T, s *fuzzStack, claims []byte) string {
 func FuzzKindeWebhook(f *testing.F) {
 	s := newFuzzStack(f, "kinde-webhook")
 	s.h.Signer(f)
+	// The target's signing is the verifier's: a genuine token of the target's making is stored,
+	// so what the fuzzer sees refused is refused for what it wrote.
+	genuine := []byte(`{"type":"customer.payment_succeeded","event_id":"event_fuzz_genuine","timestamp":"` + s.h.Clock.Now().Format(time.RFC3339) + `"}`)
+	if r := s.h.Do(f, "POST", "/v1/webhooks/kinde", "", []byte(signKinde(f, s, genuine)), "Content-Type", "application/jwt"); r.Status != http.StatusOK {
+		f.Fatalf("a genuine token: %d %s", r.Status, r.Body)
+	}
 	f.Fuzz(func(t *testing.T, input []byte) {
 		headers := []string{"Content-Type", "application/jwt", "webhook-id", "msg_fuzz"}
 		token := signKinde(t, s, input)
@@ -188,6 +194,10 @@ func FuzzKindeWebhook(f *testing.F) {
 // refused as not an event Ferry stores), and the same body unsigned (always refused).
 func FuzzStripeWebhook(f *testing.F) {
 	s := newFuzzStack(f, "stripe-webhook")
+	genuine := []byte(`{"id":"evt_fuzz_genuine","object":"event","type":"invoice.paid","created":1763208000,"data":{"object":{"id":"in_1","object":"invoice"}}}`)
+	if r := s.h.Do(f, "POST", "/v1/webhooks/stripe", "", genuine, "Content-Type", "application/json", "Stripe-Signature", stripewebhook.Sign(genuine, apptest.StripeSecret, time.Now())); r.Status != http.StatusOK {
+		f.Fatalf("a genuine delivery: %d %s", r.Status, r.Body)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		sig := stripewebhook.Sign(body, apptest.StripeSecret, time.Now())
 		headers := []string{"Content-Type", "application/json", "Stripe-Signature", sig}
