@@ -24,7 +24,7 @@ KILL_AFTER=300
 PREFIX="kill-$(date +%s)-$$"
 # Bounds, in seconds.
 START_LIMIT=120
-DRAIN_LIMIT=300
+DRAIN_LIMIT=600
 
 TMP=$(mktemp -d)
 emu_pid="" dev_pid=""
