@@ -61,20 +61,25 @@ test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
 
-# make fuzz runs every fuzz target (one per request body, internal/httpapi/fuzz_test.go) for
-# FUZZTIME each, with FUZZ_PARALLEL workers; seeds are under testdata/fuzz/.
+# make fuzz runs every fuzz target for FUZZTIME each, one after another, with FUZZ_PARALLEL
+# workers: one per request body and webhook intake in internal/httpapi (through the whole stack),
+# and the Stripe-Signature header's reading in internal/provider/stripe/webhook. The readable
+# seeds are under testdata/fuzz/<body>/ (each target adds them); what go test keeps (inputs that
+# failed) goes to testdata/fuzz/FuzzXxx/ beside the target's package, and is replayed by every
+# plain `go test` from then on.
 FUZZTIME      ?= 30s
 FUZZ_PARALLEL ?= 1
 # Minimizing an input that is merely interesting stops the fuzzing meanwhile; 60 s by default.
 FUZZ_MINIMIZE ?= 5s
-FUZZ_PKG      := ./internal/httpapi/
+FUZZ_PKGS     := ./internal/httpapi/ ./internal/provider/stripe/webhook/
 
 .PHONY: fuzz
 fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTIME=2m
-	@targets=$$($(GO) test $(FUZZ_PKG) -list '^Fuzz' | grep '^Fuzz'); \
-	for target in $$targets; do \
-		echo "== $$target for $(FUZZTIME)"; \
-		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
+	@for pkg in $(FUZZ_PKGS); do \
+		for target in $$($(GO) test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
+			echo "== $$pkg $$target for $(FUZZTIME)"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
+		done; \
 	done
 
 .PHONY: bench

@@ -130,7 +130,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		VisibilityTimeout: opts.VisibilityTimeout, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("provision the local stack (a stack with prefix %q may already exist on these endpoints): %w", opts.Prefix, err))
+		return fail(fmt.Errorf("provision the local stack (prefix %q): %w", opts.Prefix, err))
 	}
 	s.Names = names
 	cfg := app.DefaultConfig()

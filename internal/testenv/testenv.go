@@ -33,10 +33,16 @@ var (
 // Main runs a package's tests and stops the shared emulators afterwards. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the emulators Endpoints started, if it started any: for a TestMain that
+// does more than Main.
+func StopShared() {
 	if shared != nil {
 		shared.Stop()
 	}
-	os.Exit(code)
 }
 
 // Endpoints starts the shared emulators (once) and returns the endpoints tests talk to.
