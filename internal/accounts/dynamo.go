@@ -111,6 +111,18 @@ func (it accountItem) account() Account {
 
 const markUsageStarted = "SET #usageStartedAtMs = if_not_exists(#usageStartedAtMs, :now)"
 
+// Conditions of the account writes. Every attribute name is an alias (see dynamo.Names).
+const (
+	accountAbsent = "attribute_not_exists(#id)"
+	keyAbsent     = "attribute_not_exists(#keyHash)"
+	accountExists = "attribute_exists(#id)"
+	// agreementOpen: the agreement day may change only before the first usage fixes the
+	// billing cycle (or be set to the day it already has).
+	agreementOpen = "(attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
+	// updatePrefix begins every account update expression.
+	updatePrefix = "SET #updatedAtMs = :now"
+)
+
 // Create implements Store.
 func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) error {
 	acct, err := attributevalue.MarshalMap(accountItem{
@@ -128,11 +140,11 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName: aws.String(s.AccountsTable), Item: acct,
-			ConditionExpression: aws.String("attribute_not_exists(#id)"), ExpressionAttributeNames: dynamo.Names("#id"),
+			ConditionExpression: aws.String(accountAbsent), ExpressionAttributeNames: dynamo.Names(accountAbsent),
 		}},
 		{Put: &types.Put{
 			TableName: aws.String(s.KeysTable), Item: key,
-			ConditionExpression: aws.String("attribute_not_exists(#keyHash)"), ExpressionAttributeNames: dynamo.Names("#keyHash"),
+			ConditionExpression: aws.String(keyAbsent), ExpressionAttributeNames: dynamo.Names(keyAbsent),
 		}},
 	}
 	for _, kind := range LinkKinds {
@@ -246,9 +258,9 @@ var errLinksMoved = errors.New("the account's links changed since they were read
 
 // update writes in. current is the account as read before, when in changes links.
 func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, nowMs int64, current Account) (Account, error) {
-	sets := []string{"#updatedAtMs = :now"}
+	sets := []string{strings.TrimPrefix(updatePrefix, "SET ")}
 	values := map[string]types.AttributeValue{":now": dynamo.N(nowMs)}
-	cond := "attribute_exists(#id)"
+	cond := accountExists
 	if in.Plan != nil {
 		sets = append(sets, "#plan = :plan")
 		values[":plan"] = &types.AttributeValueMemberS{Value: *in.Plan}
@@ -274,7 +286,7 @@ func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, now
 		sets = append(sets, "#agreementDay = :day")
 		values[":day"] = dynamo.N(int64(*in.AgreementDay))
 		// Setting the day it already has is not a change, even after the first usage.
-		cond += " AND (attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
+		cond += " AND " + agreementOpen
 	}
 	var links []types.TransactWriteItem
 	for _, kind := range LinkKinds {
@@ -426,8 +438,8 @@ func (s *DynamoStore) MarkUsageStarted(ctx context.Context, id string, nowMs int
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},
 		UpdateExpression:          aws.String(markUsageStarted),
-		ConditionExpression:       aws.String("attribute_exists(#id)"),
-		ExpressionAttributeNames:  dynamo.Names(markUsageStarted, "#id"),
+		ConditionExpression:       aws.String(accountExists),
+		ExpressionAttributeNames:  dynamo.Names(markUsageStarted, accountExists),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": dynamo.N(nowMs)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})

@@ -1,0 +1,261 @@
+package instrument
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	smithymw "github.com/aws/smithy-go/middleware"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/idempotency"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/ratelimit"
+	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/usage"
+)
+
+// Guards is every condition clause Ferry sends, by adapter: the guard-ablation table.
+func Guards() []dynamo.Guard {
+	var all []dynamo.Guard
+	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards} {
+		all = append(all, g...)
+	}
+	return all
+}
+
+// GuardNamed returns the guard of that name.
+func GuardNamed(name string) (dynamo.Guard, bool) {
+	for _, g := range Guards() {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return dynamo.Guard{}, false
+}
+
+// Write is one conditional write as it goes on the wire: alone, or one item of a transaction.
+// It points into the request, so that an ablation can change it in place.
+type Write struct {
+	Kind    string // Put, Update, Delete, ConditionCheck
+	Table   string // the logical name, or the physical one when it is not one of Ferry's
+	Update  string
+	SortKey string
+	// Condition is the condition expression sent ("" for none).
+	Condition string
+
+	cond   **string
+	names  *map[string]string
+	values *map[string]types.AttributeValue
+}
+
+// Matches reports whether the write carries guard g.
+func (w Write) Matches(g dynamo.Guard) bool {
+	if w.Kind != g.Kind || w.Table != g.Table || w.Condition == "" {
+		return false
+	}
+	if g.Update != "" && w.Update != g.Update {
+		return false
+	}
+	if g.UpdatePrefix != "" && !strings.HasPrefix(w.Update, g.UpdatePrefix) {
+		return false
+	}
+	if g.SortKeyPrefix != "" && !strings.HasPrefix(w.SortKey, g.SortKeyPrefix) {
+		return false
+	}
+	return dynamo.HasClause(w.Condition, g.Clause)
+}
+
+// Writes lists the writes of a DynamoDB request, with logical table names where tables maps the
+// physical name (physical → logical).
+func Writes(params any, tables map[string]string) []Write {
+	mk := func(kind string, table *string, update *string, key map[string]types.AttributeValue, cond **string,
+		names *map[string]string, values *map[string]types.AttributeValue) Write {
+		t := aws.ToString(table)
+		if l, ok := tables[t]; ok {
+			t = l
+		}
+		return Write{Kind: kind, Table: t, Update: aws.ToString(update), SortKey: dynamo.Str(key, "sk"), Condition: aws.ToString(*cond),
+			cond: cond, names: names, values: values}
+	}
+	var out []Write
+	switch in := params.(type) {
+	case *dynamodb.PutItemInput:
+		out = append(out, mk("Put", in.TableName, nil, in.Item, &in.ConditionExpression, &in.ExpressionAttributeNames, &in.ExpressionAttributeValues))
+	case *dynamodb.UpdateItemInput:
+		out = append(out, mk("Update", in.TableName, in.UpdateExpression, in.Key, &in.ConditionExpression, &in.ExpressionAttributeNames, &in.ExpressionAttributeValues))
+	case *dynamodb.DeleteItemInput:
+		out = append(out, mk("Delete", in.TableName, nil, in.Key, &in.ConditionExpression, &in.ExpressionAttributeNames, &in.ExpressionAttributeValues))
+	case *dynamodb.TransactWriteItemsInput:
+		for i := range in.TransactItems {
+			it := &in.TransactItems[i]
+			switch {
+			case it.Put != nil:
+				p := it.Put
+				out = append(out, mk("Put", p.TableName, nil, p.Item, &p.ConditionExpression, &p.ExpressionAttributeNames, &p.ExpressionAttributeValues))
+			case it.Update != nil:
+				u := it.Update
+				out = append(out, mk("Update", u.TableName, u.UpdateExpression, u.Key, &u.ConditionExpression, &u.ExpressionAttributeNames, &u.ExpressionAttributeValues))
+			case it.Delete != nil:
+				d := it.Delete
+				out = append(out, mk("Delete", d.TableName, nil, d.Key, &d.ConditionExpression, &d.ExpressionAttributeNames, &d.ExpressionAttributeValues))
+			case it.ConditionCheck != nil:
+				c := it.ConditionCheck
+				out = append(out, mk("ConditionCheck", c.TableName, nil, c.Key, &c.ConditionExpression, &c.ExpressionAttributeNames, &c.ExpressionAttributeValues))
+			}
+		}
+	}
+	return out
+}
+
+// strip removes clause from the write's condition and drops the expression attribute names and
+// values no expression uses any more (DynamoDB refuses unused ones).
+func (w *Write) strip(clause string) {
+	rest := dynamo.Without(w.Condition, clause)
+	w.Condition = rest
+	if rest == "" {
+		*w.cond = nil
+	} else {
+		*w.cond = aws.String(rest)
+	}
+	used := w.Update + " " + rest
+	names := map[string]string{}
+	for k, v := range *w.names {
+		if referenced(used, k) {
+			names[k] = v
+		}
+	}
+	values := map[string]types.AttributeValue{}
+	for k, v := range *w.values {
+		if referenced(used, k) {
+			values[k] = v
+		}
+	}
+	if len(names) == 0 {
+		names = nil
+	}
+	if len(values) == 0 {
+		values = nil
+	}
+	*w.names, *w.values = names, values
+}
+
+// referenced reports whether placeholder (#name or :value) appears in expr as a whole token.
+func referenced(expr, placeholder string) bool {
+	for i := 0; ; {
+		j := strings.Index(expr[i:], placeholder)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(placeholder)
+		if end == len(expr) || !isPlaceholderByte(expr[end]) {
+			return true
+		}
+		i = end
+	}
+}
+
+func isPlaceholderByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+}
+
+// Ablation removes guards from the writes that carry them, at the wire: the request leaves the
+// client as if the code had never written the clause. It counts what it removed, so a test can
+// tell an ablation that never fired (its write never ran) from one that fired and was survived.
+type Ablation struct {
+	tables map[string]string
+	guards []dynamo.Guard
+
+	mu       sync.Mutex
+	stripped map[string]int
+}
+
+// NewAblation removes guards from calls on the resources names lists.
+func NewAblation(names resources.Names, guards ...dynamo.Guard) *Ablation {
+	return &Ablation{tables: physicalToLogical(names), guards: guards, stripped: map[string]int{}}
+}
+
+func physicalToLogical(names resources.Names) map[string]string {
+	m := map[string]string{}
+	for logical, physical := range names.Tables {
+		m[physical] = logical
+	}
+	return m
+}
+
+// Apply removes the guards from one request's parameters and reports how many it removed.
+func (a *Ablation) Apply(params any) int {
+	n := 0
+	ws := Writes(params, a.tables)
+	for i := range ws {
+		w := &ws[i]
+		for _, g := range a.guards {
+			if w.Matches(g) {
+				w.strip(g.Clause)
+				a.mu.Lock()
+				a.stripped[g.Name]++
+				a.mu.Unlock()
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Stripped returns how many writes each guard was removed from.
+func (a *Ablation) Stripped() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.stripped))
+	for k, v := range a.stripped {
+		out[k] = v
+	}
+	return out
+}
+
+// Option installs the ablation on a DynamoDB client.
+func (a *Ablation) Option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *smithymw.Stack) error {
+		return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("ferry.Ablation",
+			func(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+				a.Apply(in.Parameters)
+				return next.HandleInitialize(ctx, in)
+			}), smithymw.After)
+	})
+}
+
+// Unlisted returns, for a request, every condition clause that no guard of the table names:
+// "Update ledger: #status = :inserting". Each clause Ferry sends must be in the table, so that
+// the ablation test removes it.
+func Unlisted(params any, tables map[string]string) []string {
+	var out []string
+	guards := Guards()
+	for _, w := range Writes(params, tables) {
+		if w.Condition == "" {
+			continue
+		}
+		for _, clause := range dynamo.Clauses(w.Condition) {
+			listed := false
+			for _, g := range guards {
+				if w.Kind == g.Kind && w.Table == g.Table && (g.Clause == clause || g.Clause == w.Condition) &&
+					(g.Update == "" || g.Update == w.Update) && (g.UpdatePrefix == "" || strings.HasPrefix(w.Update, g.UpdatePrefix)) &&
+					(g.SortKeyPrefix == "" || strings.HasPrefix(w.SortKey, g.SortKeyPrefix)) {
+					listed = true
+					break
+				}
+			}
+			if !listed {
+				out = append(out, fmt.Sprintf("%s %s: %s", w.Kind, w.Table, clause))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
