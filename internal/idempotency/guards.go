@@ -13,7 +13,7 @@ var Guards = []dynamo.Guard{
 		Keeps: "of two requests taking over one expired claim, one runs"},
 	{Name: "idempotency.takeover.expired", Kind: "Put", Table: resources.TableIdempotency,
 		Clause: "(#expiresAt <= :nowSec OR (#state = :inFlight AND #leaseExpiresAtMs <= :nowMs))",
-		Keeps: "a claim that completed (or was renewed) since it was read as expired is never taken over"},
+		Keeps:  "a claim that completed (or was renewed) since it was read as expired is never taken over"},
 	{Name: "idempotency.complete.token", Kind: "Update", Table: resources.TableIdempotency, Update: completeUpdate, Clause: "#token = :token",
 		Keeps: "an owner whose claim was taken over never overwrites the new owner's record"},
 	{Name: "idempotency.complete.in-flight", Kind: "Update", Table: resources.TableIdempotency, Update: completeUpdate, Clause: "#state = :inFlight",
