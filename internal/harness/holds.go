@@ -395,8 +395,8 @@ func deref(p *int64) any {
 // steps reads what each of a hold's steps charged, by step key.
 func (p *Holds) steps(ctx context.Context, s *Schedule, accountID, holdID string) (map[string]int64, error) {
 	out, err := s.Env.Admin.DynamoDB.Query(ctx, &dynamodb.QueryInput{
-		TableName:              aws.String(s.Env.Names.Table(resources.TableHolds)),
-		KeyConditionExpression: aws.String("#pk = :pk AND begins_with(#sk, :step)"),
+		TableName:                aws.String(s.Env.Names.Table(resources.TableHolds)),
+		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#sk, :step)"),
 		ExpressionAttributeNames: map[string]string{"#pk": "pk", "#sk": "sk"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": dynamo.S(accountID + "#" + holdID), ":step": dynamo.S("step#"),
