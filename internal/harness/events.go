@@ -135,7 +135,7 @@ func (p *Events) produce(ctx context.Context, s *Schedule, st *eventsState, id s
 	svc := s.Env.Function(resources.FunctionIngest).Ingest
 	s.Spawn("client "+id, resources.FunctionIngest, func(ctx context.Context) error {
 		for range maxSendAttempts {
-			_, err := svc.Accept(ctx, st.acct, st.bodies[id])
+			_, err := svc.Accept(s.Invoke(ctx, resources.FunctionIngest), st.acct, st.bodies[id])
 			var refused *ingest.RefusedError
 			switch {
 			case err == nil:
@@ -203,7 +203,7 @@ func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
 	}
 	w := s.Env.Function(resources.FunctionWorker).Worker
 	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
-		_, err := w.Process(ctx, body)
+		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
 		return err
 	}, func(err error) {
 		switch {

@@ -166,6 +166,9 @@ func (w *wire) handle(ctx context.Context, service string, in smithymw.Initializ
 	c := Call{Service: service, Op: op, Table: w.resource(in.Parameters), Write: writeOps[op]}
 	s := a.sched.owner
 	fault := a.sched.park(a, c)
+	if fault != Dead && s.timedOut(a, ctx) {
+		fault = Dead
+	}
 	if fault != Dead {
 		s.countFault(fault, c)
 	}

@@ -127,11 +127,11 @@ func (p *Holds) Start(ctx context.Context, s *Schedule) error {
 }
 
 // attempts runs one client request up to maxRequests times while it fails with an error worth
-// retrying (the same keys each time).
-func attempts(ctx context.Context, f func() error) error {
+// retrying (the same keys each time); each attempt is an invocation of the holds function.
+func attempts(ctx context.Context, s *Schedule, function string, f func(ctx context.Context) error) error {
 	var err error
 	for range maxRequests {
-		err = f()
+		err = f(s.Invoke(ctx, function))
 		if err == nil || final(err) || ActorFrom(ctx).Dead() {
 			return err
 		}
@@ -152,7 +152,7 @@ func final(err error) bool {
 func (p *Holds) reserve(s *Schedule, st *holdsState, j *holdJob) {
 	svc := s.Env.Function(resources.FunctionHolds).Holds
 	s.Spawn("reserve "+j.key, resources.FunctionHolds, func(ctx context.Context) error {
-		return attempts(ctx, func() error {
+		return attempts(ctx, s, resources.FunctionHolds, func(ctx context.Context) error {
 			h, _, err := svc.Reserve(ctx, st.acct, holds.ReserveInput{Key: j.key, Feature: holdsFeature, Amount: j.amount})
 			var refused *holds.RefusedError
 			if errors.As(err, &refused) {
@@ -192,7 +192,7 @@ func (p *Holds) charge(s *Schedule, st *holdsState, j *holdJob) {
 				key := fmt.Sprintf("w%d-s%d", c, i)
 				for range 1 + btoi(repeat && i == 0) {
 					var got holds.Step
-					err := attempts(ctx, func() error {
+					err := attempts(ctx, s, resources.FunctionHolds, func(ctx context.Context) error {
 						var err error
 						got, err = svc.Charge(ctx, st.acct, holds.ChargeInput{HoldID: j.holdID, Key: key, Amount: amount})
 						return err
@@ -241,7 +241,7 @@ func (p *Holds) settle(s *Schedule, st *holdsState, j *holdJob) {
 	n := 1 + btoi(s.Rand.IntN(3) == 0)
 	for i := range n {
 		s.Spawn(fmt.Sprintf("settle %s #%d", j.key, i), resources.FunctionHolds, func(ctx context.Context) error {
-			return attempts(ctx, func() error {
+			return attempts(ctx, s, resources.FunctionHolds, func(ctx context.Context) error {
 				got, err := svc.Settle(ctx, st.acct, holds.SettleInput{HoldID: j.holdID, Used: j.used})
 				if err == nil {
 					st.settles[j.holdID] = append(st.settles[j.holdID], got)
@@ -256,7 +256,7 @@ func (p *Holds) sweep(s *Schedule, st *holdsState) {
 	svc := s.Env.Function(resources.FunctionSweeper).Holds
 	st.sweeps++
 	s.Spawn(fmt.Sprintf("sweeper %d", st.sweeps), resources.FunctionSweeper, func(ctx context.Context) error {
-		_, err := svc.Sweep(ctx)
+		_, err := svc.Sweep(s.Invoke(ctx, resources.FunctionSweeper))
 		return err
 	}, nil)
 }

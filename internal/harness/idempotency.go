@@ -187,7 +187,7 @@ func (p *Idempotency) client(s *Schedule, st *idemState, handler http.Handler, k
 	body := `{"answer":"as the key says"}`
 	s.Spawn(fmt.Sprintf("client %s c%d", k.key, k.clients), "harness", func(ctx context.Context) error {
 		for range maxKeyAttempts {
-			req := httptest.NewRequestWithContext(ctx, http.MethodPost, effectPath, strings.NewReader(body))
+			req := httptest.NewRequestWithContext(s.Invoke(ctx, resources.FunctionAPI), http.MethodPost, effectPath, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+st.apiKey)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set(httpapi.HeaderIdempotencyKey, k.key)

@@ -15,7 +15,7 @@ import (
 
 // DefaultBatch is how many schedules share one set of fresh resources: the emulator's cost grows
 // with a table's size, so tables are replaced before they grow.
-const DefaultBatch = 25
+const DefaultBatch = 8
 
 // Options select what a run does.
 type Options struct {

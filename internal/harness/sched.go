@@ -376,3 +376,42 @@ func (s *Scheduler) Trace() []Step {
 	defer s.mu.Unlock()
 	return append([]Step(nil), s.trace...)
 }
+
+// invocation is one run of a function on behalf of an actor: a Lambda invocation. Lambda stops a
+// function at its timeout, so once the schedule's clock passes the deadline, every call the
+// invocation makes fails, as if the process had been stopped there.
+type invocation struct {
+	function string
+	deadline time.Time
+	stopped  bool
+}
+
+type invocationKey struct{}
+
+func invocationFrom(ctx context.Context) *invocation {
+	inv, _ := ctx.Value(invocationKey{}).(*invocation)
+	return inv
+}
+
+// Invoke starts an invocation of function under ctx, with the function's timeout from its entry.
+func (s *Schedule) Invoke(ctx context.Context, function string) context.Context {
+	timeout := time.Minute
+	if fn, ok := s.Env.functions[function]; ok && fn.Entry.Timeout > 0 {
+		timeout = fn.Entry.Timeout
+	}
+	return context.WithValue(ctx, invocationKey{}, &invocation{function: function, deadline: s.Env.Clock.Now().Add(timeout)})
+}
+
+// timedOut reports whether the call's invocation has been stopped at its timeout.
+func (s *Schedule) timedOut(a *Actor, ctx context.Context) bool {
+	inv := invocationFrom(ctx)
+	if inv == nil {
+		return false
+	}
+	if !inv.stopped && s.Env.Clock.Now().After(inv.deadline) {
+		inv.stopped = true
+		s.Count("function-timeout")
+		s.Note("#%d %s: %s stopped at its timeout", a.ID, a.Name, inv.function)
+	}
+	return inv.stopped
+}
