@@ -32,6 +32,8 @@ type Env struct {
 	Log     *slog.Logger
 
 	functions map[string]*app.Function
+	// tables maps physical names to logical ones: tables, buckets and queues.
+	tables    map[string]string
 	guards    []*instrument.Guard
 	endpoints cloud.Endpoints
 
@@ -70,6 +72,7 @@ func NewEnv(ctx context.Context, endpoints cloud.Endpoints, log *slog.Logger) (*
 	for l, u := range names.Queues {
 		tables[u] = l
 	}
+	e.tables = tables
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey = "harness-operator-key"
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -15,6 +16,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -53,30 +55,43 @@ type Events struct{}
 func (*Events) Name() string { return "events" }
 
 type eventsState struct {
-	acct      accounts.Account
-	plan      string
-	limit     int64
-	inactive  bool
-	viaIngest bool
-	ids       []string
-	bodies    map[string][]byte // the events as clients send them
+	acct  accounts.Account
+	plan  string
+	limit int64
+	// raised is the limit an operator raises the account to during the schedule (0: none);
+	// reactivate: an operator reactivates the inactive account.
+	raised     int64
+	reactivate bool
+	inactive   bool
+	viaIngest  bool
+	ids        []string
+	bodies     map[string][]byte // the events as clients send them
 	// queued are the events that reached the queue: a client was told so (202), or the
 	// harness put them there.
 	queued map[string]bool
 	// deliveries counts deliveries per event, and quiet those made once faults were over.
 	deliveries map[string]int
 	quiet      map[string]int
+	// entries are the last ledger entries seen after a write, by event id.
+	entries map[string]ledger.Entry
 }
 
 // Start implements Pipeline.
 func (p *Events) Start(ctx context.Context, s *Schedule) error {
 	r := s.Rand
-	st := &eventsState{bodies: map[string][]byte{}, queued: map[string]bool{}, deliveries: map[string]int{}, quiet: map[string]int{}}
+	st := &eventsState{bodies: map[string][]byte{}, queued: map[string]bool{}, deliveries: map[string]int{}, quiet: map[string]int{},
+		entries: map[string]ledger.Entry{}}
 	s.State = st
 	n := 2 + r.IntN(maxEvents-1)
 	st.plan = []string{"free", "free", "free", "plus", "internal"}[r.IntN(5)]
-	st.limit = int64(1 + r.IntN(n+1))
+	st.limit = int64(r.IntN(n + 1))
 	st.inactive = st.plan == "plus" && r.IntN(4) == 0
+	switch {
+	case st.inactive && r.IntN(2) == 0:
+		st.reactivate = true
+	case st.plan == "free" && r.IntN(3) == 0:
+		st.raised = st.limit + 1 + int64(r.IntN(n))
+	}
 	st.viaIngest = r.IntN(3) == 0
 	in := accounts.CreateInput{
 		ID: fmt.Sprintf("acct_e%d", s.Seed), Plan: st.plan, Status: accounts.Active,
@@ -90,7 +105,12 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		return fmt.Errorf("create account: %w", err)
 	}
 	st.acct = acct
-	s.Note("events: plan %s, limit %d, inactive %v, %d events, via ingest %v, fault rate %.2f", st.plan, st.limit, st.inactive, n, st.viaIngest, s.FaultRate)
+	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, fault rate %.2f",
+		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, s.FaultRate)
+	if st.raised > 0 || st.reactivate {
+		p.operate(s, st)
+	}
+	p.watchTerminal(s, st)
 	for i := range n {
 		id := fmt.Sprintf("evt_%02d", i)
 		st.ids = append(st.ids, id)
@@ -118,7 +138,7 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		}
 		st.queued[id] = true
 		msgs = append(msgs, body)
-		if r.IntN(3) == 0 {
+		if r.IntN(2) == 0 {
 			s.Count("duplicate-delivery")
 			msgs = append(msgs, body)
 		}
@@ -217,6 +237,59 @@ func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
 	})
 }
 
+// operate spawns an operator who changes the account while its events are billed: raises its
+// limit, or reactivates it.
+func (p *Events) operate(s *Schedule, st *eventsState) {
+	svc := s.Env.Function(resources.FunctionAPI).Accounts
+	s.Count("account-change")
+	s.Spawn("operator", resources.FunctionAPI, func(ctx context.Context) error {
+		var in accounts.UpdateInput
+		if st.raised > 0 {
+			in.Limits = &map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.raised)}
+		}
+		if st.reactivate {
+			active := accounts.Active
+			in.Status = &active
+		}
+		for range maxSendAttempts {
+			if _, err := svc.Update(s.Invoke(ctx, resources.FunctionAPI), st.acct.ID, in); err == nil || ActorFrom(ctx).Dead() {
+				return err
+			}
+		}
+		return errors.New("the operator could not change the account")
+	}, nil)
+}
+
+// watchTerminal holds every committed write of the ledger to "terminal is terminal": once an
+// entry is INSERTED, REJECTED or UNINSERTABLE, nothing about it changes again.
+func (p *Events) watchTerminal(s *Schedule, st *eventsState) {
+	ldg := s.Env.Function(resources.FunctionWorker).Ledger
+	s.Observe(func(a *Actor, c Call, params any, committed bool) {
+		if !committed || c.Service != "DynamoDB" || !strings.Contains(c.Table, resources.TableLedger) {
+			return
+		}
+		for _, w := range instrument.Writes(params, s.Env.tables) {
+			if w.Table != resources.TableLedger {
+				continue
+			}
+			for _, id := range st.ids {
+				if w.Key != ledger.Key(st.acct.ID, id) {
+					continue
+				}
+				now, err := ldg.Get(context.Background(), st.acct.ID, id)
+				if err != nil {
+					s.Violate("harness: read %s after a write: %v", id, err)
+					continue
+				}
+				if before, ok := st.entries[id]; ok && before.Status.Terminal() && now != before {
+					s.Violate("events: %s was %s and a write by %s changed it (now %s, reason %q)", id, before.Status, a.Name, now.Status, now.Reason)
+				}
+				st.entries[id] = now
+			}
+		}
+	})
+}
+
 // Idle implements Pipeline: deliveries and their redeliveries are spawned as actors end.
 func (*Events) Idle(context.Context, *Schedule) bool { return false }
 
@@ -297,19 +370,26 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 		meter += t.Used
 	}
 	switch {
+	case st.inactive && st.reactivate:
+		if billed > queued || meter != billed {
+			bad("a reactivated account billed %d of %d events, meter %d", billed, queued, meter)
+		}
 	case st.inactive:
 		if billed != 0 || meter != 0 {
 			bad("an inactive account billed %d events, meter %d; want none", billed, meter)
 		}
 	case st.plan == "free":
-		if want := min(st.limit, queued); billed != want {
-			bad("a free account with limit %d and %d events billed %d; want %d", st.limit, queued, billed, want)
+		// Every event with room is billed: exactly min(limit, events), or, when the limit was
+		// raised meanwhile, between what the first and the raised limit allow.
+		lo, hi := min(st.limit, queued), min(max(st.limit, st.raised), queued)
+		if billed < lo || billed > hi {
+			bad("a free account with limit %d (raised to %d) and %d events billed %d; want %d to %d", st.limit, st.raised, queued, billed, lo, hi)
 		}
 		if meter != billed {
 			bad("the meter is %d and %d events are checkpointed", meter, billed)
 		}
-		if meter > st.limit {
-			bad("the meter is %d, past the limit %d", meter, st.limit)
+		if meter > max(st.limit, st.raised) {
+			bad("the meter is %d, past the limit %d", meter, max(st.limit, st.raised))
 		}
 	case st.plan == "plus":
 		if billed != queued || meter != queued {

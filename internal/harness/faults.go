@@ -79,7 +79,9 @@ func faultsFor(c Call) []Fault {
 			return []Fault{NetworkError, Throttle, KillBefore}
 		}
 		if c.Op == "TransactWriteItems" {
-			return []Fault{KillBefore, KillAfter, LostAnswer, NetworkError, Throttle, TxnConflict, TxnConflict}
+			// Conflicts weigh more: the emulator never produces them, and they are what the
+			// cancellation paths are made for.
+			return []Fault{KillBefore, KillAfter, LostAnswer, NetworkError, Throttle, TxnConflict, TxnConflict, TxnConflict}
 		}
 		return []Fault{KillBefore, KillAfter, LostAnswer, NetworkError, Throttle, ItemConflict}
 	case "S3", "SQS":

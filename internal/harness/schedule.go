@@ -59,6 +59,9 @@ type Schedule struct {
 	Rand *rand.Rand
 	// FaultRate is the chance that a call meets a fault while faults are on.
 	FaultRate float64
+	// ConflictRate is, in addition, the chance that a transaction meets a conflicting one: some
+	// schedules are a storm of conflicts on the rows they share.
+	ConflictRate float64
 	// State is the pipeline's own state for this schedule.
 	State any
 
@@ -174,11 +177,20 @@ func runSchedule(ctx context.Context, env *Env, seed uint64, p Pipeline, ablate 
 	}
 	s.Scheduler.owner = s
 	s.FaultRate = faultRates[s.Rand.IntN(len(faultRates))]
+	if s.Rand.IntN(4) == 0 {
+		s.ConflictRate = 0.3
+	}
 	if len(ablate) > 0 {
 		s.ablation = instrument.NewAblation(env.Names, ablate...)
 	}
 	s.decide = func(_ *Actor, c Call) Fault {
-		if s.Quiet() || s.FaultRate == 0 || s.rng.Float64() >= s.FaultRate {
+		if s.Quiet() {
+			return None
+		}
+		if s.ConflictRate > 0 && c.Op == "TransactWriteItems" && s.rng.Float64() < s.ConflictRate {
+			return TxnConflict
+		}
+		if s.FaultRate == 0 || s.rng.Float64() >= s.FaultRate {
 			return None
 		}
 		kinds := faultsFor(c)

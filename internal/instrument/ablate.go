@@ -46,7 +46,9 @@ func GuardNamed(name string) (dynamo.Guard, bool) {
 type Write struct {
 	Kind    string // Put, Update, Delete, ConditionCheck
 	Table   string // the logical name, or the physical one when it is not one of Ferry's
-	Update  string
+	Update string
+	// Key and SortKey are the item's "pk" and "sk".
+	Key     string
 	SortKey string
 	// Condition is the condition expression sent ("" for none).
 	Condition string
@@ -82,7 +84,7 @@ func Writes(params any, tables map[string]string) []Write {
 		if l, ok := tables[t]; ok {
 			t = l
 		}
-		return Write{Kind: kind, Table: t, Update: aws.ToString(update), SortKey: dynamo.Str(key, "sk"), Condition: aws.ToString(*cond),
+		return Write{Kind: kind, Table: t, Update: aws.ToString(update), Key: dynamo.Str(key, "pk"), SortKey: dynamo.Str(key, "sk"), Condition: aws.ToString(*cond),
 			cond: cond, names: names, values: values}
 	}
 	var out []Write
