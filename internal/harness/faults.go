@@ -177,11 +177,13 @@ func (w *wire) handle(ctx context.Context, service string, in smithymw.Initializ
 	if !fault.commits() {
 		return smithymw.InitializeOutput{}, smithymw.Metadata{}, fmt.Errorf("%s %s: %w", service, op, injected(fault, c, in.Parameters))
 	}
+	asked := in.Parameters
 	if service == "DynamoDB" {
+		asked = snapshot(in.Parameters)
 		s.check(a, w, in.Parameters)
 	}
 	out, md, err := next.HandleInitialize(ctx, in)
-	s.observe(a, c, in.Parameters, err == nil)
+	s.observe(a, c, asked, err == nil)
 	if fault == KillAfter || fault == LostAnswer {
 		return smithymw.InitializeOutput{}, md, fmt.Errorf("%s %s: %w", service, op, errLost)
 	}
@@ -271,3 +273,59 @@ func joinUnique(names []string) string {
 
 // errorsIsInjected reports whether err is one the harness injected.
 func errorsIsInjected(err error) bool { return errors.Is(err, instrument.ErrInjectedCrash) }
+
+// snapshot copies a request's parameters as the code wrote them, before an ablation changes the
+// request in place: observers judge what the code asked for, and what the wire did with it.
+func snapshot(params any) any {
+	copyNames := func(m map[string]string) map[string]string {
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	copyValues := func(m map[string]types.AttributeValue) map[string]types.AttributeValue {
+		out := make(map[string]types.AttributeValue, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	switch in := params.(type) {
+	case *dynamodb.PutItemInput:
+		c := *in
+		c.ExpressionAttributeNames, c.ExpressionAttributeValues = copyNames(in.ExpressionAttributeNames), copyValues(in.ExpressionAttributeValues)
+		return &c
+	case *dynamodb.UpdateItemInput:
+		c := *in
+		c.ExpressionAttributeNames, c.ExpressionAttributeValues = copyNames(in.ExpressionAttributeNames), copyValues(in.ExpressionAttributeValues)
+		return &c
+	case *dynamodb.DeleteItemInput:
+		c := *in
+		c.ExpressionAttributeNames, c.ExpressionAttributeValues = copyNames(in.ExpressionAttributeNames), copyValues(in.ExpressionAttributeValues)
+		return &c
+	case *dynamodb.TransactWriteItemsInput:
+		c := *in
+		c.TransactItems = make([]types.TransactWriteItem, len(in.TransactItems))
+		for i, it := range in.TransactItems {
+			if it.Put != nil {
+				p := *it.Put
+				p.ExpressionAttributeNames, p.ExpressionAttributeValues = copyNames(p.ExpressionAttributeNames), copyValues(p.ExpressionAttributeValues)
+				it.Put = &p
+			}
+			if it.Update != nil {
+				u := *it.Update
+				u.ExpressionAttributeNames, u.ExpressionAttributeValues = copyNames(u.ExpressionAttributeNames), copyValues(u.ExpressionAttributeValues)
+				it.Update = &u
+			}
+			if it.Delete != nil {
+				d := *it.Delete
+				d.ExpressionAttributeNames, d.ExpressionAttributeValues = copyNames(d.ExpressionAttributeNames), copyValues(d.ExpressionAttributeValues)
+				it.Delete = &d
+			}
+			c.TransactItems[i] = it
+		}
+		return &c
+	}
+	return params
+}

@@ -60,9 +60,11 @@ type holdJob struct {
 	abandon  bool
 	holdID   string
 	admitted bool
-	// chargers and settlers still running.
+	// chargers still running.
 	chargers int
 	started  bool
+	// settling: the settlement is spawned (at the end, or racing the chargers).
+	settling bool
 }
 
 type holdsState struct {
@@ -216,10 +218,14 @@ func (p *Holds) charge(s *Schedule, st *holdsState, j *holdJob) {
 			return nil
 		}, func(error) {
 			j.chargers--
-			if j.chargers == 0 {
+			if j.chargers == 0 && !j.settling {
 				p.settle(s, st, j)
 			}
 		})
+	}
+	if s.Rand.IntN(3) == 0 {
+		s.Count("settle-racing-charges")
+		p.settle(s, st, j) // the job settles while its last steps are still in flight
 	}
 }
 
@@ -233,6 +239,7 @@ func btoi(b bool) int {
 // settle ends the job: once, or twice at once; or never (its worker vanished, and its lease will
 // run out).
 func (p *Holds) settle(s *Schedule, st *holdsState, j *holdJob) {
+	j.settling = true
 	if j.abandon {
 		s.Count("abandoned-job")
 		return

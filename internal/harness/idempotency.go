@@ -23,7 +23,7 @@ import (
 const (
 	maxKeys        = 4
 	maxClients     = 3
-	maxKeyAttempts = 6
+	maxKeyAttempts = 3
 	maxLastClients = 3 // clients sent once faults are over, for keys still unanswered
 	// leaseJumpOneIn is the chance per step that the clock jumps past the claims' lease.
 	leaseJumpOneIn = 50
@@ -38,8 +38,10 @@ const (
 // behind the real authentication and the real idempotency middleware, over the real store.
 //
 // Invariants, per key: no two executions run within one claim's lease (one effect at a time);
-// none starts after the key's answer was stored; every replayed answer is the answer of the
-// latest execution; once faults are over, every key gets its answer.
+// none starts after the key's answer was stored; every replayed answer is the answer stored;
+// the record, held to a model, is claimed only when absent, taken over only from the claim that
+// was read, and completed or released only by its current claim's owner (fencing for an owner
+// that outlives its lease); once faults are over, every key gets its answer.
 type Idempotency struct{}
 
 // Name implements Pipeline.
@@ -47,9 +49,10 @@ func (*Idempotency) Name() string { return "idempotency" }
 
 // execution is one run of the route's handler for a key.
 type execution struct {
-	n       int
-	actor   *Actor
-	startMs int64
+	n     int
+	actor *Actor
+	// leaseMs is when the claim the execution runs under expires, as written.
+	leaseMs int64
 	ended   bool
 	body    string
 }
@@ -60,6 +63,11 @@ type idemKey struct {
 	fail503   bool
 	execs     []*execution
 	completed bool // an answer was stored (a Complete committed)
+	// token is the claim the record holds in the model ("" for none); stored: its answer is
+	// stored; storedBody: the answer stored.
+	token      string
+	stored     bool
+	storedBody string
 	answered  bool // a client got a final answer
 	clients   int
 }
@@ -70,7 +78,14 @@ type idemState struct {
 	keys    map[string]*idemKey
 	order   []string
 	byActor map[*Actor]*execution
-	last    int
+	// leases are the lease ends of the claims each actor last wrote (a claim or a takeover
+	// that committed).
+	leases map[*Actor]int64
+	last   int
+	// pauses: some of the schedule's invocations outlive their deadline; lateOwner: the
+	// first client's always do.
+	pauses    bool
+	lateOwner bool
 }
 
 // effects is the route's handler: it counts each execution of a key, writes one item (so that
@@ -87,14 +102,14 @@ func (effects) post(w http.ResponseWriter, r *http.Request) error {
 	k := st.keys[r.Header.Get(httpapi.HeaderIdempotencyKey)]
 	nowMs := s.Env.Clock.Now().UnixMilli()
 	for _, e := range k.execs {
-		if !e.ended && nowMs < e.startMs+idempotency.Lease.Milliseconds()-time.Second.Milliseconds() {
+		if !e.ended && nowMs < e.leaseMs {
 			s.Violate("idempotency: key %s ran twice at once: execution %d started while execution %d (by %s) ran within its lease", k.key, len(k.execs)+1, e.n, e.actor.Name)
 		}
 	}
 	if k.completed {
 		s.Violate("idempotency: key %s ran again (execution %d) after its answer was stored", k.key, len(k.execs)+1)
 	}
-	e := &execution{n: len(k.execs) + 1, actor: a, startMs: nowMs}
+	e := &execution{n: len(k.execs) + 1, actor: a, leaseMs: st.leases[a]}
 	k.execs = append(k.execs, e)
 	st.byActor[a] = e
 	defer func() { e.ended = true }()
@@ -136,7 +151,7 @@ func (p *Idempotency) server(env *Env) (http.Handler, error) {
 // Start implements Pipeline.
 func (p *Idempotency) Start(ctx context.Context, s *Schedule) error {
 	r := s.Rand
-	st := &idemState{keys: map[string]*idemKey{}, byActor: map[*Actor]*execution{}}
+	st := &idemState{keys: map[string]*idemKey{}, byActor: map[*Actor]*execution{}, leases: map[*Actor]int64{}}
 	s.State = st
 	acct, apiKey, err := s.Env.Function(resources.FunctionAPI).Accounts.Create(ctx, accounts.CreateInput{
 		ID: fmt.Sprintf("acct_i%d", s.Seed), Plan: "free", Status: accounts.Active,
@@ -145,33 +160,81 @@ func (p *Idempotency) Start(ctx context.Context, s *Schedule) error {
 		return fmt.Errorf("create account: %w", err)
 	}
 	st.acct, st.apiKey = acct, apiKey
+	st.pauses = r.IntN(2) == 0
 	handler, err := p.server(s.Env)
 	if err != nil {
 		return err
 	}
 	recordKey := map[string]*idemKey{} // record id → key
 	n := 1 + r.IntN(maxKeys)
-	s.Note("idempotency: %d keys, fault rate %.2f", n, s.FaultRate)
+	// A late-owner schedule is one key whose first client is a process paused past its lease
+	// while others take the key over: what the claim's fencing (its token, its expiry) is for.
+	st.lateOwner = r.IntN(3) == 0
+	jumpOneIn := leaseJumpOneIn
+	if st.lateOwner {
+		n, st.pauses, jumpOneIn = 1, true, leaseJumpOneIn/5
+	}
+	s.Note("idempotency: %d keys, late owner %v, pauses %v, fault rate %.2f", n, st.lateOwner, st.pauses, s.FaultRate)
 	for i := range n {
 		k := &idemKey{key: fmt.Sprintf("key-%d", i), answer: []int{http.StatusCreated, http.StatusCreated, http.StatusBadRequest}[r.IntN(3)], fail503: r.IntN(4) == 0}
+		if st.lateOwner {
+			k.fail503 = r.IntN(2) == 0
+		}
 		st.keys[k.key], st.order = k, append(st.order, k.key)
 		recordKey[idempotency.RecordID("account:"+acct.ID, effectRoute, k.key)] = k
-		for range 1 + r.IntN(maxClients) {
+		for range 2 + r.IntN(maxClients-1) {
 			p.client(s, st, handler, k)
 		}
 	}
-	// A Complete that committed stores the key's answer: from then on the key never runs again.
+	// The record of every key, as a model: who holds its claim (the token of the last claim
+	// or takeover that committed), and whether it is completed. Only the current claim's
+	// owner may complete or release it, and a takeover replaces only the claim it read.
 	s.Observe(func(a *Actor, c Call, params any, committed bool) {
-		in, ok := params.(*dynamodb.UpdateItemInput)
-		if !ok || !committed || c.Table != resources.TableIdempotency || !strings.Contains(aws.ToString(in.UpdateExpression), "#state = :completed") {
+		if !committed || c.Table != resources.TableIdempotency {
 			return
 		}
-		if k := recordKey[dynamo.Str(in.Key, "pk")]; k != nil {
-			k.completed = true
+		switch in := params.(type) {
+		case *dynamodb.PutItemInput:
+			k := recordKey[dynamo.Str(in.Item, "pk")]
+			if k == nil {
+				return
+			}
+			token := dynamo.Str(in.Item, "token")
+			if old := in.ExpressionAttributeValues[":oldToken"]; old != nil {
+				s.Count("claim-taken-over")
+				if o := dynamo.Str(in.ExpressionAttributeValues, ":oldToken"); o != k.token {
+					s.Violate("idempotency: key %s: a takeover by %s replaced claim %s, though it had read %s", k.key, a.Name, short(k.token), short(o))
+				}
+			} else if k.token != "" {
+				s.Violate("idempotency: key %s: a claim by %s overwrote the key's record (claim %s, completed %v)", k.key, a.Name, short(k.token), k.stored)
+			}
+			k.token, k.stored = token, false
+			st.leases[a] = dynamo.Int(in.Item, "leaseExpiresAtMs")
+		case *dynamodb.UpdateItemInput:
+			k := recordKey[dynamo.Str(in.Key, "pk")]
+			if k == nil {
+				return
+			}
+			if t := dynamo.Str(in.ExpressionAttributeValues, ":token"); t != k.token || k.stored {
+				s.Violate("idempotency: key %s: %s stored its answer under claim %s; the record's claim is %s (completed %v)", k.key, a.Name, short(t), short(k.token), k.stored)
+			}
+			k.stored, k.completed = true, true
+			if e := st.byActor[a]; e != nil {
+				k.storedBody = e.body
+			}
+		case *dynamodb.DeleteItemInput:
+			k := recordKey[dynamo.Str(in.Key, "pk")]
+			if k == nil {
+				return
+			}
+			if t := dynamo.Str(in.ExpressionAttributeValues, ":token"); t != k.token || k.stored {
+				s.Violate("idempotency: key %s: %s released claim %s; the record's claim is %s (completed %v)", k.key, a.Name, short(t), short(k.token), k.stored)
+			}
+			k.token, k.stored = "", false
 		}
 	})
 	s.beforeStep = func() {
-		if !s.Quiet() && s.rng.IntN(leaseJumpOneIn) == 0 {
+		if !s.Quiet() && s.rng.IntN(jumpOneIn) == 0 {
 			s.Count("lease-expiry")
 			s.Env.Clock.Advance(idempotency.Lease + time.Second)
 			s.Note("clock +%s", idempotency.Lease+time.Second)
@@ -185,9 +248,15 @@ func (p *Idempotency) Start(ctx context.Context, s *Schedule) error {
 func (p *Idempotency) client(s *Schedule, st *idemState, handler http.Handler, k *idemKey) {
 	k.clients++
 	body := `{"answer":"as the key says"}`
+	pauses := st.pauses
+	first := st.lateOwner && k.clients == 1
 	s.Spawn(fmt.Sprintf("client %s c%d", k.key, k.clients), "harness", func(ctx context.Context) error {
 		for range maxKeyAttempts {
-			req := httptest.NewRequestWithContext(s.Invoke(ctx, resources.FunctionAPI), http.MethodPost, effectPath, strings.NewReader(body))
+			ictx := s.Invoke(ctx, resources.FunctionAPI)
+			if !s.Quiet() && pauses && (first || ActorFrom(ctx).Rand.IntN(3) == 0) {
+				s.Pause(ictx)
+			}
+			req := httptest.NewRequestWithContext(ictx, http.MethodPost, effectPath, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+st.apiKey)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set(httpapi.HeaderIdempotencyKey, k.key)
@@ -201,11 +270,8 @@ func (p *Idempotency) client(s *Schedule, st *idemState, handler http.Handler, k
 			}
 			got := rec.Body.String()
 			if rec.Header().Get(httpapi.HeaderIdempotentReplayed) == "true" {
-				switch {
-				case len(k.execs) == 0:
-					s.Violate("idempotency: key %s replayed %s and never ran", k.key, got)
-				case got != k.execs[len(k.execs)-1].body:
-					s.Violate("idempotency: key %s replayed %s; its latest execution answered %s", k.key, got, k.execs[len(k.execs)-1].body)
+				if got != k.storedBody {
+					s.Violate("idempotency: key %s replayed %s; the answer stored was %s", k.key, got, k.storedBody)
 				}
 			} else if e := st.byActor[ActorFrom(ctx)]; e == nil || got != e.body {
 				s.Violate("idempotency: key %s answered %d %s without running it", k.key, rec.Code, got)
@@ -236,6 +302,8 @@ func (p *Idempotency) Idle(ctx context.Context, s *Schedule) bool {
 				s.Env.Clock.Advance(idempotency.Lease + time.Second)
 				s.Note("clock +%s (the last clients)", idempotency.Lease+time.Second)
 			}
+			// Two at once: they race to take over whatever claim was left behind.
+			p.client(s, st, handler, k)
 			p.client(s, st, handler, k)
 			spawned = true
 		}
@@ -244,6 +312,16 @@ func (p *Idempotency) Idle(ctx context.Context, s *Schedule) bool {
 		st.last++
 	}
 	return spawned
+}
+
+func short(token string) string {
+	if len(token) > 6 {
+		return token[:6]
+	}
+	if token == "" {
+		return "(none)"
+	}
+	return token
 }
 
 // Check implements Pipeline.

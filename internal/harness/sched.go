@@ -384,6 +384,9 @@ type invocation struct {
 	function string
 	deadline time.Time
 	stopped  bool
+	// paused: the process froze and came back after its deadline (a long pause, a host
+	// that lost its clock); nothing stopped it, and it goes on as if no time had passed.
+	paused bool
 }
 
 type invocationKey struct{}
@@ -402,10 +405,19 @@ func (s *Schedule) Invoke(ctx context.Context, function string) context.Context 
 	return context.WithValue(ctx, invocationKey{}, &invocation{function: function, deadline: s.Env.Clock.Now().Add(timeout)})
 }
 
+// Pause makes the invocation under ctx one that outlives its deadline: a process paused past its
+// lease, which the fencing in the conditions (tokens, revisions) must keep from doing harm.
+func (s *Schedule) Pause(ctx context.Context) {
+	if inv := invocationFrom(ctx); inv != nil {
+		inv.paused = true
+		s.Count("process-pause")
+	}
+}
+
 // timedOut reports whether the call's invocation has been stopped at its timeout.
 func (s *Schedule) timedOut(a *Actor, ctx context.Context) bool {
 	inv := invocationFrom(ctx)
-	if inv == nil {
+	if inv == nil || inv.paused {
 		return false
 	}
 	if !inv.stopped && s.Env.Clock.Now().After(inv.deadline) {
