@@ -114,7 +114,6 @@ const markUsageStarted = "SET #usageStartedAtMs = if_not_exists(#usageStartedAtM
 // Conditions of the account writes. Every attribute name is an alias (see dynamo.Names).
 const (
 	accountAbsent = "attribute_not_exists(#id)"
-	keyAbsent     = "attribute_not_exists(#keyHash)"
 	accountExists = "attribute_exists(#id)"
 	// agreementOpen: the agreement day may change only before the first usage fixes the
 	// billing cycle (or be set to the day it already has).
@@ -142,10 +141,9 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 			TableName: aws.String(s.AccountsTable), Item: acct,
 			ConditionExpression: aws.String(accountAbsent), ExpressionAttributeNames: dynamo.Names(accountAbsent),
 		}},
-		{Put: &types.Put{
-			TableName: aws.String(s.KeysTable), Item: key,
-			ConditionExpression: aws.String(keyAbsent), ExpressionAttributeNames: dynamo.Names(keyAbsent),
-		}},
+		// The key's row carries no condition: its hash is of 256 random bits, which no other
+		// key ever shares, and a retried creation makes a new key.
+		{Put: &types.Put{TableName: aws.String(s.KeysTable), Item: key}},
 	}
 	for _, kind := range LinkKinds {
 		if id := a.Link(kind); id != "" {
@@ -438,14 +436,10 @@ func (s *DynamoStore) MarkUsageStarted(ctx context.Context, id string, nowMs int
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},
 		UpdateExpression:          aws.String(markUsageStarted),
-		ConditionExpression:       aws.String(accountExists),
-		ExpressionAttributeNames:  dynamo.Names(markUsageStarted, accountExists),
+		ExpressionAttributeNames:  dynamo.Names(markUsageStarted),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": dynamo.N(nowMs)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if dynamo.IsConditionFailed(err) {
-		return Account{}, ErrNotFound
-	}
 	if err != nil {
 		return Account{}, fmt.Errorf("mark usage started for %s: %w", id, err)
 	}

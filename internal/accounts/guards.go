@@ -14,16 +14,12 @@ func guards() []dynamo.Guard {
 	g := []dynamo.Guard{
 		{Name: "accounts.create.absent", Kind: "Put", Table: resources.TableAccounts, Clause: accountAbsent,
 			Keeps: "creating an account never overwrites an existing one (409 instead)"},
-		{Name: "accounts.key.absent", Kind: "Put", Table: resources.TableAPIKeys, Clause: keyAbsent,
-			Keeps: "an API key hash names one account only"},
 		{Name: "accounts.link.absent", Kind: "Put", Table: resources.TableAccountLinks, Clause: linkAbsent,
 			Keeps: "a provider id is linked to one account only"},
 		{Name: "accounts.update.exists", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: accountExists,
 			Keeps: "an update never creates an account that does not exist (404 instead)"},
 		{Name: "accounts.update.agreement-open", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: agreementOpen,
 			Keeps: "the agreement day never changes after the first usage fixed the billing cycle"},
-		{Name: "accounts.usage-started.exists", Kind: "Update", Table: resources.TableAccounts, Update: markUsageStarted, Clause: accountExists,
-			Keeps: "stamping the first usage never creates a stub account"},
 	}
 	for _, kind := range LinkKinds {
 		f := kind.Field()

@@ -68,8 +68,8 @@ type idemKey struct {
 	token      string
 	stored     bool
 	storedBody string
-	answered  bool // a client got a final answer
-	clients   int
+	answered   bool // a client got a final answer
+	clients    int
 }
 
 type idemState struct {

@@ -3,6 +3,7 @@ package instrument
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -44,8 +45,8 @@ func GuardNamed(name string) (dynamo.Guard, bool) {
 // Write is one conditional write as it goes on the wire: alone, or one item of a transaction.
 // It points into the request, so that an ablation can change it in place.
 type Write struct {
-	Kind    string // Put, Update, Delete, ConditionCheck
-	Table   string // the logical name, or the physical one when it is not one of Ferry's
+	Kind   string // Put, Update, Delete, ConditionCheck
+	Table  string // the logical name, or the physical one when it is not one of Ferry's
 	Update string
 	// Key and SortKey are the item's "pk" and "sk".
 	Key     string
@@ -184,6 +185,36 @@ func NewAblation(names resources.Names, guards ...dynamo.Guard) *Ablation {
 	return &Ablation{tables: physicalToLogical(names), guards: guards, stripped: map[string]int{}}
 }
 
+// SetNames binds the ablation to the resources names lists, for clients built before the
+// resources were.
+func (a *Ablation) SetNames(names resources.Names) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tables = physicalToLogical(names)
+}
+
+// EnvAblate names the environment variable that lists guards (comma-separated names) for the
+// test environment to remove from every client it builds: the ablation table runs a package's
+// tests with it set, and expects them to fail.
+const EnvAblate = "FERRY_ABLATE"
+
+// AblationFromEnv returns the ablation EnvAblate asks for, or nil when it is unset.
+func AblationFromEnv() (*Ablation, error) {
+	raw := os.Getenv(EnvAblate)
+	if raw == "" {
+		return nil, nil
+	}
+	var guards []dynamo.Guard
+	for _, name := range strings.Split(raw, ",") {
+		g, ok := GuardNamed(strings.TrimSpace(name))
+		if !ok {
+			return nil, fmt.Errorf("%s: no guard %q", EnvAblate, name)
+		}
+		guards = append(guards, g)
+	}
+	return NewAblation(resources.Names{}, guards...), nil
+}
+
 func physicalToLogical(names resources.Names) map[string]string {
 	m := map[string]string{}
 	for logical, physical := range names.Tables {
@@ -195,7 +226,10 @@ func physicalToLogical(names resources.Names) map[string]string {
 // Apply removes the guards from one request's parameters and reports how many it removed.
 func (a *Ablation) Apply(params any) int {
 	n := 0
-	ws := Writes(params, a.tables)
+	a.mu.Lock()
+	tables := a.tables
+	a.mu.Unlock()
+	ws := Writes(params, tables)
 	for i := range ws {
 		w := &ws[i]
 		for _, g := range a.guards {

@@ -25,9 +25,12 @@ const (
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
 	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
-	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
-	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	reopenUpdate        = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now"
+	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
+	// only for a billed entry (after the bill step, or in scenario rows that match billed
+	// entries alone), so the entry carries its checkpoint here.
+	markCondition    = "#status = :inserting"
+	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
+	reopenUpdate     = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now"
 	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
 	// UNINSERTABLE end) from touching an entry another delivery finished.
 	insertingCondition = "#status = :inserting"

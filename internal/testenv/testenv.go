@@ -64,6 +64,8 @@ type Env struct {
 	Prefix  string
 	// dynamoDB are the test's DynamoDB client options, applied to every client it builds.
 	dynamoDB []func(*dynamodb.Options)
+	// ablation, when FERRY_ABLATE is set, removes guards from every client.
+	ablation *instrument.Ablation
 }
 
 // Options adjust a test's environment.
@@ -91,6 +93,15 @@ func New(t testing.TB, opts ...Options) *Env {
 	endpoints := Endpoints(t)
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 	defer cancel()
+	// FERRY_ABLATE removes guards from every client the test builds: the guard-ablation table
+	// runs tests this way and expects them to fail.
+	ablation, err := instrument.AblationFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ablation != nil {
+		o.DynamoDB = append(append([]func(*dynamodb.Options){}, o.DynamoDB...), ablation.Option)
+	}
 	clients, err := cloud.New(ctx, endpoints, cloud.Options{DynamoDB: o.DynamoDB})
 	if err != nil {
 		t.Fatalf("clients: %v", err)
@@ -109,7 +120,10 @@ func New(t testing.TB, opts ...Options) *Env {
 	if err != nil {
 		t.Fatalf("provision %s: %v", prefix, err)
 	}
-	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB}
+	if ablation != nil {
+		ablation.SetNames(names)
+	}
+	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB, ablation: ablation}
 }
 
 // ClientsFor builds a function's own clients: the test's DynamoDB options, and an IAM guard that
@@ -133,6 +147,9 @@ func (e *Env) ClientsFor(t testing.TB, fn resources.Function) cloud.Clients {
 // ClientsWith builds another set of clients on the same endpoints, e.g. with fault injection.
 func (e *Env) ClientsWith(t testing.TB, ddb ...func(*dynamodb.Options)) cloud.Clients {
 	t.Helper()
+	if e.ablation != nil {
+		ddb = append(append([]func(*dynamodb.Options){}, ddb...), e.ablation.Option)
+	}
 	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: ddb})
 	if err != nil {
 		t.Fatalf("clients: %v", err)

@@ -22,6 +22,4 @@ var Guards = []dynamo.Guard{
 		Keeps: "holds never commit more than the limit"},
 	{Name: "usage.hold.cap-room", Kind: "Update", Table: resources.TableUsage, Update: holdUpdate, Clause: capCondition,
 		Keeps: "a hold over the whole limit is never admitted"},
-	{Name: "usage.settle.held", Kind: "Update", Table: resources.TableUsage, Update: settleUpdate, Clause: settleCondition,
-		Keeps: "a settlement gives back only a hold the budget row still carries (held never below zero)"},
 }
