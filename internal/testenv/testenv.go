@@ -165,3 +165,25 @@ func UniquePrefix() string {
 	}
 	return "t" + hex.EncodeToString(b[:])
 }
+
+// NeedsGuard shows that a guard earns its place: run, on fresh resources, must hold (return nil)
+// with every client as Ferry builds it, and must break (return what broke) when the guard is
+// removed at the wire. db is the client to run on; env names the resources.
+func NeedsGuard(t *testing.T, guard string, run func(t *testing.T, env *Env, db *dynamodb.Client) error) {
+	t.Helper()
+	g, ok := instrument.GuardNamed(guard)
+	if !ok {
+		t.Fatalf("no guard %q", guard)
+	}
+	env := New(t)
+	if err := run(t, env, env.Clients.DynamoDB); err != nil {
+		t.Fatalf("with %s in place: %v", guard, err)
+	}
+	env = New(t)
+	ablation := instrument.NewAblation(env.Names, g)
+	if err := run(t, env, env.ClientsWith(t, ablation.Option).DynamoDB); err == nil {
+		t.Fatalf("with %s removed at the wire (%d writes stripped), nothing broke: the guard is dead or this test does not need it", guard, ablation.Stripped()[guard])
+	} else {
+		t.Logf("with %s removed: %v", guard, err)
+	}
+}
