@@ -1,0 +1,107 @@
+package harness_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/harness"
+	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/testenv"
+)
+
+// harnessAblations are the guards the harness's pipelines need: with each removed at the wire,
+// the harness must find a broken invariant within its budget of schedules (seeds 0, 1, …). The
+// run is deterministic, so the seed that finds it is the same on every run.
+var harnessAblations = []struct {
+	guard    string
+	pipeline string
+	budget   int
+}{
+	{"ledger.claim.first-writer", "events", 100},
+	{"ledger.checkpoint.inserting", "events", 400},
+	{"ledger.checkpoint.unbilled", "events", 100},
+	{"ledger.reject.inserting", "events", 100},
+	{"ledger.reject.unbilled", "events", 400},
+	{"ledger.mark.inserting", "events", 100},
+	{"usage.consume.cap", "events", 100},
+	{"usage.consume.cap-room", "events", 100},
+	{"usage.hold.cap", "holds", 100},
+	{"usage.hold.cap-room", "holds", 100},
+	{"ratelimit.take.room", "holds", 300},
+	{"holds.reserve.absent", "holds", 100},
+	{"holds.charge.rev", "holds", 100},
+	{"holds.settle.rev", "holds", 100},
+	{"idempotency.claim.absent", "idempotency", 100},
+	{"idempotency.takeover.expired", "idempotency", 200},
+	{"idempotency.complete.token", "idempotency", 200},
+	{"idempotency.release.token", "idempotency", 300},
+}
+
+// storeAblations are the guards no pipeline of the harness reaches (an operator's redrive, a row
+// refused after another delivery finished the event, a claim that lands already expired, the
+// account writes): a test named TestGuard_… in the adapter's package runs the scenario that needs
+// each, with the guard and without it (testenv.NeedsGuard).
+var storeAblations = map[string]string{
+	"ledger.quarantine.inserting":                 "internal/ledger TestGuard_QuarantineOfAFinishedEvent_ChangesNothing",
+	"ledger.uninsertable.inserting":               "internal/ledger TestGuard_UninsertableOfAFinishedEvent_ChangesNothing",
+	"ledger.reopen.uninsertable":                  "internal/ledger TestGuard_ReopenOfAnInsertedEvent_IsRefused",
+	"idempotency.takeover.token":                  "internal/idempotency TestGuard_TakeoverReplacesOnlyTheClaimItRead",
+	"accounts.create.absent":                      "internal/accounts TestGuard_CreateNeverOverwritesAnAccount",
+	"accounts.link.absent":                        "internal/accounts TestGuard_ALinkNamesOneAccount",
+	"accounts.update.exists":                      "internal/accounts TestGuard_UpdateNeverCreatesAnAccount",
+	"accounts.update.agreement-open":              "internal/accounts TestGuard_AgreementDayIsFixedByTheFirstUsage",
+	"accounts.update.kindeCustomerId.was-absent":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+	"accounts.update.kindeCustomerId.unchanged":   "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+	"accounts.update.stripeCustomerId.was-absent": "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+	"accounts.update.stripeCustomerId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+	"accounts.update.kindeAgreementId.was-absent": "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+	"accounts.update.kindeAgreementId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
+}
+
+// Every condition clause Ferry sends is in the guard table, and every guard of the table is
+// shown necessary: by the harness, or by a test of its own.
+func TestGuardTable_EveryGuardHasARunThatNeedsIt(t *testing.T) {
+	inHarness := map[string]bool{}
+	for _, a := range harnessAblations {
+		if _, ok := instrument.GuardNamed(a.guard); !ok {
+			t.Errorf("the ablation table names %s, which is no guard", a.guard)
+		}
+		inHarness[a.guard] = true
+	}
+	for g := range storeAblations {
+		if _, ok := instrument.GuardNamed(g); !ok {
+			t.Errorf("the store table names %s, which is no guard", g)
+		}
+	}
+	for _, g := range instrument.Guards() {
+		if !inHarness[g.Name] && storeAblations[g.Name] == "" {
+			t.Errorf("guard %s (%s) has no run that needs it: add one, or remove the guard with the argument why it is dead", g.Name, g.Clause)
+		}
+	}
+}
+
+// With each guard the harness needs removed at the wire, a schedule within the budget breaks an
+// invariant; the run stops there and names the seed.
+func TestGuardAblation_EachRemovedGuardBreaksAnInvariant(t *testing.T) {
+	if testenv.External() {
+		t.Skip("guard ablation runs the harness, on the embedded emulators")
+	}
+	for _, a := range harnessAblations {
+		t.Run(a.guard, func(t *testing.T) {
+			g, _ := instrument.GuardNamed(a.guard)
+			rep, err := harness.Run(context.Background(), harness.Options{
+				Schedules: a.budget, Pipelines: []string{a.pipeline}, Ablate: []dynamo.Guard{g}, StopAtFailure: true,
+				Endpoints: testenv.Endpoints(t),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Failures) == 0 {
+				t.Fatalf("%s removed: %d %s schedules kept every invariant", a.guard, rep.Schedules, a.pipeline)
+			}
+			f := rep.Failures[0]
+			t.Logf("%s removed: seed %d (schedule %d of %d) broke: %s", a.guard, f.Seed, rep.Schedules, a.budget, f.Violations[0])
+		})
+	}
+}
