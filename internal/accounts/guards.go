@@ -21,6 +21,18 @@ func guards() []dynamo.Guard {
 		{Name: "accounts.update.agreement-open", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: agreementOpen,
 			Keeps: "the agreement day never changes after the first usage fixed the billing cycle"},
 	}
+	g = append(g,
+		dynamo.Guard{Name: "accounts.billing.plan-newer", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingPlanNewer,
+			Keeps: "a billing event older than the one the plan came from never changes the plan"},
+		dynamo.Guard{Name: "accounts.billing.status-newer", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingStatusNewer,
+			Keeps: "a billing event older than the one the status came from never changes the status"},
+	)
+	// One template for every kind of link: the provider id the event was resolved through.
+	g = append(g,
+		dynamo.Guard{Name: "accounts.billing.linked", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingLinked,
+			Keeps: "a billing event changes the account only while it is linked to the provider id the event was resolved through"},
+		dynamo.Guard{Name: "accounts.billing-check.linked", Kind: "ConditionCheck", Table: resources.TableAccounts, Clause: billingLinked,
+			Keeps: "a billing event's grants and meter mark land only while the account is linked to the provider id the event was resolved through"})
 	for _, kind := range LinkKinds {
 		f := kind.Field()
 		g = append(g,

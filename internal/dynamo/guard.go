@@ -23,6 +23,8 @@ type Guard struct {
 	// hold and its steps share a table and a condition).
 	SortKeyPrefix string
 	// Clause is the guard: a top-level conjunct of the condition sent, or the whole condition.
+	// A "%s" in it stands for any attribute name (a condition built from a template, one per
+	// kind of link).
 	Clause string
 	// Keeps says, in a sentence, what breaks without it.
 	Keeps string
@@ -54,25 +56,42 @@ func Clauses(cond string) []string {
 
 // HasClause reports whether the condition expression carries clause, whole or as a top-level conjunct.
 func HasClause(cond, clause string) bool {
-	if strings.TrimSpace(cond) == clause {
+	if ClauseIs(strings.TrimSpace(cond), clause) {
 		return true
 	}
 	for _, c := range Clauses(cond) {
-		if c == clause {
+		if ClauseIs(c, clause) {
 			return true
 		}
 	}
 	return false
 }
 
+// ClauseIs reports whether c is clause, where a "%s" in clause stands for any attribute name.
+func ClauseIs(c, clause string) bool {
+	before, after, template := strings.Cut(clause, "%s")
+	if !template {
+		return c == clause
+	}
+	if !strings.HasPrefix(c, before) || !strings.HasSuffix(c, after) || len(c) <= len(before)+len(after) {
+		return false
+	}
+	for _, b := range []byte(c[len(before) : len(c)-len(after)]) {
+		if !isNameByte(b) {
+			return false
+		}
+	}
+	return true
+}
+
 // Without is the condition expression with clause removed: "" when nothing is left.
 func Without(cond, clause string) string {
-	if strings.TrimSpace(cond) == clause {
+	if ClauseIs(strings.TrimSpace(cond), clause) {
 		return ""
 	}
 	var kept []string
 	for _, c := range Clauses(cond) {
-		if c != clause {
+		if !ClauseIs(c, clause) {
 			kept = append(kept, c)
 		}
 	}

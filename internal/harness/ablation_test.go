@@ -1,7 +1,14 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
@@ -59,6 +66,52 @@ var storeAblations = map[string]string{
 	"accounts.update.kindeAgreementId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
 }
 
+// testAblations are guards that tests of their package need as they are: run with the guard
+// removed at the wire (FERRY_ABLATE), the named test must fail.
+var testAblations = map[string]string{
+	"inbox.insert.first":            "./internal/inbox TestIntake_CopiesAreCountedAndNeverOverwriteTheEvent",
+	"inbox.copy.exists":             "./internal/inbox TestIntake_CopyOfAMissingEventWritesNothing",
+	"inbox.transition.rev":          "./internal/inbox TestWorker_OvertakenClaim_CommitsNothing",
+	"inbox.meter-mark.clear-rev":    "./internal/inbox TestMeterUsage_MarksTheCycleForTheReconciler",
+	"allowance.head.first":          "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum",
+	"allowance.head.rev":            "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum",
+	"accounts.billing.plan-newer":   "./internal/inbox TestWorker_PlanChangeOvertakenByANewerOne_Ignored",
+	"accounts.billing.status-newer": "./internal/inbox TestWorker_StatusChangeOvertakenByANewerOne_Ignored",
+	"accounts.billing.linked":       "./internal/inbox TestWorker_CustomerUnlinkedWhileDeciding_Ignored",
+	"accounts.billing-check.linked": "./internal/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored",
+}
+
+// Each guard a test of its package needs fails that test when it is removed at the wire.
+func TestGuardAblation_EachRemovedGuardFailsTheTestThatNeedsIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the packages' tests again, once per guard")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	guards := make([]string, 0, len(testAblations))
+	for g := range testAblations {
+		guards = append(guards, g)
+	}
+	sort.Strings(guards)
+	for _, g := range guards {
+		t.Run(g, func(t *testing.T) {
+			pkg, test, _ := strings.Cut(testAblations[g], " ")
+			cmd := exec.Command(goBin, "test", "-count=1", "-run", "^"+test+"$", pkg)
+			cmd.Dir = filepath.Join("..", "..")
+			cmd.Env = append(os.Environ(), instrument.EnvAblate+"="+g)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("%s removed: %s %s still passes", g, pkg, test)
+			}
+			if !bytes.Contains(out, []byte("--- FAIL: "+test)) {
+				t.Fatalf("%s removed: the run failed, but not in %s:\n%s", g, test, out)
+			}
+		})
+	}
+}
+
 // Every condition clause Ferry sends is in the guard table, and every guard of the table is
 // shown necessary: by the harness, or by a test of its own.
 func TestGuardTable_EveryGuardHasARunThatNeedsIt(t *testing.T) {
@@ -75,7 +128,7 @@ func TestGuardTable_EveryGuardHasARunThatNeedsIt(t *testing.T) {
 		}
 	}
 	for _, g := range instrument.Guards() {
-		if !inHarness[g.Name] && storeAblations[g.Name] == "" {
+		if !inHarness[g.Name] && storeAblations[g.Name] == "" && testAblations[g.Name] == "" {
 			t.Errorf("guard %s (%s) has no run that needs it: add one, or remove the guard with the argument why it is dead", g.Name, g.Clause)
 		}
 	}

@@ -14,9 +14,11 @@ import (
 	smithymw "github.com/aws/smithy-go/middleware"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/idempotency"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -26,7 +28,7 @@ import (
 // Guards is every condition clause Ferry sends, by adapter: the guard-ablation table.
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
-	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards} {
+	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards} {
 		all = append(all, g...)
 	}
 	return all
@@ -280,7 +282,7 @@ func Unlisted(params any, tables map[string]string) []string {
 		for _, clause := range dynamo.Clauses(w.Condition) {
 			listed := false
 			for _, g := range guards {
-				if w.Kind == g.Kind && w.Table == g.Table && (g.Clause == clause || g.Clause == w.Condition) &&
+				if w.Kind == g.Kind && w.Table == g.Table && (dynamo.ClauseIs(clause, g.Clause) || dynamo.ClauseIs(w.Condition, g.Clause)) &&
 					(g.Update == "" || g.Update == w.Update) && (g.UpdatePrefix == "" || strings.HasPrefix(w.Update, g.UpdatePrefix)) &&
 					(g.SortKeyPrefix == "" || strings.HasPrefix(w.SortKey, g.SortKeyPrefix)) {
 					listed = true
