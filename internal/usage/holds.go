@@ -12,12 +12,12 @@ import (
 // the charged part of the hold to used and gives the rest back, so committed = used + held stays
 // true after every write.
 const (
-	holdUpdate = "ADD #held :n, #committed :n " + setLabels
+	holdUpdate = "ADD #held :n, #committed :n, #rev :one " + setLabels
 	// A settlement carries no condition of its own: the hold's revision guard in the same
 	// transaction settles each hold once, and until then its amount is on held (the
 	// reservation added it in the transaction that created the hold), so held never drops
 	// below zero.
-	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased SET #updatedAtMs = :now"
+	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased, #rev :one SET #updatedAtMs = :now"
 )
 
 // HoldCapped is the transaction item that holds amount on the budget row only if committed stays
@@ -40,6 +40,7 @@ func (t Table) SettleHold(accountID, feature, cycleLabel string, held, charged, 
 			":minusHeld":     dynamo.N(-held),
 			":minusReleased": dynamo.N(-(held - charged)),
 			":now":           dynamo.N(nowMs),
+			":one":           dynamo.N(1),
 		},
 	}}
 }
