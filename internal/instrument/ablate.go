@@ -20,15 +20,20 @@ import (
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
+	"github.com/ferrymeter/ferry/internal/reconcile"
+	"github.com/ferrymeter/ferry/internal/report"
 	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/review"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
 // Guards is every condition clause Ferry sends, by adapter: the guard-ablation table.
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
-	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards} {
+	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards,
+		report.Guards, outbox.Guards, reconcile.Guards, review.Guards} {
 		all = append(all, g...)
 	}
 	return all
@@ -296,4 +301,72 @@ func Unlisted(params any, tables map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TableCheck records every condition clause sent on Ferry's tables that no guard of the table
+// names. Installed on every client a test builds, it makes the guard table complete by
+// construction: a condition added to the code without its guard fails the test that sends it.
+type TableCheck struct {
+	mu       sync.Mutex
+	tables   map[string]string
+	unlisted map[string]bool
+}
+
+// NewTableCheck checks calls on the resources names lists (SetNames binds it later).
+func NewTableCheck(names resources.Names) *TableCheck {
+	return &TableCheck{tables: physicalToLogical(names), unlisted: map[string]bool{}}
+}
+
+// SetNames binds the check to the resources names lists, for clients built before them.
+func (c *TableCheck) SetNames(names resources.Names) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tables = physicalToLogical(names)
+}
+
+// Unlisted returns the clauses seen that no guard names, sorted.
+func (c *TableCheck) Unlisted() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.unlisted))
+	for u := range c.unlisted {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *TableCheck) check(params any) {
+	c.mu.Lock()
+	tables := c.tables
+	c.mu.Unlock()
+	if len(tables) == 0 {
+		return
+	}
+	known := map[string]bool{}
+	for _, logical := range tables {
+		known[logical] = true
+	}
+	for _, u := range Unlisted(params, tables) {
+		// Only Ferry's own tables: a table a test made for itself carries no guards of Ferry's.
+		if _, rest, ok := strings.Cut(u, " "); ok {
+			if table, _, ok := strings.Cut(rest, ":"); ok && known[table] {
+				c.mu.Lock()
+				c.unlisted[u] = true
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Option installs the check on a DynamoDB client. It runs before an ablation (both are
+// Initialize steps; this one is added first), so it sees the request as the code wrote it.
+func (c *TableCheck) Option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *smithymw.Stack) error {
+		return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("ferry.GuardTableCheck",
+			func(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+				c.check(in.Parameters)
+				return next.HandleInitialize(ctx, in)
+			}), smithymw.Before)
+	})
 }

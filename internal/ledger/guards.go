@@ -14,6 +14,12 @@ var Guards = []dynamo.Guard{
 		Keeps: "an event another delivery rejected or finished is never billed"},
 	{Name: "ledger.checkpoint.unbilled", Kind: "Update", Table: resources.TableLedger, Update: checkpointUpdate, Clause: "attribute_not_exists(#billingAcceptedAtMs)",
 		Keeps: "a redelivered, already billed event never moves the meter again (the double-charge defence)"},
+	// An event billed against a counter row has its checkpoint put whole (it enters the meter
+	// index with it), under the same condition.
+	{Name: "ledger.checkpoint-put.inserting", Kind: "Put", Table: resources.TableLedger, Clause: "#status = :inserting",
+		Keeps: "an event another delivery rejected or finished is never billed against a counter row"},
+	{Name: "ledger.checkpoint-put.unbilled", Kind: "Put", Table: resources.TableLedger, Clause: "attribute_not_exists(#billingAcceptedAtMs)",
+		Keeps: "a redelivered, already billed event never moves a counter row again (the double-charge defence)"},
 	{Name: "ledger.reject.inserting", Kind: "Update", Table: resources.TableLedger, Update: rejectUpdate, Clause: "#status = :inserting",
 		Keeps: "a finished event is never turned into a rejected one"},
 	{Name: "ledger.reject.unbilled", Kind: "Update", Table: resources.TableLedger, Update: rejectUpdate, Clause: "attribute_not_exists(#billingAcceptedAtMs)",

@@ -66,6 +66,8 @@ type Env struct {
 	dynamoDB []func(*dynamodb.Options)
 	// ablation, when FERRY_ABLATE is set, removes guards from every client.
 	ablation *instrument.Ablation
+	// table checks every condition the test's clients send against the guard table.
+	table *instrument.TableCheck
 }
 
 // Options adjust a test's environment.
@@ -99,8 +101,12 @@ func New(t testing.TB, opts ...Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every condition clause sent on the test's tables must be a guard of the table, so that the
+	// ablation runs remove it: one that is not fails the test.
+	table := instrument.NewTableCheck(resources.Names{})
+	o.DynamoDB = append([]func(*dynamodb.Options){table.Option}, o.DynamoDB...)
 	if ablation != nil {
-		o.DynamoDB = append(append([]func(*dynamodb.Options){}, o.DynamoDB...), ablation.Option)
+		o.DynamoDB = append(o.DynamoDB, ablation.Option)
 	}
 	clients, err := cloud.New(ctx, endpoints, cloud.Options{DynamoDB: o.DynamoDB})
 	if err != nil {
@@ -123,7 +129,13 @@ func New(t testing.TB, opts ...Options) *Env {
 	if ablation != nil {
 		ablation.SetNames(names)
 	}
-	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB, ablation: ablation}
+	table.SetNames(names)
+	t.Cleanup(func() {
+		for _, u := range table.Unlisted() {
+			t.Errorf("a condition clause no guard of the table names: %s (add it to its adapter's Guards)", u)
+		}
+	})
+	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB, ablation: ablation, table: table}
 }
 
 // ClientsFor builds a function's own clients: the test's DynamoDB options, and an IAM guard that
@@ -147,8 +159,9 @@ func (e *Env) ClientsFor(t testing.TB, fn resources.Function) cloud.Clients {
 // ClientsWith builds another set of clients on the same endpoints, e.g. with fault injection.
 func (e *Env) ClientsWith(t testing.TB, ddb ...func(*dynamodb.Options)) cloud.Clients {
 	t.Helper()
+	ddb = append([]func(*dynamodb.Options){e.table.Option}, ddb...)
 	if e.ablation != nil {
-		ddb = append(append([]func(*dynamodb.Options){}, ddb...), e.ablation.Option)
+		ddb = append(ddb, e.ablation.Option)
 	}
 	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: ddb})
 	if err != nil {
