@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 
@@ -66,19 +65,30 @@ var storeAblations = map[string]string{
 	"accounts.update.kindeAgreementId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
 }
 
-// testAblations are guards that tests of their package need as they are: run with the guard
-// removed at the wire (FERRY_ABLATE), the named test must fail.
-var testAblations = map[string]string{
-	"inbox.insert.first":            "./internal/inbox TestIntake_CopiesAreCountedAndNeverOverwriteTheEvent",
-	"inbox.copy.exists":             "./internal/inbox TestIntake_CopyOfAMissingEventWritesNothing",
-	"inbox.transition.rev":          "./internal/inbox TestWorker_OvertakenClaim_CommitsNothing",
-	"inbox.meter-mark.clear-rev":    "./internal/inbox TestMeterUsage_MarksTheCycleForTheReconciler",
-	"allowance.head.first":          "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum",
-	"allowance.head.rev":            "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum",
-	"accounts.billing.plan-newer":   "./internal/inbox TestWorker_PlanChangeOvertakenByANewerOne_Ignored",
-	"accounts.billing.status-newer": "./internal/inbox TestWorker_StatusChangeOvertakenByANewerOne_Ignored",
-	"accounts.billing.linked":       "./internal/inbox TestWorker_CustomerUnlinkedWhileDeciding_Ignored",
-	"accounts.billing-check.linked": "./internal/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored",
+// testAblations are guards that tests of their package need as they are: run with the guards
+// removed at the wire (FERRY_ABLATE, comma-separated), the named test must fail.
+var testAblations = []struct{ guards, target string }{
+	{"inbox.insert.first", "./internal/inbox TestIntake_CopiesAreCountedAndNeverOverwriteTheEvent"},
+	{"inbox.copy.exists", "./internal/inbox TestIntake_CopyOfAMissingEventWritesNothing"},
+	{"inbox.transition.rev", "./internal/inbox TestWorker_OvertakenClaim_CommitsNothing"},
+	{"inbox.meter-mark.clear-rev", "./internal/inbox TestMeterUsage_MarksTheCycleForTheReconciler"},
+	{"allowance.head.first", "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum"},
+	{"allowance.head.rev", "./internal/inbox TestWorker_ConcurrentTopUps_AllowanceIsTheLargerGrantNotTheSum"},
+	{"accounts.billing.plan-newer", "./internal/inbox TestWorker_PlanChangeOvertakenByANewerOne_Ignored"},
+	{"accounts.billing.status-newer", "./internal/inbox TestWorker_StatusChangeOvertakenByANewerOne_Ignored"},
+	{"accounts.billing.linked", "./internal/inbox TestWorker_CustomerUnlinkedWhileDeciding_Ignored"},
+	{"accounts.billing-check.linked", "./internal/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored"},
+	// The recorded concurrent histories stop being linearizable without the guards they rest on.
+	{"idempotency.claim.absent", "./internal/idempotency TestDynamoStore_ConcurrentHistory_IsLinearizable"},
+	{"usage.hold.cap,usage.hold.cap-room", "./internal/holds TestBudget_ConcurrentHistory_IsLinearizable"},
+	//REPORTER-ENTRIES
+}
+
+// untestedGuards are the guards no run needs, each with the reason: a guard listed here is either
+// dead (implied by another guard or a fact, and kept only because removing it is a change of its
+// own to argue) or untested (no test yet reaches the window it closes).
+var untestedGuards = map[string]string{
+	//UNTESTED-ENTRIES
 }
 
 // Each guard a test of its package needs fails that test when it is removed at the wire.
@@ -86,27 +96,25 @@ func TestGuardAblation_EachRemovedGuardFailsTheTestThatNeedsIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the packages' tests again, once per guard")
 	}
+	if testenv.External() {
+		t.Skip("guard ablation runs on the embedded emulators")
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	guards := make([]string, 0, len(testAblations))
-	for g := range testAblations {
-		guards = append(guards, g)
-	}
-	sort.Strings(guards)
-	for _, g := range guards {
-		t.Run(g, func(t *testing.T) {
-			pkg, test, _ := strings.Cut(testAblations[g], " ")
+	for _, a := range testAblations {
+		t.Run(a.guards, func(t *testing.T) {
+			pkg, test, _ := strings.Cut(a.target, " ")
 			cmd := exec.Command(goBin, "test", "-count=1", "-run", "^"+test+"$", pkg)
 			cmd.Dir = filepath.Join("..", "..")
-			cmd.Env = append(os.Environ(), instrument.EnvAblate+"="+g)
+			cmd.Env = append(os.Environ(), instrument.EnvAblate+"="+a.guards)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
-				t.Fatalf("%s removed: %s %s still passes", g, pkg, test)
+				t.Fatalf("%s removed: %s %s still passes", a.guards, pkg, test)
 			}
 			if !bytes.Contains(out, []byte("--- FAIL: "+test)) {
-				t.Fatalf("%s removed: the run failed, but not in %s:\n%s", g, test, out)
+				t.Fatalf("%s removed: the run failed, but not in %s:\n%s", a.guards, test, out)
 			}
 		})
 	}
@@ -127,8 +135,23 @@ func TestGuardTable_EveryGuardHasARunThatNeedsIt(t *testing.T) {
 			t.Errorf("the store table names %s, which is no guard", g)
 		}
 	}
+	inTests := map[string]bool{}
+	for _, a := range testAblations {
+		for _, g := range strings.Split(a.guards, ",") {
+			if _, ok := instrument.GuardNamed(g); !ok {
+				t.Errorf("the test table names %s, which is no guard", g)
+			}
+			inTests[g] = true
+		}
+	}
+	for g, why := range untestedGuards {
+		if _, ok := instrument.GuardNamed(g); !ok {
+			t.Errorf("the untested list names %s, which is no guard", g)
+		}
+		t.Logf("guard %s has no run that needs it: %s", g, why)
+	}
 	for _, g := range instrument.Guards() {
-		if !inHarness[g.Name] && storeAblations[g.Name] == "" && testAblations[g.Name] == "" {
+		if !inHarness[g.Name] && storeAblations[g.Name] == "" && !inTests[g.Name] && untestedGuards[g.Name] == "" {
 			t.Errorf("guard %s (%s) has no run that needs it: add one, or remove the guard with the argument why it is dead", g.Name, g.Clause)
 		}
 	}
