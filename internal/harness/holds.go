@@ -46,8 +46,8 @@ var holdAmounts = []int64{1, 2_499, 2_500, 2_501, 4_999, 5_000, 5_001, 7_500, 10
 // held = what the RUNNING holds hold and used = what the final holds charged; a hold's usage is
 // the sum of its steps and never over its amount; every settlement answered to a client is the
 // one stored (a hold is never both SETTLED and EXPIRED); every charge answered is stored; no
-// window admits more holds than the rate; a refusal never refuses a job that fit; at the end no
-// hold is left RUNNING.
+// window admits more holds than the rate; a refusal never refuses a job that fit; the sweeper
+// expires only holds whose lease ran out; at the end no hold is left RUNNING.
 type Holds struct{}
 
 // Name implements Pipeline.
@@ -346,6 +346,12 @@ func (p *Holds) Check(ctx context.Context, s *Schedule) []string {
 			bad("%s is left RUNNING", j.key)
 		case holds.Settled, holds.Expired:
 			charged += h.Charged
+			// The sweeper expires only a lease that ran out: the final hold keeps the lease it
+			// was settled under, so an expiry before it is a live job's hold taken from it.
+			if h.Status == holds.Expired && h.SettledAtMs < h.LeaseExpiresAtMs {
+				bad("%s was EXPIRED at %s while its lease ran to %s: a live job's hold was expired", j.key,
+					time.UnixMilli(h.SettledAtMs).UTC().Format(time.TimeOnly), time.UnixMilli(h.LeaseExpiresAtMs).UTC().Format(time.TimeOnly))
+			}
 			if want := min(h.Used, h.Amount); h.Charged != max(0, want) || h.Charged+h.Released != h.Amount {
 				bad("%s settled at used %d of %d: charged %d, released %d", j.key, h.Used, h.Amount, h.Charged, h.Released)
 			}

@@ -249,6 +249,19 @@ func (a *Ablation) Apply(params any) int {
 			}
 		}
 	}
+	if in, ok := params.(*dynamodb.TransactWriteItemsInput); ok && n > 0 {
+		// A condition check whose whole condition was removed is no check at all: it leaves
+		// the transaction, as it would if the code had never sent it (DynamoDB refuses a
+		// check without a condition).
+		kept := in.TransactItems[:0]
+		for _, it := range in.TransactItems {
+			if it.ConditionCheck != nil && it.ConditionCheck.ConditionExpression == nil {
+				continue
+			}
+			kept = append(kept, it)
+		}
+		in.TransactItems = kept
+	}
 	return n
 }
 

@@ -89,6 +89,18 @@ func claim(t *testing.T, s *ledger.DynamoStore, id string) ledger.Entry {
 	return e
 }
 
+// marked puts the budget row's report mark, as it is in the steady state (see usage/marks.go): a
+// billing then only checks it, in its one transaction.
+func marked(t *testing.T, s *ledger.DynamoStore) {
+	t.Helper()
+	_, err := s.DB.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		s.Usage.MarkPut(acct, plans.FeatureEvents, cycle, usage.BudgetSK, nowMs),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func meter(t *testing.T, s *ledger.DynamoStore) int64 {
 	t.Helper()
 	tot, err := s.Usage.Read(context.Background(), acct, plans.FeatureEvents, cycle)
@@ -100,11 +112,14 @@ func meter(t *testing.T, s *ledger.DynamoStore) int64 {
 
 // The meter and the checkpoint move in one transaction, and its two conditions are sent exactly
 // as written: the meter's cap (a fresh row passes only when the event fits) and the checkpoint's
-// "INSERTING and not yet billed", each guarding the other's invariant.
+// "INSERTING and not yet billed", each guarding the other's invariant. The same transaction
+// checks the budget row's report mark.
 func TestBillingTransaction_SendsTheTwoConditionsVerbatim(t *testing.T) {
 	env := testenv.New(t)
 	w := &wire{}
 	s := store(env, env.ClientsWith(t, w.option).DynamoDB)
+	marked(t, s)
+	w.calls = nil
 	e := claim(t, s, "evt_1")
 	if _, err := ledger.AcceptBilling(context.Background(), s, e, capped(1000), nowMs); err != nil {
 		t.Fatal(err)
@@ -114,10 +129,10 @@ func TestBillingTransaction_SendsTheTwoConditionsVerbatim(t *testing.T) {
 		t.Fatalf("%d TransactWriteItems, want 1: the meter and the checkpoint are one write", len(txs))
 	}
 	items := txs[0].params.(*dynamodb.TransactWriteItemsInput).TransactItems
-	if len(items) != 2 || items[0].Update == nil || items[1].Update == nil {
-		t.Fatalf("the billing transaction has %d items; want the meter's update and the checkpoint's", len(items))
+	if len(items) != 3 || items[0].Update == nil || items[1].Put == nil || items[2].ConditionCheck == nil {
+		t.Fatalf("the billing transaction has %d items; want the meter's update, the checkpoint's put and the mark's check", len(items))
 	}
-	meterCond, checkpointCond := aws.ToString(items[0].Update.ConditionExpression), aws.ToString(items[1].Update.ConditionExpression)
+	meterCond, checkpointCond := aws.ToString(items[0].Update.ConditionExpression), aws.ToString(items[1].Put.ConditionExpression)
 	if want := "attribute_not_exists(#committed) OR #committed <= :room"; meterCond != want {
 		t.Errorf("the meter's condition is %q, want %q", meterCond, want)
 	}
@@ -137,6 +152,8 @@ func TestAcceptBilling_AlreadyBilledEventThroughTheCancellation_AnswersAccepted(
 	env := testenv.New(t)
 	w := &wire{}
 	s := store(env, env.ClientsWith(t, w.option).DynamoDB)
+	marked(t, s)
+	w.calls = nil
 	e := claim(t, s, "evt_1")
 	if out, err := ledger.AcceptBilling(context.Background(), s, e, capped(1000), nowMs); err != nil || out != ledger.Accepted {
 		t.Fatalf("first billing: %v, %v", out, err)
@@ -152,9 +169,15 @@ func TestAcceptBilling_AlreadyBilledEventThroughTheCancellation_AnswersAccepted(
 	if got := meter(t, s); got != 1 {
 		t.Errorf("the meter is %d after one event billed twice; want 1", got)
 	}
-	reads := w.ops("GetItem")
+	// The re-reads: the mark (present: it did not cancel the write), then the checkpoint.
+	var reads []call
+	for _, c := range w.ops("GetItem") {
+		if aws.ToString(c.params.(*dynamodb.GetItemInput).TableName) == env.Names.Table(resources.TableLedger) {
+			reads = append(reads, c)
+		}
+	}
 	if len(reads) != 1 {
-		t.Fatalf("%d re-reads after the cancellation; want the one projected read of the checkpoint", len(reads))
+		t.Fatalf("%d re-reads of the ledger after the cancellation; want the one projected read of the checkpoint", len(reads))
 	}
 	in := reads[0].params.(*dynamodb.GetItemInput)
 	if !aws.ToBool(in.ConsistentRead) || aws.ToString(in.ProjectionExpression) == "" {
@@ -169,6 +192,7 @@ func TestAcceptBilling_ExhaustedLimit_AnswersRejected(t *testing.T) {
 	env := testenv.New(t)
 	w := &wire{}
 	s := store(env, env.ClientsWith(t, w.option).DynamoDB)
+	marked(t, s)
 	if _, err := ledger.AcceptBilling(context.Background(), s, claim(t, s, "evt_1"), capped(1), nowMs); err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +219,8 @@ func TestAcceptBilling_ExhaustedLimit_AnswersRejected(t *testing.T) {
 			}
 		}
 	}
-	if n := len(explained); n != 2 {
-		t.Errorf("%d reads explained the cancellation; want two (the checkpoint, the budget row)", n)
+	if n := len(explained); n != 3 {
+		t.Errorf("%d reads explained the cancellation; want three (the report mark, the checkpoint, the budget row)", n)
 	}
 }
 
@@ -273,5 +297,41 @@ func TestGuard_ReopenOfAnInsertedEvent_IsRefused(t *testing.T) {
 			return errors.New("reopening an INSERTED event succeeded")
 		}
 		return unchanged(ctx, s, "evt_r", before)
+	})
+}
+
+// internalBilling is the internal tier's billing: the checkpoint alone, one conditional update.
+func internalBilling() ledger.Billing {
+	return ledger.Billing{Kind: ledger.BillCheckpointOnly, Tier: plans.Internal, Feature: plans.FeatureEvents}
+}
+
+// An internal-tier event billed twice (a redelivery) is stamped once: the second billing answers
+// "already accepted".
+func TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted(t *testing.T) {
+	testenv.NeedsGuard(t, "ledger.checkpoint.unbilled", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+		s, ctx := store(env, db), context.Background()
+		e := claim(t, s, "evt_i")
+		if out, err := ledger.AcceptBilling(ctx, s, e, internalBilling(), nowMs); err != nil || out != ledger.Accepted {
+			return fmt.Errorf("first billing: %v, %v", out, err)
+		}
+		if out, err := ledger.AcceptBilling(ctx, s, e, internalBilling(), nowMs+1); err != nil || out != ledger.AlreadyAccepted {
+			return fmt.Errorf("the redelivery's billing: %v, %v; want AlreadyAccepted", out, err)
+		}
+		return nil
+	})
+}
+
+// An internal-tier event another delivery rejected is never billed.
+func TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused(t *testing.T) {
+	testenv.NeedsGuard(t, "ledger.checkpoint.inserting", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+		s, ctx := store(env, db), context.Background()
+		e := claim(t, s, "evt_r")
+		if err := s.Reject(ctx, acct, "evt_r", "inactive", nowMs); err != nil {
+			return err
+		}
+		if _, err := ledger.AcceptBilling(ctx, s, e, internalBilling(), nowMs+1); !errors.Is(err, ledger.ErrNotInserting) {
+			return fmt.Errorf("billing a REJECTED event: %v; want ErrNotInserting", err)
+		}
+		return nil
 	})
 }
