@@ -52,8 +52,8 @@ var harnessAblations = []struct {
 var storeAblations = map[string]string{
 	// The events schedules bill against counter rows (the checkpoint is put); the internal tier's
 	// checkpoint-only update is reached by the ledger's own tests.
-	"ledger.checkpoint.inserting": "internal/ledger TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused",
-	"ledger.checkpoint.unbilled":  "internal/ledger TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted",
+	"ledger.checkpoint.inserting":                 "internal/ledger TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused",
+	"ledger.checkpoint.unbilled":                  "internal/ledger TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted",
 	"ledger.quarantine.inserting":                 "internal/ledger TestGuard_QuarantineOfAFinishedEvent_ChangesNothing",
 	"ledger.uninsertable.inserting":               "internal/ledger TestGuard_UninsertableOfAFinishedEvent_ChangesNothing",
 	"ledger.reopen.uninsertable":                  "internal/ledger TestGuard_ReopenOfAnInsertedEvent_IsRefused",
