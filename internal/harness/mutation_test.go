@@ -23,71 +23,87 @@ import (
 // The nine one-line mutations the money invariants rest on. Four of them remove a condition
 // clause: they are made at the wire (the guard removed from the request, exactly as if the line
 // were gone), in this process. The others change a decision or a read: they are made to the
-// source, one line replaced, and the harness's tests are built again with the mutated file (go's
-// -overlay) and must find a broken invariant within the budget. Every run is seeded, so the seed
-// that catches a mutation is the same on every run.
+// source. All of them are built into one copy of the harness's tests (go's -overlay), each behind
+// a switch: the line is replaced by one that runs the mutated line when its switch is on and the
+// original line otherwise, so one build serves every mutant; each mutant's run turns its switch
+// on and must find a broken invariant within the budget. Every run is seeded, so the seed that
+// catches a mutation is the same on every run.
 type mutation struct {
-	// name is the mutation in a few words.
-	name string
+	// id names the mutation's switch, and name says what it is.
+	id, name string
 	// guards, for a mutation that removes condition clauses, are the guards removed at the wire.
 	guards []string
 	// file, from and to, for a mutation of the source: from is one whole line of file (it must
-	// occur exactly once), to replaces it.
+	// occur exactly once); to replaces it, and runs the mutated line only while mutantOn(id).
 	file, from, to string
 	pipeline       string
 	budget         int
 }
 
 var mutations = []mutation{
-	{name: "1: the checkpoint condition attribute_not_exists(billingAcceptedAtMs) removed",
+	{id: "1", name: "the checkpoint condition attribute_not_exists(billingAcceptedAtMs) removed",
 		guards: []string{"ledger.checkpoint.unbilled", "ledger.checkpoint-put.unbilled"}, pipeline: "events", budget: 100},
-	{name: "2: a cancelled billing transaction treated as REJECTED without the re-read",
+	{id: "2", name: "a cancelled billing transaction treated as REJECTED without the re-read",
 		file: "internal/ledger/billing.go",
 		from: "\t\tif !errors.Is(err, ErrCancelled) {",
-		to:   "\t\tif errors.Is(err, ErrCancelled) { return 0, ErrLimitReached }; if true {",
+		to:   "\t\tif mutantOn(\"2\") && errors.Is(err, ErrCancelled) { return 0, ErrLimitReached }; if !errors.Is(err, ErrCancelled) {",
 		// The events schedules meet injected TransactionConflict cancellations.
 		pipeline: "events", budget: 100},
-	{name: "3: checkpoint absent: REJECTED without the budget read",
+	{id: "3", name: "checkpoint absent: REJECTED without the budget read",
 		file:     "internal/ledger/billing.go",
 		from:     "\t\tif !billed && status == Inserting && b.capped() {",
-		to:       "\t\tif !billed && status == Inserting && b.capped() { return 0, ErrLimitReached }; if false {",
+		to:       "\t\tif !billed && status == Inserting && b.capped() && mutantOn(\"3\") { return 0, ErrLimitReached }; if !billed && status == Inserting && b.capped() {",
 		pipeline: "events", budget: 100},
-	{name: "4: the hold settle write without its revision condition",
+	{id: "4", name: "the hold settle write without its revision condition",
 		guards: []string{"holds.settle.rev"}, pipeline: "holds", budget: 100},
-	{name: "5: the charge update without its revision condition",
+	{id: "5", name: "the charge update without its revision condition",
 		guards: []string{"holds.charge.rev"}, pipeline: "holds", budget: 100},
-	{name: "6: Reject without the checkpoint guard",
+	{id: "6", name: "Reject without the checkpoint guard",
 		guards: []string{"ledger.reject.unbilled"}, pipeline: "events", budget: 400},
-	{name: "7: an S3 archive error swallowed",
+	{id: "7", name: "an S3 archive error swallowed",
 		file:     "internal/worker/worker.go",
 		from:     "\t\treturn false, w.Archive.Put(ctx, key, j.env.Event)",
-		to:       "\t\t_ = w.Archive.Put(ctx, key, j.env.Event); return false, nil",
+		to:       "\t\tif mutantOn(\"7\") { _ = w.Archive.Put(ctx, key, j.env.Event); return false, nil }; return false, w.Archive.Put(ctx, key, j.env.Event)",
 		pipeline: "events", budget: 100},
-	{name: "8: the sweeper skipping its lease-really-lapsed re-check",
+	{id: "8", name: "the sweeper skipping its lease-really-lapsed re-check",
 		file:     "internal/holds/sweep.go",
 		from:     "func lapsed(h Hold, nowMs int64) bool { return h.LeaseExpired(nowMs) }",
-		to:       "func lapsed(h Hold, nowMs int64) bool { return true }",
+		to:       "func lapsed(h Hold, nowMs int64) bool { return mutantOn(\"8\") || h.LeaseExpired(nowMs) }",
 		pipeline: "holds", budget: 100},
-	{name: "9a: the checkpoint read made eventually consistent",
+	{id: "9a", name: "the checkpoint read made eventually consistent",
 		file:     "internal/ledger/dynamo.go",
 		from:     "\t\tConsistentRead:           aws.Bool(true),",
-		to:       "\t\tConsistentRead:           aws.Bool(false),",
+		to:       "\t\tConsistentRead:           aws.Bool(!mutantOn(\"9a\")),",
 		pipeline: "events", budget: 100},
-	{name: "9b: the budget read made eventually consistent",
+	{id: "9b", name: "the budget read made eventually consistent",
 		file:     "internal/ledger/dynamo.go",
 		from:     "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)",
-		to:       "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, false)",
+		to:       "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, !mutantOn(\"9b\"))",
 		pipeline: "events", budget: 100},
 }
 
-// envMutant tells the harness's tests, built with a mutated source file, to run one pipeline for
-// a budget of schedules: "events:100".
+// envMutant tells the harness's tests, built with the mutants, which mutant is on and what to
+// run: "2:events:100" (the mutant, the pipeline, the budget of schedules).
 const envMutant = "FERRY_HARNESS_MUTANT"
+
+// mutantSwitch is the file added to each mutated package: mutantOn reads the switch.
+const mutantSwitch = `package %s
+
+import (
+	"os"
+	"strings"
+)
+
+func mutantOn(id string) bool {
+	on, _, _ := strings.Cut(os.Getenv("` + envMutant + `"), ":")
+	return on == id
+}
+`
 
 // Each of the nine mutations is caught: the harness breaks an invariant within its budget.
 func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the harness again for each source mutation")
+		t.Skip("builds the harness again with the source mutations")
 	}
 	if testenv.External() {
 		t.Skip("the harness runs on the embedded emulators")
@@ -99,8 +115,9 @@ func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var bin string
 	for _, m := range mutations {
-		t.Run(m.name[:strings.Index(m.name, ":")], func(t *testing.T) {
+		t.Run(m.id, func(t *testing.T) {
 			if len(m.guards) > 0 {
 				var gs []dynamo.Guard
 				for _, name := range m.guards {
@@ -118,49 +135,77 @@ func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
 					t.Fatal(err)
 				}
 				if len(rep.Failures) == 0 {
-					t.Fatalf("mutation %s survived %d %s schedules", m.name, rep.Schedules, m.pipeline)
+					t.Fatalf("mutation %s (%s) survived %d %s schedules", m.id, m.name, rep.Schedules, m.pipeline)
 				}
 				f := rep.Failures[0]
-				t.Logf("mutation %s: caught by seed %d (schedule %d of %d): %s", m.name, f.Seed, rep.Schedules, m.budget, f.Violations[0])
+				t.Logf("mutation %s (%s): caught by seed %d (schedule %d of %d): %s", m.id, m.name, f.Seed, rep.Schedules, m.budget, f.Violations[0])
 				return
 			}
-			seed, violation := runMutant(t, root, m)
-			t.Logf("mutation %s: caught by seed %d: %s", m.name, seed, violation)
+			if bin == "" {
+				bin = buildMutants(t, root)
+			}
+			seed, violation := runMutant(t, root, bin, m)
+			t.Logf("mutation %s (%s): caught by seed %d: %s", m.id, m.name, seed, violation)
 		})
 	}
 }
 
 var caughtLine = regexp.MustCompile(`mutant caught by seed (\d+) \(schedule \d+ of \d+\): (.*)`)
 
-// runMutant builds the harness's tests with m applied to the source and runs them; it returns the
-// seed that caught the mutant.
-func runMutant(t *testing.T, root string, m mutation) (uint64, string) {
+// buildMutants builds the harness's tests once with every source mutation behind its switch, and
+// returns the test binary.
+func buildMutants(t *testing.T, root string) string {
 	t.Helper()
-	path := filepath.Join(root, m.file)
-	src, err := os.ReadFile(path)
+	dir, err := os.MkdirTemp("", "ferry-mutants")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(src), "\n")
-	at := -1
-	for i, l := range lines {
-		if l == m.from {
-			if at >= 0 {
-				t.Fatalf("%s has the line %q twice: the mutation is ambiguous", m.file, m.from)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	replace := map[string]string{}
+	lines := map[string][]string{}
+	for _, m := range mutations {
+		if m.file == "" {
+			continue
+		}
+		path := filepath.Join(root, m.file)
+		if _, ok := lines[path]; !ok {
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
 			}
-			at = i
+			lines[path] = strings.Split(string(src), "\n")
+		}
+		at := -1
+		for i, l := range lines[path] {
+			if l == m.from {
+				if at >= 0 {
+					t.Fatalf("%s has the line %q twice: mutation %s is ambiguous", m.file, m.from, m.id)
+				}
+				at = i
+			}
+		}
+		if at < 0 {
+			t.Fatalf("%s no longer has the line %q: bring mutation %s up to date", m.file, m.from, m.id)
+		}
+		lines[path][at] = m.to
+	}
+	for path, ls := range lines {
+		mutated := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(path, root+"/"), "/", "_"))
+		if err := os.WriteFile(mutated, []byte(strings.Join(ls, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		replace[path] = mutated
+		pkgDir := filepath.Dir(path)
+		sw := filepath.Join(pkgDir, "zz_mutant_switch.go")
+		if _, ok := replace[sw]; !ok {
+			swFile := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(sw, root+"/"), "/", "_"))
+			if err := os.WriteFile(swFile, []byte(fmt.Sprintf(mutantSwitch, filepath.Base(pkgDir))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			replace[sw] = swFile
 		}
 	}
-	if at < 0 {
-		t.Fatalf("%s no longer has the line %q: bring the mutation up to date", m.file, m.from)
-	}
-	lines[at] = m.to
-	dir := t.TempDir()
-	mutated := filepath.Join(dir, filepath.Base(m.file))
-	if err := os.WriteFile(mutated, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {path: mutated}})
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,16 +217,28 @@ func runMutant(t *testing.T, root string, m mutation) (uint64, string) {
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "test", "-overlay", overlayFile, "-count=1", "-run", "^TestHarness_Mutant$", "-v", "./internal/harness/")
+	bin := filepath.Join(dir, "harness-mutants.test")
+	cmd := exec.Command(goBin, "test", "-c", "-overlay", overlayFile, "-o", bin, "./internal/harness/")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d", envMutant, m.pipeline, m.budget))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the mutants: %v\n%s", err, tail(out))
+	}
+	return bin
+}
+
+// runMutant runs the mutants' test binary with m's switch on; it returns the seed that caught it.
+func runMutant(t *testing.T, root, bin string, m mutation) (uint64, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "-test.count=1", "-test.run", "^TestHarness_Mutant$", "-test.v")
+	cmd.Dir = filepath.Join(root, "internal", "harness")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%s:%d", envMutant, m.id, m.pipeline, m.budget))
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("mutation %s survived %d %s schedules:\n%s", m.name, m.budget, m.pipeline, tail(out))
+		t.Fatalf("mutation %s (%s) survived %d %s schedules:\n%s", m.id, m.name, m.budget, m.pipeline, tail(out))
 	}
 	match := caughtLine.FindSubmatch(out)
 	if match == nil {
-		t.Fatalf("mutation %s: the mutant's run failed, but not by a broken invariant:\n%s", m.name, tail(out))
+		t.Fatalf("mutation %s (%s): the mutant's run failed, but not by a broken invariant:\n%s", m.id, m.name, tail(out))
 	}
 	seed, _ := strconv.ParseUint(string(match[1]), 10, 64)
 	return seed, string(match[2])
@@ -201,10 +258,11 @@ func TestHarness_Mutant(t *testing.T) {
 	if spec == "" {
 		t.Skip("runs only as a mutant's run (" + envMutant + ")")
 	}
-	pipeline, budget, _ := strings.Cut(spec, ":")
+	_, rest, _ := strings.Cut(spec, ":")
+	pipeline, budget, _ := strings.Cut(rest, ":")
 	n, err := strconv.Atoi(budget)
 	if err != nil {
-		t.Fatalf("%s=%q: want pipeline:budget", envMutant, spec)
+		t.Fatalf("%s=%q: want mutant:pipeline:budget", envMutant, spec)
 	}
 	rep, err := harness.Run(context.Background(), harness.Options{
 		Schedules: n, Pipelines: []string{pipeline}, StopAtFailure: true, Endpoints: testenv.Endpoints(t),
