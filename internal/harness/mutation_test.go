@@ -115,7 +115,12 @@ func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bin string
-	top := t // the mutants' build lives as long as the whole test
+	// The mutants' build lives as long as the whole test.
+	dir, err := os.MkdirTemp("", "ferry-mutants")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	for _, m := range mutations {
 		t.Run(m.id, func(t *testing.T) {
 			if len(m.guards) > 0 {
@@ -133,7 +138,7 @@ func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
 				return
 			}
 			if bin == "" {
-				bin = buildMutants(top, root)
+				bin = buildMutants(t, root, dir)
 			}
 			seed, violation := runMutant(t, root, bin, m)
 			t.Logf("mutation %s (%s): caught by seed %d: %s", m.id, m.name, seed, violation)
@@ -152,15 +157,10 @@ func inHarnessTable(guard, pipeline string) bool {
 
 var caughtLine = regexp.MustCompile(`mutant caught by seed (\d+) \(schedule \d+ of \d+\): (.*)`)
 
-// buildMutants builds the harness's tests once with every source mutation behind its switch, and
-// returns the test binary.
-func buildMutants(t *testing.T, root string) string {
+// buildMutants builds the harness's tests once, into dir, with every source mutation behind its
+// switch, and returns the test binary.
+func buildMutants(t *testing.T, root, dir string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ferry-mutants")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	replace := map[string]string{}
 	lines := map[string][]string{}
 	for _, m := range mutations {
