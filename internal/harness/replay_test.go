@@ -20,7 +20,7 @@ func TestHarness_AFailingSeedReproducesExactly(t *testing.T) {
 	if testenv.External() {
 		t.Skip("the harness runs on the embedded emulators")
 	}
-	g, _ := instrument.GuardNamed("ledger.checkpoint.unbilled")
+	g, _ := instrument.GuardNamed("ledger.checkpoint-put.unbilled")
 	opts := harness.Options{Pipelines: []string{"events"}, Ablate: []dynamo.Guard{g}, Endpoints: testenv.Endpoints(t)}
 	run := opts
 	run.Schedules, run.StopAtFailure = 100, true
