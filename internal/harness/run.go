@@ -119,6 +119,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		seed := opts.First + uint64(i)
 		p := pipelines[seed%uint64(len(pipelines))]
 		res := runSchedule(ctx, env, seed, p, opts.Ablate)
+		if ctx.Err() != nil {
+			break // the run was stopped mid-schedule: that schedule did not run to its end
+		}
 		used++
 		rep.Schedules++
 		rep.Steps += res.Steps
