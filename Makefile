@@ -7,6 +7,8 @@ TOOLS_DIR := _tools
 TOOLS_STAMP := $(TOOLS_DIR)/node_modules/.ferry-installed
 FUNCTIONS := $(notdir $(wildcard functions/*))
 TEST_TIMEOUT ?= 45m
+PYTHON    ?= python3
+PY_LOCKS  := $(TOOLS_DIR)/python
 
 export FERRY_FAUXQS_DIR ?= $(CURDIR)/$(TOOLS_DIR)/node_modules/fauxqs
 # The CDK's jsii runtime runs on the machine's Node.js; keep it quiet and offline.
@@ -27,6 +29,21 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 tools: $(TOOLS_STAMP) ## install the Go modules and the npm tools (fauxqs, the CDK CLI) under _tools/
 	$(GO) mod download
 
+# One virtualenv under _tools/ per lock file in _tools/python/, installed only from the pinned
+# wheels whose hashes the lock lists (no resolution, no builds).
+$(TOOLS_DIR)/venv-%/.ferry-installed: $(PY_LOCKS)/%.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (Python 3.11 or later)"; exit 1; }
+	rm -rf $(TOOLS_DIR)/venv-$*
+	$(PYTHON) -m venv $(TOOLS_DIR)/venv-$*
+	$(TOOLS_DIR)/venv-$*/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: -r $<
+	@touch $@
+
+.PHONY: python-locks
+python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python tools (_tools/python/*.in) into hashed locks
+	cd $(PY_LOCKS) && for lock in pip-tools moto; do \
+		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
+	done
+
 .PHONY: run
 run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS account)
 	$(GO) run ./cmd/ferry dev
@@ -34,6 +51,10 @@ run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-moto
+test-moto: tools $(TOOLS_DIR)/venv-moto/.ferry-installed ## run the Go packages' tests against moto (a second DynamoDB, S3 and SQS) on loopback
+	TEST_TIMEOUT=$(TEST_TIMEOUT) scripts/test-moto.sh
 
 .PHONY: test-race
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
