@@ -40,7 +40,7 @@ $(TOOLS_DIR)/venv-%/.ferry-installed: $(PY_LOCKS)/%.txt
 
 .PHONY: python-locks
 python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python tools (_tools/python/*.in) into hashed locks
-	cd $(PY_LOCKS) && for lock in pip-tools moto; do \
+	cd $(PY_LOCKS) && for lock in pip-tools moto contract; do \
 		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
 	done
 
@@ -55,6 +55,10 @@ test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 .PHONY: test-moto
 test-moto: tools $(TOOLS_DIR)/venv-moto/.ferry-installed ## run the Go packages' tests against moto (a second DynamoDB, S3 and SQS) on loopback
 	TEST_TIMEOUT=$(TEST_TIMEOUT) scripts/test-moto.sh
+
+.PHONY: test-contract
+test-contract: tools $(TOOLS_DIR)/venv-contract/.ferry-installed ## fuzz every operation of api/openapi.yaml against ferry dev with schemathesis
+	scripts/test-contract.sh
 
 .PHONY: test-race
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
