@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from werkzeug.serving import make_server
 
@@ -43,6 +44,14 @@ class SerializeDynamoDB:
             return [b"".join(self.app(environ, start_response))]
 
 
+def exit_with_parent():
+    """Stops the server when the process that started it is gone, however it ended."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(0)
+
+
 def main():
     host = os.environ.get("MOTO_HOST", "127.0.0.1")
     dispatcher = DomainDispatcherApplication(create_backend_app)
@@ -52,6 +61,7 @@ def main():
     # moto builds SQS queue URLs from MOTO_PORT.
     os.environ["MOTO_PORT"] = str(server.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     print(json.dumps({"url": f"http://{host}:{server.port}"}), flush=True)
     server.serve_forever()
 

@@ -17,9 +17,11 @@ out=$(mktemp -t ferry-moto.XXXXXX.addr)
 "$venv/bin/python" scripts/moto_server.py >"$out" 2>"$log" &
 moto_pid=$!
 stop() {
+	local code=$?
 	kill "$moto_pid" 2>/dev/null || true
 	wait "$moto_pid" 2>/dev/null || true
 	rm -f "$out"
+	if [ "$code" = 0 ]; then rm -f "$log"; else echo "moto's log: $log" >&2; fi
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
@@ -39,7 +41,7 @@ if [ -z "$url" ]; then
 	echo "moto did not print its address within 30 s" >&2
 	exit 1
 fi
-echo "moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)') on $url (requests logged to $log)"
+echo "moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)') on $url"
 
 export FERRY_DYNAMODB_ENDPOINT=$url FERRY_S3_ENDPOINT=$url FERRY_SQS_ENDPOINT=$url
 if [ $# -eq 0 ]; then
