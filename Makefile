@@ -5,10 +5,18 @@ SHELL := /bin/bash
 GO        ?= go
 TOOLS_DIR := _tools
 TOOLS_STAMP := $(TOOLS_DIR)/node_modules/.ferry-installed
-FUNCTIONS := $(notdir $(wildcard functions/*))
+FUNCTIONS := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 TEST_TIMEOUT ?= 45m
 PYTHON    ?= python3
 PY_LOCKS  := $(TOOLS_DIR)/python
+# make build's target architecture (Lambda runs the functions on Graviton) and folder.
+BUILD_ARCH ?= arm64
+BUILD_DIR ?= build
+# AWS's Lambda Runtime Interface Emulator, built from the Go module proxy into _tools/bin.
+RIE_MODULE  := github.com/aws/aws-lambda-runtime-interface-emulator
+RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
+RIE         := $(TOOLS_DIR)/bin/aws-lambda-rie
+HOST_ARCH   := $(shell $(GO) env GOARCH)
 
 export FERRY_FAUXQS_DIR ?= $(CURDIR)/$(TOOLS_DIR)/node_modules/fauxqs
 # The CDK's jsii runtime runs on the machine's Node.js; keep it quiet and offline.
@@ -18,7 +26,7 @@ export CDK_DISABLE_CLI_TELEMETRY := 1
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
 $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is required (Node.js 20 or later)"; exit 1; }
@@ -69,12 +77,21 @@ bench: tools ## measure the pipeline: request units, round trips and CPU per eve
 	$(GO) run ./cmd/ferry bench pipeline
 
 .PHONY: build
-build: ## build every function as an arm64 bootstrap under build/<function>/
+build: ## build every function as an arm64 bootstrap under build/<function>/ (BUILD_ARCH, BUILD_DIR)
 	@for fn in $(FUNCTIONS); do \
-		echo "build/$$fn/bootstrap"; \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
-			-o build/$$fn/bootstrap ./functions/$$fn || exit 1; \
+		echo "$(BUILD_DIR)/$$fn/bootstrap"; \
+		GOOS=linux GOARCH=$(BUILD_ARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
+			-o $(BUILD_DIR)/$$fn/bootstrap ./functions/$$fn || exit 1; \
 	done
+
+$(RIE):
+	GOBIN=$(CURDIR)/$(TOOLS_DIR)/bin GOFLAGS= $(GO) install $(RIE_MODULE)/cmd/aws-lambda-rie@$(RIE_VERSION)
+
+.PHONY: test-lambda
+test-lambda: tools $(RIE) ## boot every function binary under AWS's Lambda Runtime Interface Emulator and invoke it once
+	@$(MAKE) --no-print-directory build BUILD_ARCH=$(HOST_ARCH) BUILD_DIR=$(TOOLS_DIR)/lambda/$(HOST_ARCH)
+	FERRY_RIE=$(CURDIR)/$(RIE) FERRY_LAMBDA_BUILD=$(CURDIR)/$(TOOLS_DIR)/lambda/$(HOST_ARCH) \
+		$(GO) test -count=1 -timeout 10m -run TestLambdaRuntime -v ./functions/
 
 .PHONY: lint
 lint: ## gofmt and go vet

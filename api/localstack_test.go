@@ -14,18 +14,7 @@ import (
 
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.
 func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
-	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
-		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stack.Close()
-		if err := devstack.Teardown(context.Background(), stack.App.Clients, stack.Names); err != nil {
-			t.Logf("teardown: %v", err)
-		}
-	})
+	stack := startLocalStack(t)
 	v := newValidator(t, stack.URL)
 	client := &http.Client{}
 	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false); r.status != http.StatusOK {
@@ -35,4 +24,23 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
 		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
 	}
+}
+
+// startLocalStack starts ferry dev's stack on a free loopback port over fresh resources, and
+// stops it and deletes them when the test ends.
+func startLocalStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
+		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stack.Close()
+		if err := devstack.Teardown(context.Background(), stack.Clients, stack.Names); err != nil {
+			t.Logf("teardown: %v", err)
+		}
+	})
+	return stack
 }

@@ -20,12 +20,12 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -87,7 +87,7 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 	doc := loadDoc(t)
 	declared := map[string]bool{}
-	for _, r := range resources.Routes {
+	for _, r := range httpapi.Routes {
 		key := r.Method + " " + r.Path
 		declared[key] = true
 		op := operation(doc, r.Method, r.Path)
@@ -104,10 +104,10 @@ func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 				hasKey = true
 			}
 		}
-		if hasKey != r.Mutating {
-			t.Errorf("%s: Idempotency-Key documented %v, mutating %v", key, hasKey, r.Mutating)
+		if hasKey != r.Mutating() {
+			t.Errorf("%s: Idempotency-Key documented %v, mutating %v", key, hasKey, r.Mutating())
 		}
-		if !r.Mutating {
+		if !r.Mutating() {
 			continue
 		}
 		for _, status := range []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable} {
@@ -127,7 +127,7 @@ func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 			switch {
 			case declared[key], localRoutes[key]:
 			default:
-				t.Errorf("%s is documented but not declared in resources.Routes", key)
+				t.Errorf("%s is documented but not in the route table", key)
 			}
 			for code, resp := range op.Responses.Map() {
 				if strings.HasPrefix(code, "4") || strings.HasPrefix(code, "5") && !localRoutes[key] {
@@ -280,15 +280,15 @@ func (q *switchQueue) Send(ctx context.Context, env event.Envelope) error {
 
 // crashAfterFirstWrite lets the first write (the idempotency claim) commit and then kills the
 // process: later writes fail before they reach DynamoDB.
-func crashAfterFirstWrite(op string, _, write int) dynamo.Fault {
+func crashAfterFirstWrite(op string, _, write int) instrument.Fault {
 	switch op {
 	case "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem":
 		if write == 1 {
-			return dynamo.CrashAfter
+			return instrument.CrashAfter
 		}
-		return dynamo.CrashBefore
+		return instrument.CrashBefore
 	}
-	return dynamo.NoFault
+	return instrument.NoFault
 }
 
 // exchange is one row of the conformance table.
@@ -316,7 +316,7 @@ type exchange struct {
 // conformanceRun is the state a table run carries from row to row.
 type conformanceRun struct {
 	h      *apptest.Harness
-	faults *dynamo.Faults
+	faults *instrument.Faults
 	queue  *switchQueue
 	keys   map[string]string // account id → API key
 	vars   map[string]string
@@ -509,18 +509,19 @@ func conformanceTable() []exchange {
 // breaks the contract on purpose) and each answer is validated against openapi.yaml. The test
 // fails for a served route that has no row here, so a route added later must join the table.
 func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	run := &conformanceRun{faults: faults, keys: map[string]string{}, vars: map[string]string{}}
 	run.h = apptest.New(t, apptest.Options{
 		DynamoDB: []func(*dynamodb.Options){faults.Option},
-		Configure: func(a *app.App) {
-			run.queue = &switchQueue{Queue: a.Ingest.Queue}
-			a.Ingest.Queue = run.queue
+		Configure: func(h *apptest.Harness) {
+			ingest := h.Fn(resources.FunctionIngest).Ingest
+			run.queue = &switchQueue{Queue: ingest.Queue}
+			ingest.Queue = run.queue
 		},
 	})
 	v := newValidator(t, run.h.Server.URL)
 	served := map[string]bool{}
-	for _, k := range run.h.App.API.Keys() {
+	for _, k := range run.h.Served() {
 		served[k] = true
 	}
 	exercised := map[string]bool{}

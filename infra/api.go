@@ -11,7 +11,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/httpapi"
 )
 
 // defaultStageName is the stage an HTTP API serves at its root URL.
@@ -40,7 +40,7 @@ var accessLogFields = map[string]string{
 // HTTPAPIProps configures the HTTP API.
 type HTTPAPIProps struct {
 	Config    Config
-	Routes    []resources.Route
+	Routes    []httpapi.Route
 	Functions map[string]awslambda.Function
 }
 
@@ -112,7 +112,7 @@ func NewHTTPAPI(scope constructs.Construct, id string, props *HTTPAPIProps) *HTT
 	awsapigatewayv2.NewHttpRoute(this, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
 		HttpApi:     api,
 		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
-		Integration: integrationFor(resources.DefaultRouteFunction),
+		Integration: integrationFor(httpapi.DefaultRouteFunction),
 	})
 	return &HTTPAPI{API: api, Stage: stage}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -19,7 +20,7 @@ type Definitions struct {
 	Queues    []resources.Queue
 	Buckets   []resources.Bucket
 	Functions []resources.Function
-	Routes    []resources.Route
+	Routes    []httpapi.Route
 	Alarms    []metrics.Alarm
 }
 
@@ -30,7 +31,7 @@ func DefaultDefinitions() Definitions {
 		Queues:    resources.Queues,
 		Buckets:   resources.Buckets,
 		Functions: resources.Functions,
-		Routes:    resources.Routes,
+		Routes:    httpapi.Routes,
 		Alarms:    metrics.Alarms,
 	}
 }

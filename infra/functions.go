@@ -29,15 +29,15 @@ const (
 	maxScheduleEventAge = 24 * time.Hour
 )
 
-// IAM actions per access level. DynamoDB authorizes TransactWriteItems and TransactGetItems by
-// the per-item actions below, so there are no separate transaction actions.
+// IAM actions per access level: resources' lists, which the test harness's IAM guard enforces
+// on every function's clients too.
 var (
-	tableReadActions   = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable"}
-	tableWriteActions  = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
-	queueSendActions   = []string{"sqs:SendMessage"} // SendMessageBatch is authorized by SendMessage
-	bucketListActions  = []string{"s3:ListBucket"}   // lets a missing object read as 404, not 403
-	objectReadActions  = []string{"s3:GetObject"}
-	objectWriteActions = []string{"s3:PutObject"}
+	tableReadActions   = resources.TableReadActions
+	tableWriteActions  = resources.TableWriteActions
+	queueSendActions   = resources.QueueSendActions
+	bucketListActions  = resources.BucketListActions
+	objectReadActions  = resources.ObjectReadActions
+	objectWriteActions = resources.ObjectWriteActions
 )
 
 // FunctionsProps configures the Lambda functions.
@@ -66,10 +66,9 @@ type Functions struct {
 func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) (*Functions, error) {
 	this := constructs.NewConstruct(scope, jsii.String(id))
 	fns := &Functions{ByName: map[string]awslambda.Function{}}
-	env := baseEnvironment(props.Config, props.Storage.Names())
-	limitsEnv := limitsEnvironment(props.Config)
+	names := props.Storage.Names()
 	for _, def := range props.Definitions.Functions {
-		fn, err := newFunction(this, props, def, env, limitsEnv)
+		fn, err := newFunction(this, props, def, names)
 		if err != nil {
 			return nil, err
 		}
@@ -78,47 +77,34 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 	return fns, nil
 }
 
-// baseEnvironment is what every function gets: each resource's physical name under
-// resources.EnvVar (as resources.NamesFromEnv reads them), the log level and the plans.
-func baseEnvironment(cfg Config, names resources.Names) map[string]*string {
-	env := map[string]*string{resources.EnvLogLevel: jsii.String(cfg.LogLevel)}
-	for k, v := range names.Env() {
-		env[k] = jsii.String(v)
+// envSettings are the deployment's settings that reach functions as environment variables.
+func envSettings(cfg Config, secrets map[string]awssecretsmanager.ISecret) resources.EnvSettings {
+	s := resources.EnvSettings{
+		LogLevel: cfg.LogLevel, Plans: cfg.Plans, LimitsSource: cfg.LimitsSource,
+		Secrets: map[string]string{},
 	}
-	if cfg.Plans != "" {
-		env[resources.EnvPlans] = jsii.String(cfg.Plans)
-	}
-	return env
-}
-
-// limitsEnvironment is what a function that reads limits gets: the limit source and, for Kinde,
-// the domain and client id (the client secret travels as a secret, by its ARN).
-func limitsEnvironment(cfg Config) map[string]*string {
-	env := map[string]*string{resources.EnvLimitsSource: jsii.String(cfg.LimitsSource)}
 	if cfg.Kinde() {
-		env[resources.EnvKindeDomain] = jsii.String(cfg.KindeDomain)
-		env[resources.EnvKindeClientID] = jsii.String(cfg.KindeClientID)
+		s.KindeDomain, s.KindeClientID = cfg.KindeDomain, cfg.KindeClientID
 	}
-	return env
+	for name, secret := range secrets {
+		s.Secrets[name] = *secret.SecretArn()
+	}
+	return s
 }
 
-func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, base, limitsEnv map[string]*string) (awslambda.Function, error) {
+func newFunction(scope constructs.Construct, props *FunctionsProps, def resources.Function, names resources.Names) (awslambda.Function, error) {
 	cfg := props.Config
 	id := pascal(def.Name)
-	env := make(map[string]*string, len(base)+len(limitsEnv)+len(def.Secrets))
-	for k, v := range base {
-		env[k] = v
-	}
-	if def.ReadsLimits {
-		for k, v := range limitsEnv {
-			env[k] = v
-		}
+	// The environment is resources.FunctionEnv's, which the Lambda emulator check also starts
+	// every function with.
+	env := map[string]*string{}
+	for k, v := range resources.FunctionEnv(def, names, envSettings(cfg, props.Secrets)) {
+		env[k] = jsii.String(v)
 	}
 	// Secrets in definition order, so the policy reads the same on every synthesis.
 	var secrets []awssecretsmanager.ISecret
 	for _, name := range def.Secrets {
 		if secret, ok := props.Secrets[name]; ok {
-			env[name] = secret.SecretArn()
 			secrets = append(secrets, secret)
 		}
 	}

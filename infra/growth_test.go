@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -86,7 +88,7 @@ func grownDefinitions() Definitions {
 		Tables:   map[string]resources.Access{resources.TableLedger: resources.Read},
 		Every:    24 * time.Hour,
 	})
-	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Mutating: true})
+	d.Routes = append(d.Routes, httpapi.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Auth: httpapi.Account, Idempotency: idempotency.DefaultRetention})
 	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WidgetsDead", Threshold: 1, Description: "A widget is DEAD."})
 	return d
 }
@@ -164,5 +166,46 @@ func TestStack_RefusesConsumerWithReservedConcurrencyBelowMaxConcurrency(t *test
 	_, err := trySynth(map[string]any{}, defs, fakeRoot(t, defs), false, "")
 	if err == nil || !strings.Contains(err.Error(), "reserved concurrency 1 below consumerMaxConcurrency") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// The recipe's made-up capability — one HTTP function, one route, one table — is deployed from
+// the definitions alone: the table, the function with a role that writes that table and only reads
+// the key tables, and the route integrated with the new function. (internal/app's growth test
+// serves the same capability locally.)
+func TestStack_AFunctionWithOneRouteAndOneTable_IsDeployedFromTheDefinitions(t *testing.T) {
+	d := copyDefinitions(DefaultDefinitions())
+	gadgets := resources.Table{Logical: "gadgets", PartitionKey: resources.Attribute{Name: "pk", Type: resources.String}}
+	d.Tables = append(d.Tables, gadgets)
+	d.Functions = append(d.Functions, resources.Function{
+		Name: "gadgets", Purpose: "POST /v1/gadgets", Timeout: 10 * time.Second, MemoryMB: 256,
+		Tables: map[string]resources.Access{
+			"gadgets": resources.ReadWrite, resources.TableAPIKeys: resources.Read, resources.TableAccounts: resources.Read,
+			resources.TableIdempotency: resources.ReadWrite,
+		},
+	})
+	route := httpapi.Route{Method: "POST", Path: "/v1/gadgets", Function: "gadgets", Auth: httpapi.Account, Idempotency: idempotency.DefaultRetention}
+	d.Routes = append(d.Routes, route)
+	s := synthWith(t, map[string]any{}, d, fakeRoot(t, d), false)
+
+	assertTable(t, s, gadgets)
+	assertRoute(t, s, route)
+	fn := props(s.json["Resources"].(object)[functionID(t, s, "gadgets")].(object))
+	gadgetsID := s.id(t, "AWS::DynamoDB::Table", object{"TableName": "ferry-dev-gadgets"})
+	keysID := s.id(t, "AWS::DynamoDB::Table", object{"TableName": "ferry-dev-" + resources.TableAPIKeys})
+	var writesGadgets, writesKeys bool
+	for _, st := range s.roleStatements(refs(fn["Role"])[0]) {
+		actions := strings.Join(strs(st["Action"]), " ")
+		for _, res := range list(st["Resource"]) {
+			switch flat := flatJoin(res); {
+			case strings.Contains(flat, "{"+gadgetsID+"}") && strings.Contains(actions, "dynamodb:PutItem"):
+				writesGadgets = true
+			case strings.Contains(flat, "{"+keysID+"}") && strings.Contains(actions, "dynamodb:PutItem"):
+				writesKeys = true
+			}
+		}
+	}
+	if !writesGadgets || writesKeys {
+		t.Errorf("gadgets' role: writes gadgets %v, writes API keys %v; want the first only", writesGadgets, writesKeys)
 	}
 }

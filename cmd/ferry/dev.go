@@ -10,10 +10,13 @@ import (
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/operate"
+	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
-// EnvAddr names the environment variable for ferry dev's listen address.
+// EnvAddr names the environment variable for ferry dev's listen address (and the labs' and the
+// walkthrough's default target).
 const EnvAddr = "FERRY_ADDR"
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,37 +27,36 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	adminKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
+	operatorKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
+	limits, err := devstack.LimitsFromEnv(ctx, plans.Default(), log)
+	if err != nil {
+		return err
+	}
 	stack, err := devstack.Start(ctx, devstack.StackOptions{
-		Addr: *addr, AdminKey: adminKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Extend: extendDevStack,
+		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
+		Limits: limits,
 	})
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
 	e := stack.Emulators.Endpoints
-	if err := writeDevEnv(devEnvFile, e, stack.Names); err != nil {
+	if err := operate.WriteDevEnv(operate.DevEnvFile, e, stack.Names); err != nil {
 		return err
 	}
-	defer os.Remove(devEnvFile)
+	defer os.Remove(operate.DevEnvFile)
 	fmt.Fprint(stdout, joinLines(
 		"Ferry is running on "+stack.URL,
-		"  operator key: "+adminKey+"   (Authorization: Bearer "+adminKey+")",
+		"  operator key: "+operatorKey+"   (Authorization: Bearer "+operatorKey+")",
 		"  health:       "+stack.URL+"/healthz",
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
-		"  operator commands: go run ./cmd/ferry inspect --env-file "+devEnvFile+" --account <id> --event <id>",
+		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",
 		"Press Ctrl-C to stop.",
 	))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "stopping…")
 	return nil
-}
-
-// extendDevStack is where capabilities add their routes, middleware and schedules to ferry dev.
-func extendDevStack(a *app.App, s *devstack.Stack) error {
-	return extendHolds(a, s)
 }
 
 func envOr(name, fallback string) string {

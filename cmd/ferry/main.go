@@ -1,6 +1,8 @@
 // Command ferry runs Ferry locally and operates it: `ferry dev` starts the whole stack on
-// 127.0.0.1 with embedded emulators, `ferry bench` measures it, and `ferry lab` reproduces the
-// reference scenarios.
+// 127.0.0.1 with embedded emulators, `ferry bench` measures it, `ferry lab` reproduces the
+// reference scenarios, and `ferry inspect` and `ferry redrive` operate a stack. It is a thin CLI:
+// each command parses its flags and calls the package that does the work (devstack, bench, lab,
+// operate).
 package main
 
 import (
@@ -10,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 )
 
@@ -64,6 +65,3 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun `ferry <command> -h` for a command's flags.")
 }
-
-// joinLines is a small helper for banners.
-func joinLines(lines ...string) string { return strings.Join(lines, "\n") + "\n" }

@@ -1,24 +1,10 @@
 // Command ingest is the Lambda function behind POST /v1/events and POST /v1/events/batch:
 // authenticate, run the advisory gate, answer 202 once SQS has the event.
+//
+// Its composition is app.BuildIngest: the services of its entry in resources.Functions, from the
+// resources that entry grants.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
+import "github.com/ferrymeter/ferry/internal/app"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/resources"
-)
-
-func main() {
-	a, err := app.FromEnv(context.Background(), false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lambda.Start(httpapi.NewLambdaHandler(a.API.Handler(resources.FunctionIngest)))
-}
+func main() { app.Run(app.BuildIngest) }

@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Status of an account.
@@ -142,35 +144,38 @@ func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
 // CycleAt returns the account's billing cycle containing t.
 func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
 
-// Errors. Adapters translate DynamoDB outcomes into these; handlers map them to HTTP statuses.
+// Errors. Adapters translate DynamoDB outcomes into these; each carries its kind and what a
+// caller is told, which the HTTP layer maps to a problem document.
 var (
-	ErrNotFound = errors.New("account not found")
+	ErrNotFound = problem.New(problem.NotFound, "account not found", "No such resource.")
 	// ErrLinkContended: the account's links kept changing under a concurrent update.
-	ErrLinkContended   = errors.New("the account's links changed concurrently")
-	ErrExists          = errors.New("account already exists")
-	ErrAgreementLocked = errors.New("the agreement start cannot change after the first usage")
-	ErrUnauthenticated = errors.New("unknown API key")
+	ErrLinkContended = problem.New(problem.Unavailable, "the account's links changed concurrently",
+		"The account's linked ids changed while this request ran, so nothing was changed; retry it.")
+	ErrExists          = problem.New(problem.Conflict, "account already exists", "An account with this id already exists.")
+	ErrAgreementLocked = problem.New(problem.AgreementLocked, "the agreement start cannot change after the first usage",
+		"The agreement start cannot change after the account's first usage.")
+	ErrUnauthenticated = problem.New(problem.Unauthenticated, "unknown API key", "The API key is not valid.")
 )
 
 // LinkTakenError is a provider id that already names another account. Nothing was changed.
 type LinkTakenError struct {
-	Kind LinkKind
+	Link LinkKind
 	ID   string
 }
 
 func (e *LinkTakenError) Error() string {
-	return fmt.Sprintf("%s %q is linked to another account", e.Kind.Field(), e.ID)
+	return fmt.Sprintf("%s %q is linked to another account", e.Link.Field(), e.ID)
 }
 
-// InvalidError lists everything wrong with an input.
-type InvalidError struct{ Problems []string }
+// Kind implements problem.Error: an id names at most one account.
+func (e *LinkTakenError) Kind() problem.Kind { return problem.Conflict }
 
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
-
-// IsInvalid reports whether err is an InvalidError.
-func IsInvalid(err error) bool {
-	var ie *InvalidError
-	return errors.As(err, &ie)
+// Public implements problem.Describer: the caller learns which field is taken.
+func (e *LinkTakenError) Public() problem.Public {
+	return problem.Public{
+		Detail: "The " + e.Link.Field() + " " + strconv.Quote(e.ID) + " is linked to another account; unlink it there first.",
+		Facts:  map[string]any{"field": e.Link.Field()},
+	}
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -207,10 +212,7 @@ func (in CreateInput) Validate(catalog plans.Catalog) error {
 	problems = append(problems, validStatus(in.Status)...)
 	problems = append(problems, validLimits(in.Limits, catalog)...)
 	problems = append(problems, validLinks(refs(in.Links), false)...)
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 // UpdateInput changes an account; nil fields stay as they are.
@@ -243,10 +245,7 @@ func (in UpdateInput) Validate(catalog plans.Catalog) error {
 	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil && len(in.Links) == 0 {
 		problems = append(problems, "nothing to change: send plan, status, limits, agreementStart or a linked id")
 	}
-	if len(problems) > 0 {
-		return &InvalidError{Problems: problems}
-	}
-	return nil
+	return problem.Fields(problems)
 }
 
 func validPlan(plan string, catalog plans.Catalog) []string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // DynamoStore keeps accounts in the accounts table, key hashes in the apikeys table and
@@ -210,7 +211,7 @@ func (s *DynamoStore) takenLink(ctx context.Context, a Account, owner string) *L
 			continue
 		}
 		if other, err := s.AccountIDForLink(ctx, kind, id); err == nil && other != owner {
-			return &LinkTakenError{Kind: kind, ID: id}
+			return &LinkTakenError{Link: kind, ID: id}
 		}
 	}
 	return nil
@@ -222,17 +223,22 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 	if len(in.Links) == 0 {
 		return s.update(ctx, id, in, nowMs, Account{})
 	}
-	for range maxLinkAttempts {
+	a, err := retry.Do(ctx, retry.Contended.WithTries(maxLinkAttempts), func(ctx context.Context, _ retry.Lap) (Account, error) {
 		current, err := s.Get(ctx, id)
 		if err != nil {
 			return Account{}, err
 		}
 		a, err := s.update(ctx, id, in, nowMs, current)
-		if !errors.Is(err, errLinksMoved) {
-			return a, err
+		if errors.Is(err, errLinksMoved) {
+			// Another update relinked meanwhile: read the account again and decide on it.
+			return Account{}, retry.Reread(err)
 		}
+		return a, err
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return Account{}, ErrLinkContended
 	}
-	return Account{}, ErrLinkContended
+	return a, err
 }
 
 // errLinksMoved: the account's links changed between the read and the write; read again.

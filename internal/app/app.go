@@ -1,5 +1,8 @@
-// Package app composes Ferry's services from configuration and SDK clients. Every Lambda
-// function's main, ferry dev and the tests build the same graph through it, so what runs locally
+// Package app composes each of Ferry's Lambda functions from its entry in resources.Functions: a
+// small builder per function (functions.go) wires the services that function uses from a
+// Composer that hands out only the resources the entry grants, so asking for anything else fails
+// when the function is built, not with an AccessDenied in AWS. Every function's main, ferry dev
+// and the tests build functions through the same builders and definitions, so what runs locally
 // is what runs in AWS.
 package app
 
@@ -19,27 +22,20 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/archive"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/provider/kinde"
-	"github.com/ferrymeter/ferry/internal/ratelimit"
 	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/usage"
 	"github.com/ferrymeter/ferry/internal/worker"
 )
 
-// Config is everything the services need besides clients.
+// Config is everything the functions need besides resources and clients. A function gets only
+// the settings its entry says it uses: the operator key only if it serves an operator route,
+// the limit source only if it reads limits.
 type Config struct {
-	Names          resources.Names
-	AdminKey       string
+	// OperatorKey authenticates the operator routes.
+	OperatorKey    string
 	Catalog        plans.Catalog
 	Schema         analytics.Schema
 	MaxQuarantines int
@@ -47,31 +43,42 @@ type Config struct {
 	Limits LimitsConfig
 }
 
-// ConfigFromEnv reads a function's configuration: resource names, plans (FERRY_PLANS or the
-// built-in catalog) and, when needAdminKey is set, the operator key (FERRY_ADMIN_KEY, or the
-// Secrets Manager secret named by FERRY_ADMIN_KEY_SECRET_ARN).
-func ConfigFromEnv(ctx context.Context, needAdminKey bool) (Config, error) {
-	names, err := resources.NamesFromEnv(nil)
-	if err != nil {
-		return Config{}, err
-	}
-	catalog := plans.Default()
+// DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
+func DefaultConfig() Config {
+	return Config{Catalog: plans.Default(), Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
+}
+
+// ConfigFromEnv reads a function's configuration: the plans (FERRY_PLANS or the built-in
+// catalog), the operator key when needOperatorKey (FERRY_ADMIN_KEY, or the Secrets Manager secret
+// named by FERRY_ADMIN_KEY_SECRET_ARN) and the limit source when readsLimits.
+func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Config, error) {
+	cfg := DefaultConfig()
 	if raw := os.Getenv(resources.EnvPlans); raw != "" {
-		if catalog, err = plans.Parse([]byte(raw)); err != nil {
+		catalog, err := plans.Parse([]byte(raw))
+		if err != nil {
 			return Config{}, fmt.Errorf("%s: %w", resources.EnvPlans, err)
 		}
+		cfg.Catalog = catalog
 	}
-	cfg := Config{Names: names, Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
-	if !needAdminKey {
-		return cfg, nil
-	}
-	cfg.AdminKey = os.Getenv(resources.EnvAdminKey)
-	if arn := os.Getenv(resources.EnvAdminKeySecretARN); cfg.AdminKey == "" && arn != "" {
-		if cfg.AdminKey, err = readSecret(ctx, arn); err != nil {
+	if readsLimits {
+		limits, err := LimitsConfigFromEnv(ctx)
+		if err != nil {
 			return Config{}, err
 		}
+		cfg.Limits = limits
 	}
-	if cfg.AdminKey == "" {
+	if !needOperatorKey {
+		return cfg, nil
+	}
+	cfg.OperatorKey = os.Getenv(resources.EnvAdminKey)
+	if arn := os.Getenv(resources.EnvAdminKeySecretARN); cfg.OperatorKey == "" && arn != "" {
+		key, err := readSecret(ctx, arn)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.OperatorKey = key
+	}
+	if cfg.OperatorKey == "" {
 		return Config{}, errors.New("no operator key: set FERRY_ADMIN_KEY or FERRY_ADMIN_KEY_SECRET_ARN")
 	}
 	return cfg, nil
@@ -116,9 +123,9 @@ func LimitsConfigFromEnv(ctx context.Context) (LimitsConfig, error) {
 	return cfg, nil
 }
 
-// newLimits builds the limit source a configuration selects. A Kinde source that cannot be built
+// NewLimits builds the limit source a configuration selects. A Kinde source that cannot be built
 // refuses every admission with the reason (fail closed) rather than falling back to the plans.
-func newLimits(cfg Config, log *slog.Logger, rec metrics.Recorder, now func() time.Time) limits.Source {
+func NewLimits(cfg Config, log *slog.Logger, rec metrics.Recorder, now func() time.Time) limits.Source {
 	if cfg.Limits.Source != limits.SourceKinde {
 		return limits.Plan{Catalog: cfg.Catalog}
 	}
@@ -156,93 +163,4 @@ func NewLogger(out io.Writer) *slog.Logger {
 		level = slog.LevelInfo
 	}
 	return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}))
-}
-
-// App is the composed service graph.
-type App struct {
-	Config    Config
-	Clients   cloud.Clients
-	Accounts  *accounts.Service
-	Ledger    *ledger.DynamoStore
-	Usage     usage.Table
-	Archive   *archive.S3
-	Analytics *analytics.DynamoWriter
-	Ingest    *ingest.Service
-	Worker    *worker.Worker
-	API       *httpapi.API
-	Log       *slog.Logger
-	Metrics   metrics.Recorder
-	Now       func() time.Time
-
-	// Idempotency claims Idempotency-Keys for every mutating route. Its middleware is installed
-	// on API here, so every function, ferry dev and the tests get it.
-	Idempotency *idempotency.Service
-
-	// Holds runs the usage holds and their sweeper; Limits is where admissions read limits.
-	Holds  *holds.Service
-	Limits limits.Source
-}
-
-// New composes the services. now is the clock every service reads (once per unit of work).
-func New(cfg Config, clients cloud.Clients, log *slog.Logger, rec metrics.Recorder, now func() time.Time) *App {
-	names := cfg.Names
-	a := &App{Config: cfg, Clients: clients, Log: log, Metrics: rec, Now: now}
-	a.Accounts = &accounts.Service{
-		Store: &accounts.DynamoStore{
-			DB: clients.DynamoDB, AccountsTable: names.Table(resources.TableAccounts), KeysTable: names.Table(resources.TableAPIKeys),
-			LinksTable: names.Table(resources.TableAccountLinks),
-		},
-		Catalog: cfg.Catalog, Now: now,
-	}
-	a.Usage = usage.Table{DB: clients.DynamoDB, Name: names.Table(resources.TableUsage)}
-	a.Ledger = &ledger.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableLedger), Usage: a.Usage}
-	a.Archive = &archive.S3{Client: clients.S3, Bucket: names.Bucket(resources.BucketArchive)}
-	a.Analytics = &analytics.DynamoWriter{DB: clients.DynamoDB, Table: names.Table(resources.TableAnalytics)}
-	a.Ingest = &ingest.Service{
-		Queue:  &ingest.SQSQueue{Client: clients.SQS, URL: names.QueueURL(resources.QueueEvents)},
-		Ledger: a.Ledger,
-		Usage:  a.Usage, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
-	}
-	a.Worker = &worker.Worker{
-		Accounts: a.Accounts, Ledger: a.Ledger, Archive: a.Archive, Analytics: a.Analytics,
-		Schema: cfg.Schema, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
-		MaxQuarantines: cfg.MaxQuarantines,
-	}
-	a.Limits = newLimits(cfg, log, rec, now)
-	a.Holds = &holds.Service{
-		Store: &holds.DynamoStore{
-			DB: clients.DynamoDB, Table: names.Table(resources.TableHolds), Usage: a.Usage,
-			RateLimits: ratelimit.Table{DB: clients.DynamoDB, Name: names.Table(resources.TableRateLimits)},
-		},
-		Accounts: a.Accounts, Limits: a.Limits, Catalog: cfg.Catalog, Metrics: rec, Log: log, Now: now,
-	}
-	a.API = httpapi.New(httpapi.Deps{
-		Accounts: a.Accounts, Ingest: a.Ingest, Events: a.Ledger, Usage: a.Usage, Catalog: cfg.Catalog,
-		Holds: a.Holds, AdminKey: cfg.AdminKey, Log: log, Now: now,
-	})
-	a.Idempotency = &idempotency.Service{
-		Store:  &idempotency.DynamoStore{DB: clients.DynamoDB, Table: names.Table(resources.TableIdempotency)},
-		Policy: idempotency.DefaultPolicy(), Now: now,
-	}
-	a.API.Use(httpapi.Idempotency(a.Idempotency, log))
-	return a
-}
-
-// FromEnv composes the app the way a Lambda function runs it: configuration from the
-// environment, clients built once for the container, JSON logs and EMF metrics on stdout, the
-// wall clock.
-func FromEnv(ctx context.Context, needAdminKey bool) (*App, error) {
-	log := NewLogger(os.Stdout)
-	cfg, err := ConfigFromEnv(ctx, needAdminKey)
-	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	if cfg.Limits, err = LimitsConfigFromEnv(ctx); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("clients: %w", err)
-	}
-	return New(cfg, clients, log, metrics.NewEMF(os.Stdout, time.Now), time.Now), nil
 }

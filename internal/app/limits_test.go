@@ -9,10 +9,8 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -59,20 +57,17 @@ func TestLimitsConfigFromEnv(t *testing.T) {
 
 // A Kinde source that cannot be built must not fall back to the plans: every admission is
 // refused with the reason.
-func TestNew_MisconfiguredKindeSource_FailsClosed(t *testing.T) {
-	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
-	for _, tbl := range resources.Tables {
-		names.Tables[tbl.Logical] = tbl.Logical
+func TestBuild_MisconfiguredKindeSource_FailsClosed(t *testing.T) {
+	names := allNames()
+	cfg := app.DefaultConfig()
+	cfg.Limits = app.LimitsConfig{Source: limits.SourceKinde}
+	fn, err := app.DefaultDefinitions().Build(resources.FunctionHolds, app.Env{
+		Names: names, Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.NewCounter(), Now: time.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, q := range resources.Queues {
-		names.Queues[q.Logical], names.Queues[q.DLQLogical()] = q.Logical, q.DLQLogical()
-	}
-	for _, b := range resources.Buckets {
-		names.Buckets[b.Logical] = b.Logical
-	}
-	cfg := app.Config{Names: names, Catalog: plans.Default(), Limits: app.LimitsConfig{Source: limits.SourceKinde}}
-	a := app.New(cfg, cloud.Clients{}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewCounter(), time.Now)
-	_, err := a.Holds.Limits.Limit(t.Context(), accounts.Account{ID: "acct_1"}, "tokens")
+	_, err = fn.Holds.Limits.Limit(t.Context(), accounts.Account{ID: "acct_1"}, "tokens")
 	if !limits.IsUnknown(err) || !strings.Contains(err.Error(), "misconfigured") {
 		t.Errorf("err = %v, want a fail-closed unknown limit", err)
 	}

@@ -1,17 +1,21 @@
-// Package apptest builds the whole Ferry app on fresh test resources (testenv) with an injected
-// clock, behind the same local API Gateway ferry dev uses, so tests drive real handlers with real
-// Lambda events over the real emulators.
+// Package apptest builds every Ferry function on fresh test resources (testenv) with an injected
+// clock — each from its builder and its entry in resources.Functions, with clients that refuse
+// what its IAM grant refuses — and wires them by kind behind the same local API Gateway and event
+// sources ferry dev uses, so tests drive real handlers with real Lambda events over the real
+// emulators.
 package apptest
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -21,13 +25,12 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 // AdminKey is the operator key of every harness.
@@ -67,23 +70,37 @@ func (c *Clock) Set(t time.Time) {
 type Options struct {
 	// Start is the clock's start (default 2026-11-15T12:00:00Z).
 	Start time.Time
-	// DynamoDB options for the app's client (fault injection, request counting).
+	// DynamoDB options for every function's client (fault injection, request counting).
 	DynamoDB []func(*dynamodb.Options)
 	Catalog  *plans.Catalog
 	Schema   *analytics.Schema
-	// Configure runs after the app is composed and before the gateway is built: capabilities
-	// register routes and middleware here.
-	Configure func(a *app.App)
+	// Definitions replace app.DefaultDefinitions: a capability's resources, function, routes
+	// and builder, provisioned and wired like Ferry's own.
+	Definitions *app.Definitions
+	// Configure runs after every function is composed and before any is served: tests swap a
+	// service or add middleware here.
+	Configure func(h *Harness)
 }
 
-// Harness is one test's Ferry.
+// Harness is one test's Ferry: every function composed by its builder from its entry, with its
+// own clients, and wired by its kind — HTTP functions behind the local API Gateway, consumers
+// behind their queues' event sources (Drain runs them). Scheduled functions are run by the test
+// (Fn(name).Run).
 type Harness struct {
-	Env     *testenv.Env
-	App     *app.App
-	Clock   *Clock
-	Counter *metrics.Counter
-	Server  *httptest.Server
+	Env         *testenv.Env
+	Definitions app.Definitions
+	Functions   []*app.Function
+	Clock       *Clock
+	Counter     *metrics.Counter
+	Server      *httptest.Server
+	// Sources are the consumers' event sources; Source is the first (the worker's).
+	Sources []*devstack.EventSource
 	Source  *devstack.EventSource
+	// Log is the logger every function writes to.
+	Log *slog.Logger
+
+	config app.Config
+	opts   Options
 }
 
 // New builds a harness on fresh resources.
@@ -96,44 +113,89 @@ func New(t testing.TB, opts ...Options) *Harness {
 	if o.Start.IsZero() {
 		o.Start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	}
-	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB})
-	catalog := plans.Default()
+	defs := app.DefaultDefinitions()
+	if o.Definitions != nil {
+		defs = *o.Definitions
+	}
+	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets})
+	cfg := app.DefaultConfig()
+	cfg.OperatorKey = AdminKey
 	if o.Catalog != nil {
-		catalog = *o.Catalog
+		cfg.Catalog = *o.Catalog
 	}
-	schema := analytics.DefaultSchema
 	if o.Schema != nil {
-		schema = *o.Schema
+		cfg.Schema = *o.Schema
 	}
-	clock := NewClock(o.Start)
-	counter := metrics.NewCounter()
-	cfg := app.Config{
-		Names: env.Names, AdminKey: AdminKey, Catalog: catalog, Schema: schema,
-		MaxQuarantines: worker.DefaultMaxQuarantines,
+	h := &Harness{
+		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
+		config: cfg, opts: o,
 	}
-	a := app.New(cfg, env.Clients, Logger(t), counter, clock.Now)
-	if o.Configure != nil {
-		o.Configure(a)
+	h.serve(t)
+	return h
+}
+
+// Restart composes every function again from scratch on the same resources and serves them
+// anew: a new process, with nothing in memory from the old one.
+func (h *Harness) Restart(t testing.TB) *Harness {
+	t.Helper()
+	next := &Harness{
+		Env: h.Env, Definitions: h.Definitions, Clock: h.Clock, Counter: metrics.NewCounter(), Log: h.Log,
+		config: h.config, opts: h.opts,
 	}
-	handlers := map[string]httpapi.LambdaHandler{}
-	for _, f := range resources.Functions {
-		handlers[f.Name] = httpapi.NewLambdaHandler(a.API.Handler(f.Name))
-	}
-	gw, err := devstack.NewGateway(handlers, resources.DefaultRouteFunction, a.Log)
+	next.serve(t)
+	return next
+}
+
+// serve composes the functions, lets the test configure them, and wires them by kind.
+func (h *Harness) serve(t testing.TB) {
+	t.Helper()
+	fns, err := h.Definitions.BuildAll(app.Env{
+		Names: h.Env.Names, ClientsFor: func(fn resources.Function) (cloud.Clients, error) { return h.Env.ClientsFor(t, fn), nil },
+		Config: h.config, Log: h.Log, Metrics: h.Counter, Now: h.Clock.Now,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	arn, err := devstack.QueueARN(context.Background(), env.Clients.SQS, env.Names.QueueURL(resources.QueueEvents))
+	h.Functions = fns
+	if h.opts.Configure != nil {
+		h.opts.Configure(h)
+	}
+	wiring, err := devstack.Wire(context.Background(), h.Definitions.Routes, fns, h.Env.Names, h.Env.Clients.SQS, h.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := &devstack.EventSource{
-		SQS: env.Clients.SQS, QueueURL: env.Names.QueueURL(resources.QueueEvents), QueueARN: arn,
-		Handler: a.Worker.HandleSQS, Log: a.Log,
+	h.Server = httptest.NewServer(wiring.Gateway)
+	t.Cleanup(h.Server.Close)
+	h.Sources = wiring.Sources
+	if len(h.Sources) > 0 {
+		h.Source = h.Sources[0]
 	}
-	return &Harness{Env: env, App: a, Clock: clock, Counter: counter, Server: srv, Source: source}
+}
+
+// Fn returns the harness's composed function of that name; a name no entry has fails the test
+// binary at once (a typo in a test, never a condition under test).
+func (h *Harness) Fn(name string) *app.Function {
+	for _, fn := range h.Functions {
+		if fn.Entry.Name == name {
+			return fn
+		}
+	}
+	panic(fmt.Sprintf("apptest: no function %q", name))
+}
+
+// Served returns the keys of every route the harness serves ("POST /v1/holds").
+func (h *Harness) Served() []string {
+	var keys []string
+	for _, fn := range h.Functions {
+		if fn.HTTP == nil {
+			continue
+		}
+		for _, r := range fn.HTTP.Routes() {
+			keys = append(keys, r.Key())
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Logger writes the app's logs to the test log when FERRY_TEST_LOGS is set, and discards them
@@ -227,18 +289,22 @@ func (h *Harness) CreateAccount(t testing.TB, id, plan string, limits map[string
 	return resp.JSON(t)["apiKey"].(string)
 }
 
-// Drain runs the worker's event source until the queue has nothing visible for one long poll.
-// Messages that fail come back after the queue's visibility timeout (2 s in tests), so a drain
-// that must see redeliveries waits at least that long (wait).
+// Drain runs every consumer's event source until its queue has nothing visible for one long
+// poll. Messages that fail come back after the queue's visibility timeout (2 s in tests), so a
+// drain that must see redeliveries waits at least that long (wait).
 func (h *Harness) Drain(t testing.TB, wait time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		n, err := h.Source.PollOnce(context.Background(), 1)
-		if err != nil {
-			t.Fatalf("poll: %v", err)
+		received := 0
+		for _, source := range h.Sources {
+			n, err := source.PollOnce(context.Background(), 1)
+			if err != nil {
+				t.Fatalf("poll: %v", err)
+			}
+			received += n
 		}
-		if n == 0 && time.Now().After(deadline) {
+		if received == 0 && time.Now().After(deadline) {
 			return
 		}
 	}

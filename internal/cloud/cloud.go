@@ -129,3 +129,12 @@ func New(ctx context.Context, endpoints Endpoints, opts Options) (Clients, error
 		SQS:      sqs.NewFromConfig(pick(endpoints.SQS), sqsOpts...),
 	}, nil
 }
+
+// Merge combines Options: each client gets every option of both.
+func (o Options) Merge(other Options) Options {
+	return Options{
+		DynamoDB: append(append([]func(*dynamodb.Options){}, o.DynamoDB...), other.DynamoDB...),
+		S3:       append(append([]func(*s3.Options){}, o.S3...), other.S3...),
+		SQS:      append(append([]func(*sqs.Options){}, o.SQS...), other.SQS...),
+	}
+}

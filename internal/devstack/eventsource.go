@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // SQSHandler is a Lambda handler for SQS events with partial batch responses.
@@ -49,7 +49,7 @@ func (s *EventSource) Run(ctx context.Context, pollers int) {
 			for ctx.Err() == nil {
 				if _, err := s.PollOnce(ctx, longPollSeconds); err != nil && ctx.Err() == nil {
 					s.Log.Warn("event source poll failed", "err", err)
-					_ = dynamo.Sleep(ctx, errorPause)
+					_ = retry.Sleep(ctx, errorPause)
 				}
 			}
 		}()

@@ -15,34 +15,33 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // maxGatewayBodyBytes is API Gateway's payload limit.
 const maxGatewayBodyBytes = 10 << 20
 
 // Gateway plays API Gateway (HTTP API, payload format 2.0) in front of Lambda handlers: it routes
-// each request by resources.Routes to its function, hands the function the same
+// each request by the route table to its function, hands the function the same
 // APIGatewayV2HTTPRequest event AWS would, and writes the function's response event back. Paths
-// no route declares go to the Default function, like a $default route.
+// no route declares go to httpapi.DefaultRouteFunction, like a $default route.
 type Gateway struct {
 	mux *http.ServeMux
 	log *slog.Logger
 }
 
-// NewGateway builds a gateway over handlers, keyed by function name.
-func NewGateway(handlers map[string]httpapi.LambdaHandler, defaultFunction string, log *slog.Logger) (*Gateway, error) {
+// NewGateway builds a gateway for routes over handlers, keyed by function name.
+func NewGateway(routes []httpapi.Route, handlers map[string]httpapi.LambdaHandler, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{mux: http.NewServeMux(), log: log}
-	for _, route := range resources.Routes {
+	for _, route := range routes {
 		h, ok := handlers[route.Function]
 		if !ok {
-			return nil, fmt.Errorf("gateway: no handler for function %q (route %s %s)", route.Function, route.Method, route.Path)
+			return nil, fmt.Errorf("gateway: no handler for function %q (route %s)", route.Function, route.Key())
 		}
-		g.mux.Handle(route.Method+" "+route.Path, g.invoke(route.Method+" "+route.Path, pathParams(route.Path), h))
+		g.mux.Handle(route.Key(), g.invoke(route.Key(), pathParams(route.Path), h))
 	}
-	def, ok := handlers[defaultFunction]
+	def, ok := handlers[httpapi.DefaultRouteFunction]
 	if !ok {
-		return nil, fmt.Errorf("gateway: no handler for the default function %q", defaultFunction)
+		return nil, fmt.Errorf("gateway: no handler for the default function %q", httpapi.DefaultRouteFunction)
 	}
 	g.mux.Handle("/", g.invoke("$default", nil, def))
 	return g, nil

@@ -27,20 +27,35 @@ type ProvisionOptions struct {
 	// VisibilityTimeout overrides the queues' visibility timeout (the local stack redelivers a
 	// failed message after seconds, not minutes). Zero keeps the definition's value.
 	VisibilityTimeout time.Duration
+	// Tables, Queues and Buckets replace internal/resources' lists when set (definitions a test
+	// extends with a capability's resources).
+	Tables  []resources.Table
+	Queues  []resources.Queue
+	Buckets []resources.Bucket
 }
 
-// Provision creates every table, bucket and queue of internal/resources under prefix and returns
-// their physical names. Bucket names are lower-cased, as S3 requires.
+// Provision creates every table, bucket and queue of internal/resources (or of opts) under prefix
+// and returns their physical names. Bucket names are lower-cased, as S3 requires.
 func Provision(ctx context.Context, c cloud.Clients, prefix string, opts ProvisionOptions) (resources.Names, error) {
+	tables, queues, buckets := resources.Tables, resources.Queues, resources.Buckets
+	if opts.Tables != nil {
+		tables = opts.Tables
+	}
+	if opts.Queues != nil {
+		queues = opts.Queues
+	}
+	if opts.Buckets != nil {
+		buckets = opts.Buckets
+	}
 	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
-	for _, t := range resources.Tables {
+	for _, t := range tables {
 		name := resources.PhysicalName(prefix, t.Logical)
 		if err := createTable(ctx, c.DynamoDB, name, t); err != nil {
 			return names, err
 		}
 		names.Tables[t.Logical] = name
 	}
-	for _, t := range resources.Tables {
+	for _, t := range tables {
 		if err := waitActive(ctx, c.DynamoDB, names.Tables[t.Logical]); err != nil {
 			return names, err
 		}
@@ -57,14 +72,14 @@ func Provision(ctx context.Context, c cloud.Clients, prefix string, opts Provisi
 			return names, fmt.Errorf("enable TTL on %s: %w", names.Tables[t.Logical], err)
 		}
 	}
-	for _, b := range resources.Buckets {
+	for _, b := range buckets {
 		name := resources.PhysicalName(prefix, b.Logical)
 		if _, err := c.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
 			return names, fmt.Errorf("create bucket %s: %w", name, err)
 		}
 		names.Buckets[b.Logical] = name
 	}
-	for _, q := range resources.Queues {
+	for _, q := range queues {
 		dlqURL, err := createQueue(ctx, c.SQS, resources.PhysicalName(prefix, q.DLQLogical()), map[string]string{
 			"MessageRetentionPeriod": seconds(q.DLQRetention),
 		})

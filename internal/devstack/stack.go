@@ -18,14 +18,12 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 // Defaults of the local stack.
@@ -40,38 +38,42 @@ const (
 	shutdownTimeout      = 10 * time.Second
 )
 
-// ScheduledFunc is a function that runs on a schedule (the sweeper, the reporter).
-type ScheduledFunc func(ctx context.Context) error
-
 // StackOptions configure the local stack.
 type StackOptions struct {
-	Addr     string
-	AdminKey string
+	Addr string
+	// OperatorKey authenticates the operator routes (default DefaultAdminKey).
+	OperatorKey string
 	// External endpoints replace the emulators (FERRY_*_ENDPOINT).
 	External cloud.Endpoints
 	// Prefix names this stack's resources; a fresh prefix gives a fresh stack on shared endpoints.
 	Prefix            string
 	VisibilityTimeout time.Duration
 	Catalog           *plans.Catalog
-	Log               *slog.Logger
-	Now               func() time.Time
-	// Extend lets capabilities add routes, middleware and scheduled functions to the app before
-	// the stack starts serving.
-	Extend func(a *app.App, s *Stack) error
+	// Limits is where the functions that read limits read them (default: the plans).
+	Limits app.LimitsConfig
+	// Definitions replace app.DefaultDefinitions (a capability under test).
+	Definitions *app.Definitions
+	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
+	// also gets an IAM guard on its own.
+	Clients cloud.Options
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
-// Stack is a running local Ferry: emulators, resources, the composed app behind a gateway on
-// Addr, the worker's event source and the schedules.
+// Stack is a running local Ferry: emulators, resources, every function composed by its builder
+// and wired by its kind — HTTP functions behind a gateway on Addr, consumers behind their queues'
+// event sources, scheduled functions on their schedules.
 type Stack struct {
-	App       *app.App
+	Functions []*app.Function
 	Emulators *Emulators
+	Clients   cloud.Clients
 	Names     resources.Names
 	URL       string
 	Counter   *metrics.Counter
-	Schedules map[string]ScheduledFunc
 	// Routes lets capabilities serve extra local-only paths (e.g. /openapi.yaml).
 	Routes *http.ServeMux
 
+	log    *slog.Logger
 	server *http.Server
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -83,8 +85,8 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	if opts.Addr == "" {
 		opts.Addr = DefaultAddr
 	}
-	if opts.AdminKey == "" {
-		opts.AdminKey = DefaultAdminKey
+	if opts.OperatorKey == "" {
+		opts.OperatorKey = DefaultAdminKey
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -94,6 +96,10 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	defs := app.DefaultDefinitions()
+	if opts.Definitions != nil {
+		defs = *opts.Definitions
 	}
 	log := opts.Log
 	listener, err := net.Listen("tcp", opts.Addr)
@@ -105,80 +111,57 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		listener.Close()
 		return nil, err
 	}
-	s := &Stack{Emulators: emu, Counter: metrics.NewCounter(), Schedules: map[string]ScheduledFunc{}, Routes: http.NewServeMux()}
+	s := &Stack{Emulators: emu, Counter: metrics.NewCounter(), Routes: http.NewServeMux(), log: log}
 	fail := func(err error) (*Stack, error) {
 		listener.Close()
 		emu.Stop()
 		return nil, err
 	}
-	clients, err := cloud.New(ctx, emu.Endpoints, cloud.Options{})
+	clients, err := cloud.New(ctx, emu.Endpoints, opts.Clients)
 	if err != nil {
 		return fail(err)
 	}
-	names, err := Provision(ctx, clients, opts.Prefix, ProvisionOptions{VisibilityTimeout: opts.VisibilityTimeout})
+	s.Clients = clients
+	names, err := Provision(ctx, clients, opts.Prefix, ProvisionOptions{
+		VisibilityTimeout: opts.VisibilityTimeout, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
+	})
 	if err != nil {
 		return fail(fmt.Errorf("provision the local stack (a stack with prefix %q may already exist on these endpoints): %w", opts.Prefix, err))
 	}
 	s.Names = names
-	catalog := plans.Default()
+	cfg := app.DefaultConfig()
+	cfg.OperatorKey, cfg.Limits = opts.OperatorKey, opts.Limits
 	if opts.Catalog != nil {
-		catalog = *opts.Catalog
+		cfg.Catalog = *opts.Catalog
 	}
-	cfg := app.Config{
-		Names: names, AdminKey: opts.AdminKey, Catalog: catalog,
-		Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines,
+	// Each function gets its own clients, which refuse what its IAM role would refuse in AWS, so
+	// a capability that reaches past its grant fails here as it would there (AccessDenied).
+	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
+		guard := instrument.NewGuard(fn, names)
+		return cloud.New(ctx, emu.Endpoints, opts.Clients.Merge(guard.Options()))
 	}
-	s.App = app.New(cfg, clients, log, s.Counter, opts.Now)
-	// The schedules EventBridge runs in AWS.
-	s.Schedules[resources.FunctionSweeper] = func(ctx context.Context) error {
-		res, err := s.App.Holds.Sweep(ctx)
-		if res.Expired > 0 || res.Failed > 0 {
-			log.Info("sweep done", "expired", res.Expired, "skipped", res.Skipped, "failed", res.Failed)
-		}
-		return err
+	fns, err := defs.BuildAll(app.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Log: log, Metrics: s.Counter, Now: opts.Now})
+	if err != nil {
+		return fail(err)
 	}
-	if opts.Extend != nil {
-		if err := opts.Extend(s.App, s); err != nil {
-			return fail(err)
-		}
-	}
-
-	handlers := map[string]httpapi.LambdaHandler{}
-	for _, f := range resources.Functions {
-		handlers[f.Name] = httpapi.NewLambdaHandler(s.App.API.Handler(f.Name))
-	}
-	gw, err := NewGateway(handlers, resources.DefaultRouteFunction, log)
+	s.Functions = fns
+	wiring, err := Wire(ctx, defs.Routes, fns, names, clients.SQS, log)
 	if err != nil {
 		return fail(err)
 	}
 	s.Routes.HandleFunc("GET /healthz", s.health)
 	s.Routes.Handle("GET /openapi.yaml", api.Handler())
-	s.Routes.Handle("/", gw)
-
-	for _, f := range resources.Functions {
-		if f.Every > 0 && s.Schedules[f.Name] == nil {
-			return fail(fmt.Errorf("function %s runs every %s but the local stack has no handler for it", f.Name, f.Every))
-		}
-	}
-	queueURL := names.QueueURL(resources.QueueEvents)
-	arn, err := QueueARN(ctx, clients.SQS, queueURL)
-	if err != nil {
-		return fail(err)
-	}
+	s.Routes.Handle("/", wiring.Gateway)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	source := &EventSource{SQS: clients.SQS, QueueURL: queueURL, QueueARN: arn, Handler: s.App.Worker.HandleSQS, Log: log}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); source.Run(runCtx, devPollers) }()
-	for _, f := range resources.Functions {
-		if f.Every > 0 {
-			s.wg.Add(1)
-			go func(name string, every time.Duration, run ScheduledFunc) {
-				defer s.wg.Done()
-				s.schedule(runCtx, name, every, run)
-			}(f.Name, f.Every, s.Schedules[f.Name])
-		}
+	for _, source := range wiring.Sources {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); source.Run(runCtx, devPollers) }()
+	}
+	for _, sch := range wiring.Schedules {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.schedule(runCtx, sch) }()
 	}
 	s.server = &http.Server{Handler: s.Routes, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + listener.Addr().String()
@@ -192,17 +175,27 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	return s, nil
 }
 
+// Function returns the stack's composed function of that name, or nil.
+func (s *Stack) Function(name string) *app.Function {
+	for _, fn := range s.Functions {
+		if fn.Entry.Name == name {
+			return fn
+		}
+	}
+	return nil
+}
+
 // schedule runs a scheduled function every period, as EventBridge Scheduler does in AWS.
-func (s *Stack) schedule(ctx context.Context, name string, every time.Duration, run ScheduledFunc) {
-	t := time.NewTicker(every)
+func (s *Stack) schedule(ctx context.Context, sch Schedule) {
+	t := time.NewTicker(sch.Every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				s.App.Log.Error("scheduled function failed", "function", name, "err", err)
+			if err := sch.Run(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("scheduled function failed", "function", sch.Function, "err", err)
 			}
 		}
 	}
@@ -212,7 +205,7 @@ func (s *Stack) schedule(ctx context.Context, name string, every time.Duration, 
 func (s *Stack) health(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	c := s.App.Clients
+	c := s.Clients
 	checks := map[string]error{}
 	_, checks["dynamodb"] = c.DynamoDB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(s.Names.Table(resources.TableLedger))})
 	_, checks["s3"] = c.S3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.Names.Bucket(resources.BucketArchive))})

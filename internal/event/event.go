@@ -12,6 +12,8 @@ import (
 	"unicode"
 
 	ce "github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Size limits. An event is small metadata about usage, not a document; the limits keep every
@@ -33,19 +35,12 @@ type Event struct {
 // ID returns the event's id.
 func (e Event) ID() string { return e.CE.ID() }
 
-// InvalidError says why an event was refused.
-type InvalidError struct{ Reason string }
+// IsInvalid reports whether err refuses an event (a *problem.InputError).
+func IsInvalid(err error) bool { return problem.IsInvalid(err) }
 
-func (e *InvalidError) Error() string { return e.Reason }
-
-// IsInvalid reports whether err is an InvalidError.
-func IsInvalid(err error) bool {
-	var ie *InvalidError
-	return errors.As(err, &ie)
-}
-
+// invalid refuses an event as a whole, for one reason.
 func invalid(format string, args ...any) error {
-	return &InvalidError{Reason: fmt.Sprintf(format, args...)}
+	return problem.Input(fmt.Sprintf(format, args...))
 }
 
 // Parse validates one event's JSON.

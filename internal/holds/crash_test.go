@@ -7,25 +7,26 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // crashNext injects fault into the next TransactWriteItems call only.
-func crashNext(fault dynamo.Fault) dynamo.FaultPlan {
+func crashNext(fault instrument.Fault) instrument.FaultPlan {
 	fired := false
-	return func(op string, _, _ int) dynamo.Fault {
+	return func(op string, _, _ int) instrument.Fault {
 		if op == "TransactWriteItems" && !fired {
 			fired = true
 			return fault
 		}
-		return dynamo.NoFault
+		return instrument.NoFault
 	}
 }
 
-func withFaults(t *testing.T) (*apptest.Harness, *dynamo.Faults) {
+func withFaults(t *testing.T) (*apptest.Harness, *instrument.Faults) {
 	t.Helper()
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	return h, faults
 }
@@ -36,7 +37,7 @@ func TestReserve_CrashAfterCommitBeforeAnswer_RetryHoldsOnce(t *testing.T) {
 	h, faults := withFaults(t)
 	key := h.CreateAccount(t, "acct_crash_reserve", "free", nil)
 
-	faults.SetPlan(crashNext(dynamo.CrashAfter))
+	faults.SetPlan(crashNext(instrument.CrashAfter))
 	if r := h.Do(t, http.MethodPost, "/v1/holds", key, map[string]any{"key": "job-1", "feature": "tokens", "amount": 40_000}); r.Status != http.StatusInternalServerError {
 		t.Fatalf("crashed reserve answered %d %s", r.Status, r.Body)
 	}
@@ -56,7 +57,7 @@ func TestReserve_CrashBeforeCommit_RetryMakesTheHold(t *testing.T) {
 	h, faults := withFaults(t)
 	key := h.CreateAccount(t, "acct_crash_before", "free", nil)
 
-	faults.SetPlan(crashNext(dynamo.CrashBefore))
+	faults.SetPlan(crashNext(instrument.CrashBefore))
 	if r := h.Do(t, http.MethodPost, "/v1/holds", key, map[string]any{"key": "job-1", "feature": "tokens", "amount": 40_000}); r.Status != http.StatusInternalServerError {
 		t.Fatalf("crashed reserve answered %d %s", r.Status, r.Body)
 	}
@@ -72,7 +73,7 @@ func TestCharge_CrashAfterCommitBeforeAnswer_RetryChargesOnce(t *testing.T) {
 	key := h.CreateAccount(t, "acct_crash_charge", "free", nil)
 	id := mustStatus(t, reserve(t, h, key, "job-1", 10_000), http.StatusCreated)["id"].(string)
 
-	faults.SetPlan(crashNext(dynamo.CrashAfter))
+	faults.SetPlan(crashNext(instrument.CrashAfter))
 	if r := h.Do(t, http.MethodPost, "/v1/holds/"+id+"/charges", key, map[string]any{"key": "step-1", "amount": 6_000}); r.Status != http.StatusInternalServerError {
 		t.Fatalf("crashed charge answered %d %s", r.Status, r.Body)
 	}
@@ -94,7 +95,7 @@ func TestSettle_CrashAfterCommitBeforeAnswer_RetryMovesNothing(t *testing.T) {
 	id := mustStatus(t, reserve(t, h, key, "job-1", 40_000), http.StatusCreated)["id"].(string)
 	mustStatus(t, charge(t, h, key, id, "step-1", 31_200), http.StatusOK)
 
-	faults.SetPlan(crashNext(dynamo.CrashAfter))
+	faults.SetPlan(crashNext(instrument.CrashAfter))
 	if r := h.Do(t, http.MethodPost, "/v1/holds/"+id+"/settle", key, nil); r.Status != http.StatusInternalServerError {
 		t.Fatalf("crashed settle answered %d %s", r.Status, r.Body)
 	}
@@ -114,12 +115,12 @@ func TestSweeper_CrashAfterExpiring_NextRunMovesNothing(t *testing.T) {
 	h.Clock.Advance(holds.LeaseDuration)
 	waitForIndex(t, h, func(ids map[string]bool) bool { return ids[id] })
 
-	faults.SetPlan(crashNext(dynamo.CrashAfter))
-	if _, err := h.App.Holds.Sweep(t.Context()); err == nil {
+	faults.SetPlan(crashNext(instrument.CrashAfter))
+	if _, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err == nil {
 		t.Fatal("the crashed sweep reported no failure")
 	}
 	faults.SetPlan(nil)
-	if res, err := h.App.Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Errorf("the next sweep: %+v, %v", res, err)
 	}
 	hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK)

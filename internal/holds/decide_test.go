@@ -48,14 +48,14 @@ func TestChargeStep(t *testing.T) {
 	cases := []struct {
 		name               string
 		held, used, amount int64
-		want               Charge
+		want               StepDecision
 	}{
-		{"a step within the hold is charged in full", 40_000, 0, 10_000, Charge{Charged: 10_000}},
-		{"a step that exactly fills the hold is not capped", 40_000, 30_000, 10_000, Charge{Charged: 10_000}},
-		{"a step past the hold is cut to what is left", 10_000, 8_000, 7_000, Charge{Charged: 2_000, Capped: true}},
-		{"a full hold charges nothing and caps", 10_000, 10_000, 1, Charge{Charged: 0, Capped: true}},
-		{"a zero step renews the lease and charges nothing", 10_000, 10_000, 0, Charge{}},
-		{"a hold over-charged by a bug never charges negative", 10, 15, 5, Charge{Charged: 0, Capped: true}},
+		{"a step within the hold is charged in full", 40_000, 0, 10_000, StepDecision{Charged: 10_000}},
+		{"a step that exactly fills the hold is not capped", 40_000, 30_000, 10_000, StepDecision{Charged: 10_000}},
+		{"a step past the hold is cut to what is left", 10_000, 8_000, 7_000, StepDecision{Charged: 2_000, Capped: true}},
+		{"a full hold charges nothing and caps", 10_000, 10_000, 1, StepDecision{Charged: 0, Capped: true}},
+		{"a zero step renews the lease and charges nothing", 10_000, 10_000, 0, StepDecision{}},
+		{"a hold over-charged by a bug never charges negative", 10, 15, 5, StepDecision{Charged: 0, Capped: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,13 +70,13 @@ func TestSettle(t *testing.T) {
 	cases := []struct {
 		name       string
 		held, used int64
-		want       Outcome
+		want       SettleDecision
 	}{
-		{"a job under its estimate pays its usage and releases the rest", 40_000, 31_200, Outcome{Charged: 31_200, Released: 8_800}},
-		{"a job that failed half way pays for the half it did", 40_000, 20_000, Outcome{Charged: 20_000, Released: 20_000}},
-		{"a job that used all of its hold releases nothing", 40_000, 40_000, Outcome{Charged: 40_000}},
-		{"usage past the hold is charged at the hold", 40_000, 55_000, Outcome{Charged: 40_000}},
-		{"a job that never charged releases everything", 40_000, 0, Outcome{Released: 40_000}},
+		{"a job under its estimate pays its usage and releases the rest", 40_000, 31_200, SettleDecision{Charged: 31_200, Released: 8_800}},
+		{"a job that failed half way pays for the half it did", 40_000, 20_000, SettleDecision{Charged: 20_000, Released: 20_000}},
+		{"a job that used all of its hold releases nothing", 40_000, 40_000, SettleDecision{Charged: 40_000}},
+		{"usage past the hold is charged at the hold", 40_000, 55_000, SettleDecision{Charged: 40_000}},
+		{"a job that never charged releases everything", 40_000, 0, SettleDecision{Released: 40_000}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,7 +13,6 @@ package holds
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Limits of the holds, with their units.
@@ -168,7 +168,7 @@ func (in ReserveInput) Validate(catalog plans.Catalog) error {
 	if in.Amount < 1 || in.Amount > MaxAmount {
 		problems = append(problems, fmt.Sprintf("amount must be an integer from 1 to %d", int64(MaxAmount)))
 	}
-	return invalid(problems)
+	return problem.Fields(problems)
 }
 
 // ChargeInput charges one step of a job against its hold.
@@ -186,7 +186,7 @@ func (in ChargeInput) Validate() error {
 	if in.Amount < 0 || in.Amount > MaxAmount {
 		problems = append(problems, fmt.Sprintf("amount must be an integer from 0 to %d", int64(MaxAmount)))
 	}
-	return invalid(problems)
+	return problem.Fields(problems)
 }
 
 // SettleInput ends a job.
@@ -202,7 +202,7 @@ func (in SettleInput) Validate() error {
 	if in.Used != nil && (*in.Used < 0 || *in.Used > MaxAmount) {
 		problems = append(problems, fmt.Sprintf("used must be an integer from 0 to %d", int64(MaxAmount)))
 	}
-	return invalid(problems)
+	return problem.Fields(problems)
 }
 
 func validKey(field, key string) []string {
@@ -219,24 +219,13 @@ func validKey(field, key string) []string {
 	return nil
 }
 
-func invalid(problems []string) error {
-	if len(problems) == 0 {
-		return nil
-	}
-	return &InvalidError{Problems: problems}
-}
-
-// InvalidError lists everything wrong with an input. Nothing was stored.
-type InvalidError struct{ Problems []string }
-
-func (e *InvalidError) Error() string { return strings.Join(e.Problems, "; ") }
-
-// Errors the service returns; the HTTP layer maps each to a status.
+// Errors the service returns, each with its kind.
 var (
 	// ErrNotFound: no hold with this id for this account (another account's hold included).
-	ErrNotFound = errors.New("hold not found")
+	ErrNotFound = problem.New(problem.NotFound, "hold not found", "No hold with this id for this account.")
 	// ErrBusy: the budget row stayed contended through every bounded retry; nothing was held.
-	ErrBusy = errors.New("the budget is busy; nothing was held")
+	ErrBusy = problem.New(problem.Unavailable, "the budget is busy; nothing was held",
+		"The budget was too busy to take the request; nothing was held or charged. Retry it with the same key.")
 )
 
 // RefusedError is a reservation refused because the limit has no room for it. Nothing was held.
@@ -250,6 +239,14 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("The job needs %d and %d is left.", e.Needed, e.Remaining)
 }
 
+// Kind implements problem.Error.
+func (e *RefusedError) Kind() problem.Kind { return problem.LimitReached }
+
+// Public implements problem.Describer: what is left, and what the job asked for.
+func (e *RefusedError) Public() problem.Public {
+	return problem.Public{Detail: e.Error(), Facts: map[string]any{"remaining": e.Remaining, "needed": e.Needed}}
+}
+
 // RateLimitedError is a reservation refused because the account opened too many holds this
 // window. Nothing was held.
 type RateLimitedError struct {
@@ -259,6 +256,15 @@ type RateLimitedError struct {
 
 func (e *RateLimitedError) Error() string {
 	return fmt.Sprintf("This account may open %d holds a minute; retry in %d s.", e.PerMinute, int64(e.RetryAfter/time.Second))
+}
+
+// Kind implements problem.Error.
+func (e *RateLimitedError) Kind() problem.Kind { return problem.RateLimited }
+
+// Public implements problem.Describer: when the window opens again, in whole seconds.
+func (e *RateLimitedError) Public() problem.Public {
+	seconds := int64(e.RetryAfter.Seconds())
+	return problem.Public{Detail: e.Error(), Facts: map[string]any{"retryAfter": seconds}, RetryAfter: time.Duration(seconds) * time.Second}
 }
 
 // NotRunningError is a charge against a hold that is settled or expired: the job must stop.
@@ -271,8 +277,22 @@ func (e *NotRunningError) Error() string {
 	return fmt.Sprintf("hold %s is %s and takes no more charges", e.HoldID, e.Status)
 }
 
+// Kind implements problem.Error.
+func (e *NotRunningError) Kind() problem.Kind { return problem.HoldNotRunning }
+
+// Public implements problem.Describer: the job is told to stop, and why.
+func (e *NotRunningError) Public() problem.Public {
+	return problem.Public{
+		Detail: "The hold is " + string(e.Status) + " and takes no more charges; the job must stop.",
+		Facts:  map[string]any{"holdStatus": e.Status},
+	}
+}
+
 // KeyReusedError is a key sent again with a different request: a job key with another feature
 // or amount, or a step key with another amount. The earlier request stands; nothing changed.
 type KeyReusedError struct{ Detail string }
 
 func (e *KeyReusedError) Error() string { return e.Detail }
+
+// Kind implements problem.Error.
+func (e *KeyReusedError) Kind() problem.Kind { return problem.KeyReused }

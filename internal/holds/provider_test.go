@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/provider/kinde"
 	"github.com/ferrymeter/ferry/internal/provider/kinde/standin"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // withKinde builds a harness whose limits come from a Kinde stand-in.
@@ -20,12 +20,13 @@ func withKinde(t *testing.T) (*apptest.Harness, *standin.Server) {
 	stand := standin.New("ferry", "s3cret")
 	srv := httptest.NewServer(stand)
 	t.Cleanup(srv.Close)
-	h := apptest.New(t, apptest.Options{Configure: func(a *app.App) {
+	h := apptest.New(t, apptest.Options{Configure: func(h *apptest.Harness) {
 		client, err := kinde.New(kinde.Config{Domain: srv.URL, ClientID: "ferry", ClientSecret: "s3cret", HTTPClient: srv.Client()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.Holds.Limits = &limits.Cached{Fetch: client, Metrics: a.Metrics, Log: a.Log, Now: a.Now}
+		fn := h.Fn(resources.FunctionHolds)
+		fn.Holds.Limits = &limits.Cached{Fetch: client, Metrics: fn.Metrics, Log: fn.Log, Now: fn.Now}
 	}})
 	return h, stand
 }

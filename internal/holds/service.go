@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
+	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
@@ -111,46 +111,61 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		CreatedAtMs: nowMs, UpdatedAtMs: nowMs, Rev: 1,
 	}
 	rate := s.rate()
-	for attempt := range dynamo.MaxConflictTries {
+	h, err = contended(ctx, func(ctx context.Context, _ retry.Lap) (Hold, error) {
 		err := s.Store.Reserve(ctx, h, rate, now)
 		if err == nil {
-			s.Metrics.Count(metrics.HoldsAdmitted, 1)
-			log.Info("hold admitted", "feature", h.Feature, "amount", h.Amount, "cycle", h.Cycle)
-			return h, true, nil
+			return h, nil
 		}
 		if !errors.Is(err, ErrCancelled) {
-			return Hold{}, false, err
+			return Hold{}, err
 		}
 		// Find out from durable state why the transaction was cancelled.
 		r, err := s.Store.ReadReservation(ctx, acct.ID, id, h.Feature, h.Cycle, rate, now)
 		switch {
 		case errors.Is(err, ErrCancelled):
 			// The snapshot read itself met a transaction in flight; back off and try again.
+			return Hold{}, retry.Again(err)
 		case err != nil:
-			return Hold{}, false, err
+			return Hold{}, err
 		case r.Hold != nil:
-			return sameHold(*r.Hold, in)
+			return Hold{}, &repeated{hold: *r.Hold}
 		case r.RateCount >= rate.Max:
 			s.Metrics.Count(metrics.HoldsRateLimited, 1)
-			retry := ratelimit.WindowAt(now, rate.Window).RetryAfter(now)
-			return Hold{}, false, &RateLimitedError{PerMinute: rate.Max, RetryAfter: retry}
-		default:
-			if d := admit(r.Budget, limit, h.Amount); !d.Admitted {
-				s.Metrics.Count(metrics.HoldsRefused, 1)
-				log.Info("hold refused", "feature", h.Feature, "amount", h.Amount, "remaining", *d.Remaining)
-				return Hold{}, false, &RefusedError{Needed: h.Amount, Remaining: *d.Remaining, Limit: limit.Max}
-			}
-			// Nothing durable explains it: a conflicting transaction on the budget row.
+			wait := ratelimit.WindowAt(now, rate.Window).RetryAfter(now)
+			return Hold{}, &RateLimitedError{PerMinute: rate.Max, RetryAfter: wait}
 		}
-		if attempt < dynamo.MaxConflictTries-1 {
-			if err := backoff(ctx, attempt); err != nil {
-				return Hold{}, false, err
-			}
+		if d := admit(r.Budget, limit, h.Amount); !d.Admitted {
+			s.Metrics.Count(metrics.HoldsRefused, 1)
+			log.Info("hold refused", "feature", h.Feature, "amount", h.Amount, "remaining", *d.Remaining)
+			return Hold{}, &RefusedError{Needed: h.Amount, Remaining: *d.Remaining, Limit: limit.Max}
 		}
+		// Nothing durable explains it: a conflicting transaction on the budget row.
+		return Hold{}, retry.Again(errConflict)
+	})
+	var again *repeated
+	switch {
+	case err == nil:
+		s.Metrics.Count(metrics.HoldsAdmitted, 1)
+		log.Info("hold admitted", "feature", h.Feature, "amount", h.Amount, "cycle", h.Cycle)
+		return h, true, nil
+	case errors.As(err, &again):
+		return sameHold(again.hold, in)
+	case errors.Is(err, ErrBusy):
+		log.Warn("reservation still contended after bounded retries", "tries", retry.Contended.Tries)
+		return Hold{}, false, ErrBusy
 	}
-	log.Warn("reservation still contended after bounded retries", "tries", dynamo.MaxConflictTries)
-	return Hold{}, false, ErrBusy
+	return Hold{}, false, err
 }
+
+// errConflict is a cancelled write that durable state does not explain: it met a conflicting
+// transaction on a shared row (the budget row is shared by every hold of the feature).
+var errConflict = errors.New("cancelled by a conflicting transaction")
+
+// repeated ends a reservation whose job key already names a hold: the hold it names is the
+// answer, if the request is the same one.
+type repeated struct{ hold Hold }
+
+func (r *repeated) Error() string { return "the key already names hold " + r.hold.ID }
 
 // sameHold answers a repeated job key with the hold it names, if the request is the same one.
 func sameHold(h Hold, in ReserveInput) (Hold, bool, error) {
@@ -180,15 +195,12 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 	if err := in.Validate(); err != nil {
 		return Step{}, err
 	}
-	lastRev := int64(-1)
-	for attempt := range dynamo.MaxConflictTries {
+	var last lastWrite
+	return contended(ctx, func(ctx context.Context, lap retry.Lap) (Step, error) {
 		h, prior, err := s.Store.ReadCharge(ctx, acct.ID, in.HoldID, in.Key)
 		if errors.Is(err, ErrCancelled) {
 			// The snapshot read met a transaction in flight.
-			if err := backoff(ctx, attempt); err != nil {
-				return Step{}, err
-			}
-			continue
+			return Step{}, retry.Again(err)
 		}
 		if err != nil {
 			return Step{}, err
@@ -203,14 +215,9 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 		if h.Status != Running {
 			return Step{}, &NotRunningError{HoldID: h.ID, Status: h.Status}
 		}
-		if h.Rev == lastRev {
-			// The last write was cancelled and neither the hold nor the step changed: it met a
-			// conflicting transaction. Wait, then try again on the same state.
-			if err := backoff(ctx, attempt-1); err != nil {
-				return Step{}, err
-			}
+		if err := last.before(ctx, lap, h); err != nil {
+			return Step{}, err
 		}
-		lastRev = h.Rev
 		nowMs := s.Now().UnixMilli()
 		d := chargeStep(h.Amount, h.Used, in.Amount)
 		st := Step{
@@ -227,13 +234,10 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 			}
 			return st, nil
 		}
-		if !errors.Is(err, ErrCancelled) {
-			return Step{}, err
-		}
 		// Cancelled: the hold moved (another step, a settlement), an earlier attempt stored this
 		// step, or a transaction conflicted. The next read says which.
-	}
-	return Step{}, ErrBusy
+		return Step{}, failedWrite(err)
+	})
 }
 
 // Settle ends a job: it charges min(used, held) to the budget and releases the rest, in one
@@ -265,8 +269,8 @@ type settled struct {
 // from the freshly read hold whether to settle it at all (the sweeper settles only lapsed leases);
 // a hold it declines is returned unsettled with settledNow false.
 func (s *Service) settle(ctx context.Context, accountID, holdID string, final Status, used *int64, only func(Hold, int64) bool) (settled, error) {
-	lastRev := int64(-1)
-	for attempt := range dynamo.MaxConflictTries {
+	var last lastWrite
+	return contended(ctx, func(ctx context.Context, lap retry.Lap) (settled, error) {
 		h, err := s.Store.Get(ctx, accountID, holdID)
 		if err != nil {
 			return settled{}, err
@@ -274,15 +278,9 @@ func (s *Service) settle(ctx context.Context, accountID, holdID string, final St
 		if h.Status.Final() {
 			return settled{Settlement: h.Settlement()}, nil
 		}
-		if h.Rev == lastRev {
-			// The last write was cancelled and the hold did not change: it met a conflicting
-			// transaction (the budget row is shared by every hold of the feature). Wait, then
-			// try again on the same state.
-			if err := backoff(ctx, attempt-1); err != nil {
-				return settled{}, err
-			}
+		if err := last.before(ctx, lap, h); err != nil {
+			return settled{}, err
 		}
-		lastRev = h.Rev
 		nowMs := s.Now().UnixMilli()
 		if only != nil && !only(h, nowMs) {
 			return settled{Settlement: Settlement{HoldID: h.ID, Status: h.Status, Used: h.Used}}, nil
@@ -297,17 +295,49 @@ func (s *Service) settle(ctx context.Context, accountID, holdID string, final St
 		if err == nil {
 			return settled{Settlement: st, settledNow: true}, nil
 		}
-		if !errors.Is(err, ErrCancelled) {
-			return settled{}, err
-		}
 		// Cancelled: settled meanwhile (by an earlier attempt, the worker or the sweeper),
 		// charged, or conflicted. The next read says which.
-	}
-	return settled{}, ErrBusy
+		return settled{}, failedWrite(err)
+	})
 }
 
-// backoff waits before retry attempt+1 of a keyed operation: jittered, exponential, capped at
-// one second.
-func backoff(ctx context.Context, attempt int) error {
-	return dynamo.Sleep(ctx, dynamo.Backoff(attempt))
+// contended runs one of the holds' loops under the retry policy: each lap reads the hold's
+// durable state, decides and writes. A loop still contended after its bound is ErrBusy: nothing
+// moved, and the client retries with the same key.
+func contended[T any](ctx context.Context, lap func(ctx context.Context, l retry.Lap) (T, error)) (T, error) {
+	v, err := retry.Do(ctx, retry.Contended, lap)
+	if errors.Is(err, retry.ErrExhausted) {
+		var zero T
+		return zero, ErrBusy
+	}
+	return v, err
+}
+
+// failedWrite is a lap's verdict on a write of the hold that failed: a cancelled write asks for
+// another lap at once, whose read says why; any other error ends the loop.
+func failedWrite(err error) error {
+	if errors.Is(err, ErrCancelled) {
+		return retry.Reread(err)
+	}
+	return err
+}
+
+// lastWrite remembers the revision of the hold the previous lap wrote on.
+type lastWrite struct {
+	rev  int64
+	seen bool
+}
+
+// before is called by a lap once it has read the hold and before it writes: when the hold is at
+// the revision the previous lap's cancelled write was decided on, nothing moved and that write met
+// a conflicting transaction (the budget row is shared by every hold of the feature), so the lap
+// backs off before trying again on the same state.
+func (w *lastWrite) before(ctx context.Context, lap retry.Lap, h Hold) error {
+	if w.seen && h.Rev == w.rev {
+		if err := lap.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	w.rev, w.seen = h.Rev, true
+	return nil
 }

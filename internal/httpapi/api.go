@@ -1,10 +1,12 @@
-// Package httpapi is Ferry's HTTP API: one set of handlers that the Lambda functions serve behind
-// API Gateway (HTTP API, payload v2) and that ferry dev serves on 127.0.0.1 through the same
-// Lambda event path. Errors are RFC 9457 problem documents, mapped from domain errors in one
-// place (problem.go); a 500 never shows its cause.
+// Package httpapi is Ferry's HTTP API: one route table (routes.go) whose rows the CDK app
+// deploys, the local gateway routes and each function's Server serves, behind API Gateway (HTTP
+// API, payload v2) in AWS and through the same Lambda event path in ferry dev. Errors are RFC
+// 9457 problem documents, mapped from each kind of domain error in one table (problem.go); a 500
+// never shows its cause.
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -22,19 +24,24 @@ import (
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
 // maxJSONBodyBytes bounds the body of every route but the event routes, which have their own.
 const maxJSONBodyBytes = 64 << 10
 
+// maxSignedBodyBytes bounds the body a webhook signature is verified over: API Gateway's payload
+// limit. The route's handler applies its own, smaller limit.
+const maxSignedBodyBytes = 10 << 20
+
 // EventReader reads ledger entries.
 type EventReader interface {
 	Get(ctx context.Context, accountID, eventID string) (ledger.Entry, error)
 }
 
-// Deps are what the handlers use.
+// Deps are what Ferry's own route handlers use. A function's builder fills in the services its
+// routes need and leaves the rest empty.
 type Deps struct {
 	Accounts *accounts.Service
 	Ingest   *ingest.Service
@@ -43,86 +50,164 @@ type Deps struct {
 	Catalog  plans.Catalog
 	// Holds serves the usage holds routes.
 	Holds *holds.Service
-	// AdminKey authenticates the operator routes. Empty disables them.
-	AdminKey string
-	Log      *slog.Logger
-	Now      func() time.Time
+	Now   func() time.Time
 }
 
-// Auth is who may call a route.
-type Auth int
+// API is the value Ferry's own route handlers run on (Handle((*API).createAccount)).
+type API struct{ deps Deps }
 
-// Auth kinds.
-const (
-	Operator Auth = iota + 1
-	Account
-)
+// New builds the handlers' value over deps.
+func New(d Deps) *API { return &API{deps: d} }
 
 // HandlerFunc is a route handler: it writes a success answer or returns an error, which the
-// router turns into a problem document.
+// server turns into a problem document.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // Middleware wraps the handler of one route. Capabilities (idempotency) add theirs. It runs after
 // authentication, so PrincipalFrom always finds the caller.
-type Middleware func(route resources.Route, next HandlerFunc) HandlerFunc
+type Middleware func(route Route, next HandlerFunc) HandlerFunc
 
-// registered is a route with its handler.
-type registered struct {
-	route   resources.Route
-	auth    Auth
-	handler HandlerFunc
+// Authenticator resolves an account's API key (accounts.Service does).
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (accounts.Account, error)
 }
 
-// API is the set of routes.
-type API struct {
-	deps       Deps
-	routes     map[string]registered // "METHOD /path"
+// SignatureVerifier authenticates a billing provider's webhook delivery by its signature over the
+// body, and names the provider. Its errors should carry a problem kind (Unauthenticated, Invalid);
+// any other is a 500.
+type SignatureVerifier interface {
+	Verify(ctx context.Context, header http.Header, body []byte) (provider string, err error)
+}
+
+// Authentication is what a function's server checks callers against, by each route's Auth.
+type Authentication struct {
+	// OperatorKey authenticates Operator routes.
+	OperatorKey string
+	// Accounts authenticates Account routes.
+	Accounts Authenticator
+	// Signatures authenticates WebhookSignature routes.
+	Signatures SignatureVerifier
+}
+
+// Server serves one function's share of a route table: each of its routes on the value its
+// builder composed, behind authentication and the middleware, with errors answered as problems.
+// Every other path of the table is known too, so that a wrong method gets a 405 listing the right
+// ones (API Gateway hands such requests to the $default route).
+type Server struct {
+	function   string
+	table      []Route
+	on         any
+	auth       Authentication
+	log        *slog.Logger
 	middleware []Middleware
 }
 
-// New builds the API with every route of resources.Routes.
-func New(d Deps) *API {
-	a := &API{deps: d, routes: map[string]registered{}}
-	a.register("POST /v1/accounts", Operator, a.createAccount)
-	a.register("PATCH /v1/accounts/{id}", Operator, a.updateAccount)
-	a.register("GET /v1/accounts/{id}", Operator, a.getAccount)
-	a.register("POST /v1/events", Account, a.postEvent)
-	a.register("POST /v1/events/batch", Account, a.postBatch)
-	a.register("GET /v1/events/{id}", Account, a.getEvent)
-	a.register("GET /v1/usage", Account, a.getUsage)
-	a.register("POST /v1/holds", Account, a.reserveHold)
-	a.register("GET /v1/holds/{id}", Account, a.getHold)
-	a.register("POST /v1/holds/{id}/charges", Account, a.chargeHold)
-	a.register("POST /v1/holds/{id}/settle", Account, a.settleHold)
-	return a
-}
-
-// Register adds a route handler. The route must be declared in resources.Routes: that list is
-// what the CDK app deploys, so a handler without an entry would never be reachable in AWS.
-func (a *API) Register(key string, auth Auth, h HandlerFunc) { a.register(key, auth, h) }
-
-func (a *API) register(key string, auth Auth, h HandlerFunc) {
-	for _, r := range resources.Routes {
-		if r.Method+" "+r.Path == key {
-			a.routes[key] = registered{route: r, auth: auth, handler: h}
-			return
-		}
-	}
-	panic(fmt.Sprintf("httpapi: route %q is not declared in resources.Routes", key)) // a build defect
+// NewServer makes the server of function's routes in table, run on on.
+func NewServer(function string, table []Route, on any, auth Authentication, log *slog.Logger) *Server {
+	return &Server{function: function, table: table, on: on, auth: auth, log: log}
 }
 
 // Use adds middleware around every route handler, inside authentication. Middleware added first
 // runs first.
-func (a *API) Use(m Middleware) { a.middleware = append(a.middleware, m) }
+func (s *Server) Use(m Middleware) { s.middleware = append(s.middleware, m) }
 
-// Keys returns the registered route keys, sorted.
-func (a *API) Keys() []string {
-	keys := make([]string, 0, len(a.routes))
-	for k := range a.routes {
-		keys = append(keys, k)
+// Function names the function the server serves.
+func (s *Server) Function() string { return s.function }
+
+// Routes returns the routes the server serves, in table order.
+func (s *Server) Routes() []Route { return RoutesOf(s.table, s.function) }
+
+// Handler builds the server's http.Handler. It fails — at build time, never in a request — when
+// a route's handler does not run on the server's value, or the server lacks what a route's Auth
+// needs. Requests for paths no route serves get a 404 problem; a known path with another method
+// gets a 405 problem.
+func (s *Server) Handler() (http.Handler, error) {
+	byPath := map[string]map[string]HandlerFunc{}
+	allowed := map[string][]string{}
+	var errs []error
+	for _, route := range s.table {
+		allowed[route.Path] = append(allowed[route.Path], route.Method)
+		if byPath[route.Path] == nil {
+			byPath[route.Path] = map[string]HandlerFunc{}
+		}
+		if route.Function != s.function {
+			continue
+		}
+		if route.Handler.bind == nil {
+			errs = append(errs, fmt.Errorf("route %s has no handler", route.Key()))
+			continue
+		}
+		h, ok := route.Handler.bind(s.on)
+		if !ok {
+			errs = append(errs, fmt.Errorf("route %s runs on a %s; function %s composed a %T", route.Key(), route.Handler.on, s.function, s.on))
+			continue
+		}
+		if err := s.auth.covers(route); err != nil {
+			errs = append(errs, fmt.Errorf("function %s: %w", s.function, err))
+			continue
+		}
+		// Middleware runs inside authentication: it sees only authenticated requests and can
+		// scope what it stores by the caller (PrincipalFrom), and an unauthenticated request
+		// never reaches it or anything it stores.
+		for i := len(s.middleware) - 1; i >= 0; i-- {
+			h = s.middleware[i](route, h)
+		}
+		byPath[route.Path][route.Method] = s.authenticate(route.Auth, h)
 	}
-	sort.Strings(keys)
-	return keys
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for path, methods := range byPath {
+		mux.Handle(path, s.dispatch(methods, allowed[path]))
+	}
+	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		return notFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
+	}))
+	return mux, nil
+}
+
+func (s *Server) dispatch(methods map[string]HandlerFunc, allowed []string) http.Handler {
+	allowed = append([]string(nil), allowed...)
+	sort.Strings(allowed)
+	return s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		h, ok := methods[r.Method]
+		if !ok {
+			return failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
+				header("Allow", strings.Join(allowed, ", "))
+		}
+		return h(w, r)
+	})
+}
+
+// serve turns a HandlerFunc into an http.Handler that answers errors as problems.
+func (s *Server) serve(h HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeProblem(w, r, s.log, err)
+		}
+	})
+}
+
+// covers reports what the authentication lacks to serve route.
+func (a Authentication) covers(route Route) error {
+	switch route.Auth {
+	case Operator:
+		if a.OperatorKey == "" {
+			return fmt.Errorf("route %s needs the operator key, and the function has none", route.Key())
+		}
+	case Account:
+		if a.Accounts == nil {
+			return fmt.Errorf("route %s authenticates account keys, and the function has no accounts", route.Key())
+		}
+	case WebhookSignature:
+		if a.Signatures == nil {
+			return fmt.Errorf("route %s verifies webhook signatures, and the function has no verifier", route.Key())
+		}
+	default:
+		return fmt.Errorf("route %s has no Auth", route.Key())
+	}
+	return nil
 }
 
 // principalKey carries the authenticated caller in the request context.
@@ -132,6 +217,8 @@ type principalKey struct{}
 type Principal struct {
 	Operator bool
 	Account  accounts.Account
+	// Provider names the billing provider whose signed delivery this is (WebhookSignature).
+	Provider string
 }
 
 // PrincipalFrom returns the caller of an authenticated request.
@@ -140,74 +227,33 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
-// Scope names the caller for scoping stored state ("operator" or "account:<id>").
+// Scope names the caller for scoping stored state ("operator", "account:<id>", "webhook:<provider>").
 func (p Principal) Scope() string {
-	if p.Operator {
+	switch {
+	case p.Operator:
 		return "operator"
+	case p.Provider != "":
+		return "webhook:" + p.Provider
 	}
 	return "account:" + p.Account.ID
 }
 
-// Handler serves the routes of one function ("" serves every route). Requests for paths no route
-// serves get a 404 problem; a known path with another method gets a 405 problem.
-func (a *API) Handler(function string) http.Handler {
-	byPath := map[string]map[string]HandlerFunc{}
-	allowed := map[string][]string{}
-	for _, reg := range a.routes {
-		// Every function knows every path, so that a request with the wrong method — which API
-		// Gateway hands to the $default route — gets a 405 listing the right ones.
-		allowed[reg.route.Path] = append(allowed[reg.route.Path], reg.route.Method)
-		if byPath[reg.route.Path] == nil {
-			byPath[reg.route.Path] = map[string]HandlerFunc{}
+// authenticate checks the caller the route's Auth asks for.
+func (s *Server) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
+	if auth == WebhookSignature {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			body, err := readBody(r, maxSignedBodyBytes)
+			if err != nil {
+				return err
+			}
+			provider, err := s.auth.Signatures.Verify(r.Context(), r.Header, body)
+			if err != nil {
+				return err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, Principal{Provider: provider})))
 		}
-		if function != "" && reg.route.Function != function {
-			continue
-		}
-		// Middleware runs inside authentication: it sees only authenticated requests and can
-		// scope what it stores by the caller (PrincipalFrom), and an unauthenticated request
-		// never reaches it or anything it stores.
-		h := reg.handler
-		for i := len(a.middleware) - 1; i >= 0; i-- {
-			h = a.middleware[i](reg.route, h)
-		}
-		h = a.authenticate(reg.auth, h)
-		byPath[reg.route.Path][reg.route.Method] = h
 	}
-	mux := http.NewServeMux()
-	for path, methods := range byPath {
-		mux.Handle(path, a.dispatch(methods, allowed[path]))
-	}
-	mux.Handle("/", a.serve(func(w http.ResponseWriter, r *http.Request) error {
-		return notFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
-	}))
-	return mux
-}
-
-func (a *API) dispatch(methods map[string]HandlerFunc, allowed []string) http.Handler {
-	allowed = append([]string(nil), allowed...)
-	sort.Strings(allowed)
-	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
-		h, ok := methods[r.Method]
-		if !ok {
-			return newProblem(http.StatusMethodNotAllowed, kindMethod, "Method not allowed",
-				fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
-				header("Allow", strings.Join(allowed, ", "))
-		}
-		return h(w, r)
-	})
-}
-
-// serve turns a HandlerFunc into an http.Handler that answers errors as problems.
-func (a *API) serve(h HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			writeProblem(w, r, a.deps.Log, err)
-		}
-	})
-}
-
-// authenticate checks the bearer key for the route's kind of caller.
-func (a *API) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key, ok := bearer(r)
 		if !ok {
@@ -216,12 +262,12 @@ func (a *API) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
 		var p Principal
 		switch auth {
 		case Operator:
-			if a.deps.AdminKey == "" || subtle.ConstantTimeCompare([]byte(key), []byte(a.deps.AdminKey)) != 1 {
+			if subtle.ConstantTimeCompare([]byte(key), []byte(s.auth.OperatorKey)) != 1 {
 				return unauthorized("This route needs the operator key.")
 			}
 			p.Operator = true
 		case Account:
-			acct, err := a.deps.Accounts.Authenticate(r.Context(), key)
+			acct, err := s.auth.Accounts.Authenticate(r.Context(), key)
 			if err != nil {
 				return err
 			}

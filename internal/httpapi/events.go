@@ -10,6 +10,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // checkJSON refuses a body declared as something other than JSON. A missing Content-Type is
@@ -21,8 +22,7 @@ func checkJSON(r *http.Request) error {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && mt != "application/cloudevents+json" && mt != "application/cloudevents-batch+json") {
-		return newProblem(http.StatusUnsupportedMediaType, kindUnsupported, "Unsupported media type",
-			fmt.Sprintf("Send JSON (application/json or application/cloudevents+json), not %q.", ct))
+		return failure(problem.UnsupportedMediaType, fmt.Sprintf("Send JSON (application/json or application/cloudevents+json), not %q.", ct))
 	}
 	return nil
 }

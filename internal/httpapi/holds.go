@@ -2,13 +2,10 @@ package httpapi
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/limits"
 )
 
 // holdBody is a hold as the API shows it.
@@ -155,45 +152,3 @@ func decodeOptionalJSON(r *http.Request, into any) error {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return decodeJSON(r, into)
 }
-
-// holdsProblem maps the holds' errors to problems; ok is false for any other error.
-func holdsProblem(err error) (p *Problem, ok bool) {
-	var invalid *holds.InvalidError
-	var refused *holds.RefusedError
-	var rate *holds.RateLimitedError
-	var notRunning *holds.NotRunningError
-	var reused *holds.KeyReusedError
-	var unknown *limits.UnknownError
-	switch {
-	case errors.As(err, &invalid):
-		return badRequest(invalid.Error()).with("errors", invalid.Problems), true
-	case errors.As(err, &refused):
-		return newProblem(http.StatusPaymentRequired, kindLimitReached, "Limit reached", refused.Error()).
-			with("remaining", refused.Remaining).with("needed", refused.Needed), true
-	case errors.As(err, &rate):
-		seconds := int64(rate.RetryAfter.Seconds())
-		return newProblem(http.StatusTooManyRequests, kindRateLimited, "Too many new holds", rate.Error()).
-			with("retryAfter", seconds).header("Retry-After", strconv.FormatInt(seconds, 10)), true
-	case errors.As(err, &notRunning):
-		return newProblem(http.StatusConflict, kindHoldNotRunning, "Hold is not running",
-			"The hold is "+string(notRunning.Status)+" and takes no more charges; the job must stop.").
-			with("holdStatus", notRunning.Status), true
-	case errors.As(err, &reused):
-		return newProblem(http.StatusUnprocessableEntity, kindHoldKeyReused, "Key reused", reused.Detail), true
-	case errors.As(err, &unknown):
-		// Fail closed: without a limit Ferry cannot promise anything, so it holds nothing.
-		return newProblem(http.StatusServiceUnavailable, kindLimitUnknown, "Limit unknown", unknown.Reason).
-			header("Retry-After", strconv.Itoa(limitUnknownRetryAfterSeconds)), true
-	case errors.Is(err, holds.ErrNotFound):
-		return notFound("No hold with this id for this account."), true
-	case errors.Is(err, holds.ErrBusy):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The budget was too busy to take the request; nothing was held or charged. Retry it with the same key.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds)), true
-	}
-	return nil, false
-}
-
-// limitUnknownRetryAfterSeconds is what a fail-closed 503 asks clients to wait: about the time
-// the provider is given between attempts.
-const limitUnknownRetryAfterSeconds = 5

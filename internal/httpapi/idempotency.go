@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // Idempotency headers.
@@ -35,22 +34,22 @@ const (
 var replayedHeaders = []string{"Content-Type", "Location"}
 
 // Idempotency is the middleware that gives every mutating route the Idempotency-Key contract
-// (see package idempotency). Requests without the header run as before; other routes are not
-// wrapped. It runs after authentication, so the caller scopes the key, and an unauthenticated
+// (see package idempotency), keeping answers as long as the route's Idempotency says. Requests
+// without the header run as before; other routes are not wrapped. It runs after authentication, so the caller scopes the key, and an unauthenticated
 // request never reaches the store.
 func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
-	return func(route resources.Route, next HandlerFunc) HandlerFunc {
-		if !route.Mutating {
+	return func(route Route, next HandlerFunc) HandlerFunc {
+		if !route.Mutating() {
 			return next
 		}
-		routeKey := route.Method + " " + route.Path
+		routeKey := route.Key()
 		return func(w http.ResponseWriter, r *http.Request) error {
 			values := r.Header.Values(HeaderIdempotencyKey)
 			if len(values) == 0 {
 				return next(w, r)
 			}
 			if len(values) > 1 {
-				return &idempotency.KeyError{Reason: "send it once"}
+				return idempotency.InvalidKey("send it once")
 			}
 			key := values[0]
 			if err := idempotency.ValidateKey(key); err != nil {
@@ -66,7 +65,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			out, err := svc.Begin(r.Context(), idempotency.Request{
-				Scope: p.Scope(), Route: routeKey, Key: key,
+				Scope: p.Scope(), Route: routeKey, Key: key, Retention: route.Idempotency,
 				Fingerprint: idempotency.Fingerprint(r.Method, r.URL.Path, r.URL.RawQuery, body),
 			})
 			if err != nil {

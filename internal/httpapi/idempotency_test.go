@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,19 +16,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 const (
@@ -304,10 +297,11 @@ func (q *flakyQueue) Send(ctx context.Context, env event.Envelope) error {
 
 // A 5xx means the work did not happen: the key is released and the retry runs.
 func TestIdempotency_ServerError_ReleasesTheKey_RetryRuns(t *testing.T) {
-	h := apptest.New(t, apptest.Options{Configure: func(a *app.App) {
-		q := &flakyQueue{Queue: a.Ingest.Queue}
+	h := apptest.New(t, apptest.Options{Configure: func(h *apptest.Harness) {
+		ingest := h.Fn(resources.FunctionIngest).Ingest
+		q := &flakyQueue{Queue: ingest.Queue}
 		q.failures.Store(1)
-		a.Ingest.Queue = q
+		ingest.Queue = q
 	}})
 	key := h.CreateAccount(t, "acct_1", "free", nil)
 	failed := h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1")
@@ -325,22 +319,27 @@ func TestIdempotency_ServerError_ReleasesTheKey_RetryRuns(t *testing.T) {
 }
 
 // blockFirst holds the first request of a route inside the handler until release is closed.
-func blockFirst(method, path string, started, release chan struct{}) func(a *app.App) {
-	return func(a *app.App) {
+func blockFirst(method, path string, started, release chan struct{}) func(h *apptest.Harness) {
+	return func(h *apptest.Harness) {
 		var once sync.Once
-		a.API.Use(func(route resources.Route, next httpapi.HandlerFunc) httpapi.HandlerFunc {
-			if route.Method != method || route.Path != path {
-				return next
+		for _, fn := range h.Functions {
+			if fn.HTTP == nil {
+				continue
 			}
-			return func(w http.ResponseWriter, r *http.Request) error {
-				first := false
-				once.Do(func() { first = true; close(started) })
-				if first {
-					<-release
+			fn.HTTP.Use(func(route httpapi.Route, next httpapi.HandlerFunc) httpapi.HandlerFunc {
+				if route.Method != method || route.Path != path {
+					return next
 				}
-				return next(w, r)
-			}
-		})
+				return func(w http.ResponseWriter, r *http.Request) error {
+					first := false
+					once.Do(func() { first = true; close(started) })
+					if first {
+						<-release
+					}
+					return next(w, r)
+				}
+			})
+		}
 	}
 }
 
@@ -443,21 +442,21 @@ func TestIdempotency_IdenticalRequestsAtOnce_ExactlyOneEffect(t *testing.T) {
 
 // crashAfterClaim lets the first write (the claim) commit and then kills the process: every later
 // write fails before it reaches DynamoDB.
-func crashAfterClaim(op string, _, write int) dynamo.Fault {
+func crashAfterClaim(op string, _, write int) instrument.Fault {
 	switch op {
 	case "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem":
 		if write == 1 {
-			return dynamo.CrashAfter
+			return instrument.CrashAfter
 		}
-		return dynamo.CrashBefore
+		return instrument.CrashBefore
 	}
-	return dynamo.NoFault
+	return instrument.NoFault
 }
 
 // The process dies right after claiming the key. Repeats wait for the lease, then one takes the
 // claim over and runs the request, once.
 func TestIdempotency_CrashBetweenClaimAndCompletion_TakenOverAfterTheLease(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	key := h.CreateAccount(t, "acct_1", "free", nil)
 
@@ -491,15 +490,15 @@ func TestIdempotency_CrashBetweenClaimAndCompletion_TakenOverAfterTheLease(t *te
 // takeover runs the request again; the event's own id makes the second run harmless, so the
 // meter moves once.
 func TestIdempotency_CrashAfterTheEffectBeforeTheRecord_RerunBillsOnce(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	key := h.CreateAccount(t, "acct_1", "free", nil)
 
-	faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+	faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 		if op == "UpdateItem" { // completing the record
-			return dynamo.CrashBefore
+			return instrument.CrashBefore
 		}
-		return dynamo.NoFault
+		return instrument.NoFault
 	})
 	h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1") // lost with the process
 	faults.SetPlan(nil)
@@ -525,29 +524,6 @@ func TestIdempotency_CrashAfterTheEffectBeforeTheRecord_RerunBillsOnce(t *testin
 	}
 }
 
-// restarted serves a second app, built from scratch on the same resources: a new process.
-func restarted(t *testing.T, h *apptest.Harness) *apptest.Harness {
-	t.Helper()
-	cfg := app.Config{
-		Names: h.Env.Names, AdminKey: apptest.AdminKey, Catalog: plans.Default(), Schema: analytics.DefaultSchema,
-		MaxQuarantines: worker.DefaultMaxQuarantines,
-	}
-	a := app.New(cfg, h.Env.ClientsWith(t), apptest.Logger(t), metrics.NewCounter(), h.Clock.Now)
-	handlers := map[string]httpapi.LambdaHandler{}
-	for _, f := range resources.Functions {
-		handlers[f.Name] = httpapi.NewLambdaHandler(a.API.Handler(f.Name))
-	}
-	gw, err := devstack.NewGateway(handlers, resources.FunctionAPI, a.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(srv.Close)
-	second := *h
-	second.App, second.Server = a, srv
-	return &second
-}
-
 func TestIdempotency_StoredAnswersSurviveARestart(t *testing.T) {
 	h := apptest.New(t)
 	body := map[string]any{"id": "acct_1", "plan": "plus"}
@@ -556,7 +532,7 @@ func TestIdempotency_StoredAnswersSurviveARestart(t *testing.T) {
 		t.Fatalf("create: %d %s", first.Status, first.Body)
 	}
 	h.Server.Close()
-	sameAnswer(t, first, restarted(t, h).Do(t, http.MethodPost, "/v1/accounts", apptest.AdminKey, body, keyHeader, "k1"))
+	sameAnswer(t, first, h.Restart(t).Do(t, http.MethodPost, "/v1/accounts", apptest.AdminKey, body, keyHeader, "k1"))
 }
 
 func TestIdempotency_AfterTheRetention_TheKeyRunsAgain(t *testing.T) {
@@ -645,14 +621,14 @@ func TestIdempotency_EveryMutatingRouteGoesThroughTheMiddleware(t *testing.T) {
 	h := apptest.New(t)
 	accountKey := h.CreateAccount(t, "acct_1", "free", nil)
 	registered := map[string]bool{}
-	for _, k := range h.App.API.Keys() {
+	for _, k := range h.Served() {
 		registered[k] = true
 	}
-	for i, route := range resources.Routes {
+	for i, route := range httpapi.Routes {
 		name := route.Method + " " + route.Path
 		t.Run(name, func(t *testing.T) {
 			if !registered[name] {
-				t.Fatalf("%s is declared in resources.Routes but no handler is registered", name)
+				t.Fatalf("%s is in the route table but no function serves it", name)
 			}
 			path := pathWith(route.Path, "acct_1")
 			var body any
@@ -670,7 +646,7 @@ func TestIdempotency_EveryMutatingRouteGoesThroughTheMiddleware(t *testing.T) {
 				t.Fatalf("first: %d %s", first.Status, first.Body)
 			}
 			repeat := h.Do(t, route.Method, path, bearer, body, keyHeader, k)
-			if !route.Mutating {
+			if !route.Mutating() {
 				if replayed(repeat) {
 					t.Errorf("a safe route replayed an answer")
 				}

@@ -8,11 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // ProblemContentType is the media type of every error answer (RFC 9457).
@@ -21,6 +18,53 @@ const ProblemContentType = "application/problem+json"
 // problemTypePrefix makes problem type URIs: tag URIs (RFC 4151) name the problem kinds without
 // promising a page behind them.
 const problemTypePrefix = "tag:ferrymeter.dev,2026:problem:"
+
+// Waits a problem asks clients for, by kind.
+const (
+	// retryAfterUnavailable is what a 503 asks clients to wait.
+	retryAfterUnavailable = time.Second
+	// retryAfterLimitUnknown is what a fail-closed 503 asks clients to wait: about the time the
+	// provider is given between attempts.
+	retryAfterLimitUnknown = 5 * time.Second
+)
+
+// answer is how one kind of error is answered.
+type answer struct {
+	// slug names the problem type: problemTypePrefix + slug.
+	slug   string
+	title  string
+	status int
+	// retryAfter is the Retry-After of every answer of the kind, unless the error says otherwise.
+	retryAfter time.Duration
+	// header is a header every answer of the kind carries.
+	header [2]string
+}
+
+// answers is the one table from a kind of error to the problem document its callers get. Domain
+// errors say their kind and what the caller may be told (problem.Describe); this table says how
+// HTTP answers it. An error of no kind is a 500 whose cause is never shown.
+var answers = map[problem.Kind]answer{
+	problem.Internal:             {slug: "internal", title: "Internal error", status: http.StatusInternalServerError},
+	problem.Invalid:              {slug: "invalid-request", title: "Invalid request", status: http.StatusBadRequest},
+	problem.Unauthenticated:      {slug: "unauthorized", title: "Unauthorized", status: http.StatusUnauthorized, header: [2]string{"WWW-Authenticate", `Bearer realm="ferry"`}},
+	problem.NotFound:             {slug: "not-found", title: "Not found", status: http.StatusNotFound},
+	problem.MethodNotAllowed:     {slug: "method-not-allowed", title: "Method not allowed", status: http.StatusMethodNotAllowed},
+	problem.UnsupportedMediaType: {slug: "unsupported-media-type", title: "Unsupported media type", status: http.StatusUnsupportedMediaType},
+	problem.TooLarge:             {slug: "too-large", title: "Request too large", status: http.StatusRequestEntityTooLarge},
+	problem.Conflict:             {slug: "conflict", title: "Conflict", status: http.StatusConflict},
+	problem.AgreementLocked:      {slug: "agreement-locked", title: "Agreement start is fixed", status: http.StatusConflict},
+	problem.LimitReached:         {slug: "limit-reached", title: "Limit reached", status: http.StatusPaymentRequired},
+	problem.LimitUnknown:         {slug: "limit-unknown", title: "Limit unknown", status: http.StatusServiceUnavailable, retryAfter: retryAfterLimitUnknown},
+	problem.RateLimited:          {slug: "rate-limited", title: "Too many new holds", status: http.StatusTooManyRequests},
+	problem.Unavailable:          {slug: "unavailable", title: "Service unavailable", status: http.StatusServiceUnavailable, retryAfter: retryAfterUnavailable},
+	problem.InFlight:             {slug: "idempotency-in-flight", title: "Request in flight", status: http.StatusConflict, retryAfter: idempotency.RetryAfterInFlight},
+	problem.IdempotencyKeyReused: {slug: "idempotency-key-reused", title: "Idempotency-Key reused", status: http.StatusUnprocessableEntity},
+	problem.HoldNotRunning:       {slug: "hold-not-running", title: "Hold is not running", status: http.StatusConflict},
+	problem.KeyReused:            {slug: "key-reused", title: "Key reused", status: http.StatusUnprocessableEntity},
+}
+
+// internalDetail is the whole detail of a 500: its cause is logged, never shown.
+const internalDetail = "Something went wrong on our side; nothing about the request is shown here. Retry later."
 
 // Problem is an RFC 9457 problem document.
 type Problem struct {
@@ -46,41 +90,35 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// Problem kinds.
-const (
-	kindInvalid      = "invalid-request"
-	kindUnauthorized = "unauthorized"
-	kindNotFound     = "not-found"
-	kindMethod       = "method-not-allowed"
-	kindConflict     = "conflict"
-	kindAgreement    = "agreement-locked"
-	kindTooLarge     = "too-large"
-	kindLimitReached = "limit-reached"
-	kindUnavailable  = "unavailable"
-	kindInternal     = "internal"
-	kindUnsupported  = "unsupported-media-type"
-	kindInFlight     = "idempotency-in-flight"
-	kindKeyReused    = "idempotency-key-reused"
-)
+// Error makes a Problem usable as an error returned by a handler.
+func (p *Problem) Error() string { return p.Title + ": " + p.Detail }
 
-// Problem kinds of the usage holds.
-const (
-	kindRateLimited    = "rate-limited"
-	kindLimitUnknown   = "limit-unknown"
-	kindHoldNotRunning = "hold-not-running"
-	kindHoldKeyReused  = "key-reused"
-)
-
-func newProblem(status int, kind, title, detail string) *Problem {
-	return &Problem{Type: problemTypePrefix + kind, Title: title, Status: status, Detail: detail}
+// newProblem is the problem document of a kind, as the table answers it, with this occurrence's
+// public description.
+func newProblem(kind problem.Kind, pub problem.Public) *Problem {
+	a, ok := answers[kind]
+	if !ok {
+		a, pub = answers[problem.Internal], problem.Public{}
+	}
+	p := &Problem{Type: problemTypePrefix + a.slug, Title: a.title, Status: a.status, Detail: pub.Detail, Extras: pub.Facts}
+	if a.status == http.StatusInternalServerError {
+		p.Detail, p.Extras = internalDetail, nil
+	}
+	if a.header[0] != "" {
+		p.header(a.header[0], a.header[1])
+	}
+	if wait := max(pub.RetryAfter, 0); wait > 0 || a.retryAfter > 0 {
+		if wait == 0 {
+			wait = a.retryAfter
+		}
+		p.header("Retry-After", strconv.Itoa(int(wait/time.Second)))
+	}
+	return p
 }
 
-func (p *Problem) with(key string, v any) *Problem {
-	if p.Extras == nil {
-		p.Extras = map[string]any{}
-	}
-	p.Extras[key] = v
-	return p
+// failure is a problem of a kind that a handler raises itself, with its detail.
+func failure(kind problem.Kind, detail string) *Problem {
+	return newProblem(kind, problem.Public{Detail: detail})
 }
 
 func (p *Problem) header(k, v string) *Problem {
@@ -91,90 +129,21 @@ func (p *Problem) header(k, v string) *Problem {
 	return p
 }
 
-// Error makes a Problem usable as an error returned by a handler.
-func (p *Problem) Error() string { return p.Title + ": " + p.Detail }
+// badRequest refuses the request as a whole, with a detail.
+func badRequest(detail string) error { return problem.Input(detail) }
 
-// badRequest is a 400 with a detail.
-func badRequest(detail string) *Problem {
-	return newProblem(http.StatusBadRequest, kindInvalid, "Invalid request", detail)
-}
+func notFound(detail string) *Problem { return failure(problem.NotFound, detail) }
 
-func notFound(detail string) *Problem {
-	return newProblem(http.StatusNotFound, kindNotFound, "Not found", detail)
-}
+func unauthorized(detail string) *Problem { return failure(problem.Unauthenticated, detail) }
 
-func unauthorized(detail string) *Problem {
-	return newProblem(http.StatusUnauthorized, kindUnauthorized, "Unauthorized", detail).header("WWW-Authenticate", `Bearer realm="ferry"`)
-}
-
-// retryAfterUnavailableSeconds is what a 503 asks clients to wait.
-const retryAfterUnavailableSeconds = 1
-
-// problemFor maps an error to its problem document: the one place that knows which domain error
-// is which HTTP status. Anything unrecognised is a 500 whose detail never shows the cause.
+// problemFor maps an error to its problem document through the table: the one place that knows
+// which kind of error is which HTTP status.
 func problemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
 	}
-	if p, ok := holdsProblem(err); ok {
-		return p
-	}
-	var refused *ingest.RefusedError
-	var batchInvalid *ingest.BatchInvalidError
-	var invalidAccount *accounts.InvalidError
-	var invalidEvent *event.InvalidError
-	var invalidKey *idempotency.KeyError
-	var linkTaken *accounts.LinkTakenError
-	switch {
-	case errors.As(err, &linkTaken):
-		return newProblem(http.StatusConflict, kindConflict, "Conflict",
-			"The "+linkTaken.Kind.Field()+" "+strconv.Quote(linkTaken.ID)+" is linked to another account; unlink it there first.").
-			with("field", linkTaken.Kind.Field())
-	case errors.Is(err, accounts.ErrLinkContended):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The account's linked ids changed while this request ran, so nothing was changed; retry it.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
-	case errors.As(err, &invalidKey):
-		return badRequest(invalidKey.Error() + ".")
-	case errors.Is(err, idempotency.ErrInFlight):
-		return newProblem(http.StatusConflict, kindInFlight, "Request in flight",
-			"A request with this Idempotency-Key is still being processed; retry after it completes.").
-			header("Retry-After", strconv.Itoa(int(idempotency.RetryAfterInFlight/time.Second)))
-	case errors.Is(err, idempotency.ErrKeyReused):
-		return newProblem(http.StatusUnprocessableEntity, kindKeyReused, "Idempotency-Key reused",
-			"This Idempotency-Key was used with a different request (method, path or body); send a new key for a new request.")
-	case errors.Is(err, idempotency.ErrUnavailable):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The Idempotency-Key could not be checked, so nothing was done; retry it.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
-	case errors.As(err, &invalidAccount):
-		return badRequest(invalidAccount.Error()).with("errors", invalidAccount.Problems)
-	case errors.As(err, &invalidEvent):
-		return badRequest(invalidEvent.Reason)
-	case errors.As(err, &batchInvalid):
-		return badRequest(batchInvalid.Detail).with("results", batchInvalid.Results)
-	case errors.As(err, &refused):
-		return newProblem(http.StatusPaymentRequired, kindLimitReached, "Limit reached", refused.Detail).
-			with("remaining", refused.Remaining)
-	case errors.Is(err, accounts.ErrUnauthenticated):
-		return unauthorized("The API key is not valid.")
-	case errors.Is(err, accounts.ErrNotFound), errors.Is(err, ledger.ErrNotFound):
-		return notFound("No such resource.")
-	case errors.Is(err, accounts.ErrExists):
-		return newProblem(http.StatusConflict, kindConflict, "Conflict", "An account with this id already exists.")
-	case errors.Is(err, accounts.ErrAgreementLocked):
-		return newProblem(http.StatusConflict, kindAgreement, "Agreement start is fixed",
-			"The agreement start cannot change after the account's first usage.")
-	case errors.Is(err, ingest.ErrTooLarge):
-		return newProblem(http.StatusRequestEntityTooLarge, kindTooLarge, "Request too large", err.Error())
-	case errors.Is(err, ingest.ErrQueueUnavailable):
-		return newProblem(http.StatusServiceUnavailable, kindUnavailable, "Service unavailable",
-			"The event could not be queued and was not accepted; retry it.").
-			header("Retry-After", strconv.Itoa(retryAfterUnavailableSeconds))
-	}
-	return newProblem(http.StatusInternalServerError, kindInternal, "Internal error",
-		"Something went wrong on our side; nothing about the request is shown here. Retry later.")
+	return newProblem(problem.Describe(err))
 }
 
 // writeProblem answers with a problem document; a 500 logs its cause first.

@@ -8,10 +8,10 @@
 // told to retry (409); the same key with a different request is refused (422). A claim whose
 // owner died expires after Lease and is taken over by a conditional write that checks it is
 // still the expired claim that was read. Answers that mean "the work did not happen" (5xx, 429)
-// release the claim so that a retry runs. Records expire after a retention (Policy), by a TTL
-// attribute.
+// release the claim so that a retry runs. Records expire after their route's retention (its
+// entry in the route table, internal/httpapi), by a TTL attribute.
 //
-// The decisions are pure functions over the stored record (Decide, Retain, Policy.Retention),
+// The decisions are pure functions over the stored record (Decide, Retain),
 // the DynamoDB adapter (DynamoStore) only writes and translates conditional-check failures into
 // ErrClaimed and ErrClaimLost, and Service strings them together.
 //

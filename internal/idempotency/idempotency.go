@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"net/http"
 	"time"
+
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Limits and durations of the contract.
@@ -22,7 +23,7 @@ const (
 	// timeout of every function that serves a mutating route (a test holds it to that): Lambda
 	// stops a function at its timeout, so a claim older than the lease has no living owner.
 	Lease = 30 * time.Second
-	// DefaultRetention is how long an answer is kept for replay unless Policy says otherwise.
+	// DefaultRetention is how long an answer is kept for replay unless its route says otherwise.
 	// It is at least the 24 hours clients are used to from payment APIs.
 	DefaultRetention = 24 * time.Hour
 	// EventRetention is the retention of the event routes. Clients buffer usage and replay a
@@ -37,33 +38,36 @@ const (
 	MaxStoredBodyBytes = 256 << 10
 )
 
-// Errors the HTTP layer maps to problem documents.
+// Errors of the contract, each with its kind; the HTTP layer maps them to problem documents.
 var (
-	// ErrInFlight: a request with this key is still running; retry after RetryAfterInFlight (409).
-	ErrInFlight = errors.New("a request with this idempotency key is still in flight")
-	// ErrKeyReused: the key was used with a different request (422).
-	ErrKeyReused = errors.New("the idempotency key was used with a different request")
-	// ErrUnavailable: the key could not be claimed or read; nothing ran (503).
-	ErrUnavailable = errors.New("the idempotency store is unavailable")
+	// ErrInFlight: a request with this key is still running; retry after RetryAfterInFlight.
+	ErrInFlight = problem.New(problem.InFlight, "a request with this idempotency key is still in flight",
+		"A request with this Idempotency-Key is still being processed; retry after it completes.")
+	// ErrKeyReused: the key was used with a different request.
+	ErrKeyReused = problem.New(problem.IdempotencyKeyReused, "the idempotency key was used with a different request",
+		"This Idempotency-Key was used with a different request (method, path or body); send a new key for a new request.")
+	// ErrUnavailable: the key could not be claimed or read; nothing ran.
+	ErrUnavailable = problem.New(problem.Unavailable, "the idempotency store is unavailable",
+		"The Idempotency-Key could not be checked, so nothing was done; retry it.")
 )
 
-// KeyError says why an Idempotency-Key header is not acceptable (400).
-type KeyError struct{ Reason string }
-
-func (e *KeyError) Error() string { return "invalid Idempotency-Key: " + e.Reason }
+// InvalidKey refuses an Idempotency-Key header for reason.
+func InvalidKey(reason string) error {
+	return problem.Input("invalid Idempotency-Key: " + reason + ".")
+}
 
 // ValidateKey accepts 1 to MaxKeyLength printable ASCII characters (space to tilde), which is
 // what an HTTP header carries unchanged through every proxy.
 func ValidateKey(key string) error {
 	if key == "" {
-		return &KeyError{Reason: "it is empty"}
+		return InvalidKey("it is empty")
 	}
 	if len(key) > MaxKeyLength {
-		return &KeyError{Reason: fmt.Sprintf("it is %d characters; the limit is %d", len(key), MaxKeyLength)}
+		return InvalidKey(fmt.Sprintf("it is %d characters; the limit is %d", len(key), MaxKeyLength))
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {
-			return &KeyError{Reason: "it must contain printable ASCII characters only"}
+			return InvalidKey("it must contain printable ASCII characters only")
 		}
 	}
 	return nil
@@ -214,34 +218,4 @@ func Decide(current *Record, fingerprint string, now time.Time) Decision {
 // the request's answer and is replayed.
 func Retain(status int) bool {
 	return status < http.StatusInternalServerError && status != http.StatusTooManyRequests
-}
-
-// Policy is how long answers are kept, per route.
-type Policy struct {
-	// Default applies to routes without an entry.
-	Default time.Duration
-	// Routes maps a route ("POST /v1/events") to its retention.
-	Routes map[string]time.Duration
-}
-
-// DefaultPolicy keeps answers DefaultRetention, and EventRetention on the event routes.
-func DefaultPolicy() Policy {
-	return Policy{
-		Default: DefaultRetention,
-		Routes: map[string]time.Duration{
-			"POST /v1/events":       EventRetention,
-			"POST /v1/events/batch": EventRetention,
-		},
-	}
-}
-
-// Retention returns how long the route's answers are kept.
-func (p Policy) Retention(route string) time.Duration {
-	if d, ok := p.Routes[route]; ok && d > 0 {
-		return d
-	}
-	if p.Default > 0 {
-		return p.Default
-	}
-	return DefaultRetention
 }

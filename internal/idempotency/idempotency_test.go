@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -32,9 +33,9 @@ func TestValidateKey(t *testing.T) {
 			if (err == nil) != c.ok {
 				t.Fatalf("ValidateKey(%q) = %v; want ok=%v", c.key, err, c.ok)
 			}
-			var ke *KeyError
+			var ke *problem.InputError
 			if err != nil && !errors.As(err, &ke) {
-				t.Errorf("error %v is not a *KeyError", err)
+				t.Errorf("error %v is not refused input (a *problem.InputError)", err)
 			}
 		})
 	}
@@ -125,51 +126,6 @@ func TestRetain_StoresAnswersButNotFailuresToRun(t *testing.T) {
 	} {
 		if got := Retain(status); got != want {
 			t.Errorf("Retain(%d) = %v; want %v", status, got, want)
-		}
-	}
-}
-
-func TestPolicy_Retention(t *testing.T) {
-	p := DefaultPolicy()
-	if got := p.Retention("POST /v1/accounts"); got != DefaultRetention {
-		t.Errorf("accounts: %s", got)
-	}
-	if got := p.Retention("POST /v1/events"); got != EventRetention {
-		t.Errorf("events: %s", got)
-	}
-	if got := (Policy{}).Retention("POST /v1/accounts"); got != DefaultRetention {
-		t.Errorf("zero policy: %s", got)
-	}
-	for route := range p.Routes {
-		if !declaredMutating(route) {
-			t.Errorf("retention for %q, which is not a mutating route of resources.Routes", route)
-		}
-	}
-}
-
-func declaredMutating(route string) bool {
-	for _, r := range resources.Routes {
-		if r.Method+" "+r.Path == route {
-			return r.Mutating
-		}
-	}
-	return false
-}
-
-// A claim may be taken over only once its owner cannot be running any more: the lease must
-// outlast the timeout of every function that serves a mutating route.
-func TestLease_OutlastsEveryFunctionServingAMutatingRoute(t *testing.T) {
-	for _, r := range resources.Routes {
-		if !r.Mutating {
-			continue
-		}
-		f, ok := resources.FunctionByName(r.Function)
-		if !ok {
-			t.Errorf("%s %s: no function %q", r.Method, r.Path, r.Function)
-			continue
-		}
-		if f.Timeout >= Lease {
-			t.Errorf("%s %s is served by %s with a %s timeout; the lease is %s", r.Method, r.Path, f.Name, f.Timeout, Lease)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // Store errors. The adapter translates DynamoDB's conditional-check failures into these.
@@ -39,13 +41,13 @@ type Store interface {
 }
 
 // maxClaimAttempts bounds the claim loop. Each lap means another request changed the record
-// between our write and our read (a release, a takeover); two laps are already rare.
+// between our write and our read (a release, a takeover); two laps are already rare, and none
+// waits: the next lap acts on what the last read found.
 const maxClaimAttempts = 4
 
 // Service runs the contract over a Store.
 type Service struct {
-	Store  Store
-	Policy Policy
+	Store Store
 	// Now is the clock; it is read once per claim attempt and once per completion.
 	Now func() time.Time
 }
@@ -56,6 +58,17 @@ type Request struct {
 	Route       string
 	Key         string
 	Fingerprint string
+	// Retention is how long the route keeps its answers for replay (its entry in the route
+	// table); zero means DefaultRetention.
+	Retention time.Duration
+}
+
+// retention is how long the request's answer is kept.
+func (r Request) retention() time.Duration {
+	if r.Retention > 0 {
+		return r.Retention
+	}
+	return DefaultRetention
 }
 
 // Outcome is what Begin decided. For Run, Claim must be finished with Finish; for Replay,
@@ -68,8 +81,9 @@ type Outcome struct {
 
 // Claim is a won claim of a key.
 type Claim struct {
-	record Record
-	sealer sealer
+	record    Record
+	sealer    sealer
+	retention time.Duration
 }
 
 // Begin claims the request's key, or says why the request must not run. The claim is the first
@@ -81,7 +95,7 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 	}
 	id := RecordID(req.Scope, req.Route, req.Key)
 	var expired *Record // the record to take over; nil: insert
-	for range maxClaimAttempts {
+	out, err := retry.Do(ctx, retry.Contended.WithTries(maxClaimAttempts), func(ctx context.Context, _ retry.Lap) (Outcome, error) {
 		now := s.Now()
 		token, err := newToken()
 		if err != nil {
@@ -90,7 +104,7 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 		claim := Record{
 			ID: id, Scope: req.Scope, Route: req.Route, Fingerprint: req.Fingerprint, State: InFlight,
 			Token: token, ClaimedAtMs: now.UnixMilli(), LeaseExpiresAtMs: now.Add(Lease).UnixMilli(),
-			ExpiresAt: expiresAt(now, s.Policy.Retention(req.Route)),
+			ExpiresAt: expiresAt(now, req.retention()),
 		}
 		if expired == nil {
 			err = s.Store.Claim(ctx, claim)
@@ -98,15 +112,15 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 			err = s.Store.TakeOver(ctx, *expired, claim)
 		}
 		if err == nil {
-			return Outcome{Decision: Run, Claim: &Claim{record: claim, sealer: seal}}, nil
+			return Outcome{Decision: Run, Claim: &Claim{record: claim, sealer: seal, retention: req.retention()}}, nil
 		}
 		if !errors.Is(err, ErrClaimed) {
 			return Outcome{}, fmt.Errorf("%w: claim: %v", ErrUnavailable, err)
 		}
 		current, err := s.Store.Get(ctx, id)
 		if errors.Is(err, ErrNotFound) {
-			expired = nil // released since our write: claim afresh
-			continue
+			expired = nil // released since our write: claim afresh, at once
+			return Outcome{}, retry.Reread(err)
 		}
 		if err != nil {
 			return Outcome{}, fmt.Errorf("%w: read: %v", ErrUnavailable, err)
@@ -123,13 +137,20 @@ func (s *Service) Begin(ctx context.Context, req Request) (Outcome, error) {
 		case Mismatch:
 			return Outcome{Decision: Mismatch}, ErrKeyReused
 		case TakeOver:
-			expired = &current
+			expired = &current // take the expired record over, at once
+			return Outcome{}, retry.Reread(errExpired)
 		default:
 			return Outcome{}, fmt.Errorf("idempotency: decision %s for a stored record", d) // a programmer error
 		}
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return Outcome{}, fmt.Errorf("%w: the record of this key kept changing under %d attempts", ErrUnavailable, maxClaimAttempts)
 	}
-	return Outcome{}, fmt.Errorf("%w: the record of this key kept changing under %d attempts", ErrUnavailable, maxClaimAttempts)
+	return out, err
 }
+
+// errExpired is a claim that met an expired record, which the next lap takes over.
+var errExpired = errors.New("the key's record is expired")
 
 // Finish ends a claim with the request's answer: an answer Retain keeps is stored for replay;
 // any other releases the key so a retry runs. It reports whether the answer was stored. An error
@@ -149,7 +170,7 @@ func (s *Service) Finish(ctx context.Context, c *Claim, resp Response) (bool, er
 	rec := c.record
 	rec.State = Completed
 	rec.CompletedAtMs = now.UnixMilli()
-	rec.ExpiresAt = expiresAt(now, s.Policy.Retention(rec.Route))
+	rec.ExpiresAt = expiresAt(now, c.retention)
 	rec.Status, rec.Header, rec.SealedBody = resp.Status, resp.Header, sealed
 	if err := s.Store.Complete(ctx, rec); err != nil {
 		return false, fmt.Errorf("complete record %s: %w", rec.ID, err)

@@ -32,11 +32,12 @@ func newFixture(t *testing.T) fixture {
 	env := testenv.New(t)
 	clock := apptest.NewClock(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC))
 	store := &idempotency.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
-	return fixture{svc: &idempotency.Service{Store: store, Policy: idempotency.DefaultPolicy(), Now: clock.Now}, store: store, clock: clock}
+	return fixture{svc: &idempotency.Service{Store: store, Now: clock.Now}, store: store, clock: clock}
 }
 
 func request(key, fingerprint string) idempotency.Request {
-	return idempotency.Request{Scope: "account:acct_1", Route: "POST /v1/events", Key: key, Fingerprint: fingerprint}
+	// The event routes keep their answers EventRetention (their entry in the route table).
+	return idempotency.Request{Scope: "account:acct_1", Route: "POST /v1/events", Key: key, Fingerprint: fingerprint, Retention: idempotency.EventRetention}
 }
 
 var created = idempotency.Response{
@@ -178,7 +179,7 @@ func TestService_RetentionOver_KeyIsFreeAgain(t *testing.T) {
 	mustRun(t, f, idempotency.Request{Scope: "operator", Route: "POST /v1/accounts", Key: "k1", Fingerprint: "another"})
 }
 
-func TestService_RetentionFollowsThePolicy(t *testing.T) {
+func TestService_RetentionFollowsTheRoute(t *testing.T) {
 	f := newFixture(t)
 	req := request("k1", "fp") // POST /v1/events: EventRetention
 	mustFinish(t, f, mustRun(t, f, req), created)

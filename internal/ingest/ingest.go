@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,18 +16,21 @@ import (
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
-// Errors the HTTP layer maps to statuses.
+// Errors of ingest, each with its kind.
 var (
-	// ErrTooLarge: the body is over the route's limit (413).
-	ErrTooLarge = errors.New("request body too large")
-	// ErrQueueUnavailable: the event could not be queued; nothing was accepted (503).
-	ErrQueueUnavailable = errors.New("the event queue is unavailable")
+	// ErrTooLarge: the body is over the route's limit. Callers are told the whole message,
+	// which says by how much.
+	ErrTooLarge = problem.New(problem.TooLarge, "request body too large", "")
+	// ErrQueueUnavailable: the event could not be queued; nothing was accepted.
+	ErrQueueUnavailable = problem.New(problem.Unavailable, "the event queue is unavailable",
+		"The event could not be queued and was not accepted; retry it.")
 )
 
-// RefusedError is the gate's 402: the account is known to be unable to take the event.
+// RefusedError is the gate's refusal: the account is known to be unable to take the event.
 type RefusedError struct {
 	Detail    string
 	Remaining int64
@@ -36,6 +38,14 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string { return e.Detail }
+
+// Kind implements problem.Error.
+func (e *RefusedError) Kind() problem.Kind { return problem.LimitReached }
+
+// Public implements problem.Describer: the caller learns what is left.
+func (e *RefusedError) Public() problem.Public {
+	return problem.Public{Detail: e.Detail, Facts: map[string]any{"remaining": e.Remaining}}
+}
 
 // Queue carries envelopes to the worker.
 type Queue interface {
@@ -102,14 +112,6 @@ type ItemResult struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// BatchInvalidError: no item of the batch could be queued; Results says why for each.
-type BatchInvalidError struct {
-	Detail  string
-	Results []ItemResult
-}
-
-func (e *BatchInvalidError) Error() string { return e.Detail }
-
 // AcceptBatch validates up to event.MaxBatchItems events, collapses repeated ids (the first copy
 // wins), runs the gate once and queues the valid events. It answers for every item in order.
 func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body []byte) ([]ItemResult, error) {
@@ -119,13 +121,13 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 	trimmed := bytes.TrimSpace(body)
 	var items []json.RawMessage
 	if len(trimmed) == 0 || trimmed[0] != '[' || json.Unmarshal(trimmed, &items) != nil {
-		return nil, &event.InvalidError{Reason: "a batch is a JSON array of CloudEvents 1.0 events"}
+		return nil, problem.Input("a batch is a JSON array of CloudEvents 1.0 events")
 	}
 	if len(items) == 0 {
-		return nil, &event.InvalidError{Reason: "the batch is empty"}
+		return nil, problem.Input("the batch is empty")
 	}
 	if len(items) > event.MaxBatchItems {
-		return nil, &event.InvalidError{Reason: fmt.Sprintf("the batch has %d events; the limit is %d", len(items), event.MaxBatchItems)}
+		return nil, problem.Input(fmt.Sprintf("the batch has %d events; the limit is %d", len(items), event.MaxBatchItems))
 	}
 	now := s.Now()
 	results := make([]ItemResult, len(items))
@@ -148,7 +150,10 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 		queuedAt = append(queuedAt, i)
 	}
 	if len(envs) == 0 {
-		return nil, &BatchInvalidError{Detail: "no event in the batch is valid", Results: results}
+		// No item can be queued: the batch is refused, with why for each item.
+		invalid := problem.Input("no event in the batch is valid")
+		invalid.Facts = map[string]any{"results": results}
+		return nil, invalid
 	}
 	ids := make([]string, len(envs))
 	for i, env := range envs {
@@ -221,7 +226,7 @@ func (s *Service) refusal(ctx context.Context, acct accounts.Account, now time.T
 		s.Log.Warn("advisory gate could not read the meter; failing open", "account", acct.ID, "err", err)
 		return nil
 	}
-	if budget.Committed >= limit.Max {
+	if !limit.Check(budget.Committed, plans.EventAmount).Fits {
 		return &RefusedError{
 			Detail:    fmt.Sprintf("The account has used its %d events for this cycle.", limit.Max),
 			Remaining: 0, Limit: limit.Max,

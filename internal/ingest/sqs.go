@@ -11,11 +11,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
-// SQS limits for SendMessageBatch, and how often Ferry retries entries SQS refused.
+// SQS limits for SendMessageBatch, and how many attempts an entry SQS itself failed (not the
+// sender's fault) gets, the first included.
 const (
 	maxBatchEntries  = 10
 	maxBatchPayload  = 256 << 10
@@ -78,35 +79,34 @@ func chunks(bodies []string) [][]int {
 
 func (q *SQSQueue) sendChunk(ctx context.Context, bodies []string, chunk []int) error {
 	pending := chunk
-	for attempt := range maxEntryAttempts {
+	_, err := retry.Do(ctx, retry.Contended.WithTries(maxEntryAttempts), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 		entries := make([]types.SendMessageBatchRequestEntry, len(pending))
 		for i, idx := range pending {
 			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), MessageBody: aws.String(bodies[idx])}
 		}
 		out, err := q.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
-		if len(out.Failed) == 0 {
-			return nil
-		}
-		var retry []int
+		var again []int
 		var reasons []error
 		for _, f := range out.Failed {
 			idx, _ := strconv.Atoi(aws.ToString(f.Id))
 			if f.SenderFault {
-				return fmt.Errorf("SQS refused event %d: %s", idx, aws.ToString(f.Message))
+				return struct{}{}, fmt.Errorf("SQS refused event %d: %s", idx, aws.ToString(f.Message))
 			}
-			retry = append(retry, idx)
+			again = append(again, idx)
 			reasons = append(reasons, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
-		if attempt == maxEntryAttempts-1 {
-			return fmt.Errorf("%d entries not queued after %d attempts: %w", len(retry), maxEntryAttempts, errors.Join(reasons...))
+		if len(again) == 0 {
+			return struct{}{}, nil
 		}
-		if err := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); err != nil {
-			return err
-		}
-		pending = retry
+		// SQS's own failures: send only those entries again.
+		pending = again
+		return struct{}{}, retry.Again(fmt.Errorf("%d entries not queued: %w", len(again), errors.Join(reasons...)))
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return fmt.Errorf("entries not queued after %d attempts: %w", maxEntryAttempts, err)
 	}
-	return nil
+	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
@@ -116,9 +117,9 @@ func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry
 	return it.entry(), nil
 }
 
-// checkpoint is the one projected, strongly consistent read that resolves a cancelled billing
-// transaction: whether the checkpoint is present, and the status.
-func (s *DynamoStore) checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
+// Checkpoint implements BillingStore: the one projected, strongly consistent read that resolves
+// a cancelled billing write: whether the checkpoint is present, and the status.
+func (s *DynamoStore) Checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
@@ -135,24 +136,17 @@ func (s *DynamoStore) checkpoint(ctx context.Context, accountID, eventID string)
 	return dynamo.Has(out.Item, "billingAcceptedAtMs"), Status(dynamo.Str(out.Item, "status")), nil
 }
 
-// Outcome of AcceptBilling.
-type Outcome int
+// Budget implements BillingStore: the budget row an event's capped billing moves, read strongly
+// consistent.
+func (s *DynamoStore) Budget(ctx context.Context, e Entry, b Billing) (usage.Totals, error) {
+	return s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)
+}
 
-// Outcomes.
-const (
-	// Accepted: this call stamped the checkpoint (and moved the meter, for metered tiers).
-	Accepted Outcome = iota + 1
-	// AlreadyAccepted: an earlier attempt had billed the event; nothing moved now.
-	AlreadyAccepted
-)
-
-// AcceptBilling bills one event per its charge: one TransactWriteItems carrying the meter update
-// and the checkpoint (or the checkpoint alone for tiers that consume nothing). A cancelled write
-// is resolved from durable state — the checkpoint first, then, if it is absent, the budget row —
-// never from the error's shape. It returns ErrLimitReached only when the budget row confirms the
-// limit, and retries (bounded) a cancellation that neither explains, such as a transaction
-// conflict.
-func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowMs int64) (Outcome, error) {
+// WriteBilling implements BillingStore: one TransactWriteItems carrying the meter update and the
+// checkpoint (or the checkpoint alone for tiers that consume nothing). A write that a condition
+// or a conflicting transaction cancelled is ErrCancelled: which of them it was, only durable
+// state says, never the error's shape.
+func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowMs int64) error {
 	checkpoint := types.TransactWriteItem{Update: &types.Update{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(e.AccountID, e.EventID),
@@ -160,57 +154,28 @@ func (s *DynamoStore) AcceptBilling(ctx context.Context, e Entry, c Charge, nowM
 		ConditionExpression:      aws.String(checkpointCondition),
 		ExpressionAttributeNames: dynamo.Names(checkpointUpdate, checkpointCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(c.Tier)), ":inserting": dynamo.S(string(Inserting)),
+			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(b.Tier)), ":inserting": dynamo.S(string(Inserting)),
 		},
 	}}
 	var items []types.TransactWriteItem
-	switch c.Kind {
-	case ChargeCapped:
-		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, c.Feature, e.Cycle, c.Amount, c.Limit, nowMs), checkpoint}
-	case ChargeCounted:
-		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, c.Feature, e.Cycle, usage.ShardFor(e.EventID), c.Amount, nowMs), checkpoint}
-	case ChargeCheckpointOnly:
+	switch b.Kind {
+	case BillCapped:
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs), checkpoint}
+	case BillCounted:
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, usage.ShardFor(e.EventID), b.Amount, nowMs), checkpoint}
+	case BillCheckpointOnly:
 		items = []types.TransactWriteItem{checkpoint}
 	default:
-		return 0, fmt.Errorf("accept billing %s: charge kind %d does not bill", e.EventID, c.Kind)
+		return fmt.Errorf("bill event %s: billing kind %d does not bill", e.EventID, b.Kind)
 	}
-
-	for attempt := range dynamo.MaxConflictTries {
-		err := s.write(ctx, items)
-		if err == nil {
-			return Accepted, nil
-		}
-		if !dynamo.IsTransactionCanceled(err) && !dynamo.IsConditionFailed(err) {
-			return 0, fmt.Errorf("bill event %s: %w", e.EventID, err)
-		}
-		billed, status, rerr := s.checkpoint(ctx, e.AccountID, e.EventID)
-		if rerr != nil {
-			return 0, rerr
-		}
-		if billed {
-			return AlreadyAccepted, nil
-		}
-		if status != Inserting {
-			return 0, ErrNotInserting
-		}
-		if c.Kind == ChargeCapped && !c.Limit.Unlimited {
-			budget, berr := s.Usage.ReadBudget(ctx, e.AccountID, c.Feature, e.Cycle, true)
-			if berr != nil {
-				return 0, berr
-			}
-			if budget.Committed+c.Amount > c.Limit.Max {
-				return 0, ErrLimitReached
-			}
-		}
-		// Neither the checkpoint nor the limit explains the cancellation: a conflicting
-		// transaction on the same rows. The write is keyed by the checkpoint, so retry it.
-		if attempt < dynamo.MaxConflictTries-1 {
-			if serr := dynamo.Sleep(ctx, dynamo.Backoff(attempt)); serr != nil {
-				return 0, serr
-			}
-		}
+	err := s.write(ctx, items)
+	if dynamo.IsTransactionCanceled(err) || dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("bill event %s: %w", e.EventID, ErrCancelled)
 	}
-	return 0, fmt.Errorf("bill event %s: still contended after %d tries", e.EventID, dynamo.MaxConflictTries)
+	if err != nil {
+		return fmt.Errorf("bill event %s: %w", e.EventID, err)
+	}
+	return nil
 }
 
 // write sends the billing items: a transaction, or a single conditional update when there is
@@ -343,8 +308,8 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 	return nil
 }
 
-// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the re-reads of
-// keys DynamoDB left unprocessed under load.
+// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the rounds of
+// one page, re-reading the keys DynamoDB left unprocessed under load.
 const (
 	maxBatchGetKeys      = 100
 	maxUnprocessedRounds = 5
@@ -364,24 +329,28 @@ func (s *DynamoStore) Known(ctx context.Context, accountID string, eventIDs []st
 			Keys: keys, ConsistentRead: aws.Bool(true),
 			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
 		}}
-		for round := 0; len(request) > 0; round++ {
-			if round == maxUnprocessedRounds {
-				return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
-			}
-			if round > 0 {
-				if err := dynamo.Sleep(ctx, dynamo.Backoff(round)); err != nil {
-					return nil, err
-				}
-			}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
 			if err != nil {
-				return nil, fmt.Errorf("read ledger: %w", err)
+				return struct{}{}, fmt.Errorf("read ledger: %w", err)
 			}
 			for _, item := range out.Responses[s.Table] {
 				known[dynamo.Str(item, "eventId")] = true
 			}
-			request = out.UnprocessedKeys
+			if request = out.UnprocessedKeys; len(request) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if errors.Is(err, retry.ErrExhausted) {
+			return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return known, nil
 }
+
+// errUnprocessed is a BatchGetItem answer that left keys unprocessed (DynamoDB's own throttle).
+var errUnprocessed = errors.New("keys left unprocessed")

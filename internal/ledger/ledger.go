@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Status of a ledger entry.
@@ -55,7 +56,7 @@ func (e Entry) Billed() bool { return e.BillingAcceptedAtMs != 0 }
 // Errors the adapter translates DynamoDB outcomes into.
 var (
 	// ErrNotFound: no entry for the event.
-	ErrNotFound = errors.New("ledger entry not found")
+	ErrNotFound = problem.New(problem.NotFound, "ledger entry not found", "No such resource.")
 	// ErrLimitReached: the meter transaction was cancelled, the checkpoint is absent and the
 	// budget row confirms the limit is reached.
 	ErrLimitReached = errors.New("monthly limit reached")
@@ -66,24 +67,24 @@ var (
 // Key is the ledger partition key of an event. Account ids never contain '#'.
 func Key(accountID, eventID string) string { return accountID + "#" + eventID }
 
-// ChargeKind is how an event's billing step runs, by the account's tier and status.
-type ChargeKind int
+// BillingKind is how an event's billing step runs, by the account's tier and status.
+type BillingKind int
 
-// Charge kinds.
+// Billing kinds.
 const (
-	// ChargeCapped runs the meter transaction against the monthly limit.
-	ChargeCapped ChargeKind = iota + 1
-	// ChargeCounted stamps the checkpoint and moves a sharded counter, uncapped.
-	ChargeCounted
-	// ChargeCheckpointOnly stamps the checkpoint and consumes nothing.
-	ChargeCheckpointOnly
-	// ChargeReject rejects the event terminally with Reason.
-	ChargeReject
+	// BillCapped runs the meter transaction against the monthly limit.
+	BillCapped BillingKind = iota + 1
+	// BillCounted stamps the checkpoint and moves a sharded counter, uncapped.
+	BillCounted
+	// BillCheckpointOnly stamps the checkpoint and consumes nothing.
+	BillCheckpointOnly
+	// BillReject rejects the event terminally with Reason.
+	BillReject
 )
 
-// Charge is the decision of how to bill one event.
-type Charge struct {
-	Kind    ChargeKind
+// Billing is the decision of how to bill one event.
+type Billing struct {
+	Kind    BillingKind
 	Tier    plans.Tier
 	Feature string
 	Amount  int64
@@ -91,27 +92,27 @@ type Charge struct {
 	Reason  string
 }
 
-// ChargeFor decides how to bill one event for an account: a pure function of the account, its
+// BillingFor decides how to bill one event for an account: a pure function of the account, its
 // plan and the catalog.
-func ChargeFor(a accounts.Account, catalog plans.Catalog) Charge {
+func BillingFor(a accounts.Account, catalog plans.Catalog) Billing {
 	plan := a.PlanOf(catalog)
-	c := Charge{Tier: plan.Tier, Feature: plans.FeatureEvents, Amount: 1, Limit: a.Limit(plans.FeatureEvents, catalog)}
+	c := Billing{Tier: plan.Tier, Feature: plans.FeatureEvents, Amount: plans.EventAmount, Limit: a.Limit(plans.FeatureEvents, catalog)}
 	if a.Status == accounts.Inactive {
-		c.Kind, c.Reason = ChargeReject, fmt.Sprintf("the account is inactive (plan %s)", plan.Name)
+		c.Kind, c.Reason = BillReject, fmt.Sprintf("the account is inactive (plan %s)", plan.Name)
 		return c
 	}
 	switch plan.Tier {
 	case plans.Internal:
-		c.Kind = ChargeCheckpointOnly
+		c.Kind = BillCheckpointOnly
 	case plans.Counted:
-		c.Kind = ChargeCounted
+		c.Kind = BillCounted
 	default:
-		c.Kind = ChargeCapped
+		c.Kind = BillCapped
 	}
 	return c
 }
 
 // LimitReason is the reason stored on an event refused at the limit.
-func LimitReason(c Charge) string {
+func LimitReason(c Billing) string {
 	return fmt.Sprintf("monthly limit reached: %s limit is %d", c.Feature, c.Limit.Max)
 }

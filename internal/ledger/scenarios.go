@@ -1,16 +1,16 @@
 package ledger
 
-// Step is one durable step of the worker's pipeline.
-type Step string
+// Stage is one durable stage of the worker's pipeline: bill, archive, insert or mark.
+type Stage string
 
-// Steps, in pipeline order. Archive always precedes insert: an archived payload without an
+// Stages, in pipeline order. Archive always precedes insert: an archived payload without an
 // analytics row is recoverable and invisible; the reverse would be a row whose payload exists
 // nowhere.
 const (
-	StepBill    Step = "bill"
-	StepArchive Step = "archive"
-	StepInsert  Step = "insert"
-	StepMark    Step = "mark"
+	StageBill    Stage = "bill"
+	StageArchive Stage = "archive"
+	StageInsert  Stage = "insert"
+	StageMark    Stage = "mark"
 )
 
 // State is everything durable the worker knows about an event when it picks a scenario.
@@ -28,9 +28,9 @@ type State struct {
 
 // Scenario is one row of the decision table.
 type Scenario struct {
-	Name  string
-	Match func(State) bool
-	Steps []Step
+	Name   string
+	Match  func(State) bool
+	Stages []Stage
 	// Retry fails the message so the queue redelivers it later.
 	Retry bool
 }
@@ -41,9 +41,9 @@ type Scenario struct {
 // got. Rows six and seven differ only in the checkpoint: "bill now" versus "never bill again".
 var Scenarios = []Scenario{
 	{
-		Name:  "claim won: bill, store, mark",
-		Match: func(s State) bool { return s.ClaimWon },
-		Steps: []Step{StepBill, StepArchive, StepInsert, StepMark},
+		Name:   "claim won: bill, store, mark",
+		Match:  func(s State) bool { return s.ClaimWon },
+		Stages: []Stage{StageBill, StageArchive, StageInsert, StageMark},
 	},
 	{
 		Name:  "INSERTED: ack",
@@ -58,26 +58,26 @@ var Scenarios = []Scenario{
 		Match: func(s State) bool { return read(s) && s.Status == Uninsertable },
 	},
 	{
-		Name:  "INSERTING, analytics row present: mark only",
-		Match: func(s State) bool { return read(s) && s.Status == Inserting && s.RowPresent && s.Billed },
-		Steps: []Step{StepMark},
+		Name:   "INSERTING, analytics row present: mark only",
+		Match:  func(s State) bool { return read(s) && s.Status == Inserting && s.RowPresent && s.Billed },
+		Stages: []Stage{StageMark},
 	},
 	{
-		Name:  "INSERTING, billed, no row: store then mark, never bill",
-		Match: func(s State) bool { return read(s) && s.Status == Inserting && s.Billed && !s.RowPresent },
-		Steps: []Step{StepArchive, StepInsert, StepMark},
+		Name:   "INSERTING, billed, no row: store then mark, never bill",
+		Match:  func(s State) bool { return read(s) && s.Status == Inserting && s.Billed && !s.RowPresent },
+		Stages: []Stage{StageArchive, StageInsert, StageMark},
 	},
 	{
-		Name:  "INSERTING, not billed, no row: bill, store, mark",
-		Match: func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && !s.RowPresent },
-		Steps: []Step{StepBill, StepArchive, StepInsert, StepMark},
+		Name:   "INSERTING, not billed, no row: bill, store, mark",
+		Match:  func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && !s.RowPresent },
+		Stages: []Stage{StageBill, StageArchive, StageInsert, StageMark},
 	},
 	{
 		// Ferry's own steps never write a row before the checkpoint; a row written by hand (or
 		// by a sink that reordered) must still not let the event skip billing.
-		Name:  "INSERTING, row present, not billed: bill then mark",
-		Match: func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && s.RowPresent },
-		Steps: []Step{StepBill, StepMark},
+		Name:   "INSERTING, row present, not billed: bill then mark",
+		Match:  func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && s.RowPresent },
+		Stages: []Stage{StageBill, StageMark},
 	},
 	{
 		Name:  "ledger unreadable: fail this message (retry)",

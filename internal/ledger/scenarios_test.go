@@ -30,31 +30,31 @@ func TestScenarios_Order(t *testing.T) {
 // Every reachable state matches exactly the scenario intended, and no other row would match it
 // (so the order never hides a mistake).
 func TestMatch_EveryReachableStateMatchesExactlyItsScenario(t *testing.T) {
-	bill, store, mark := StepBill, []Step{StepArchive, StepInsert}, StepMark
-	full := append(append([]Step{bill}, store...), mark)
+	bill, store, mark := StageBill, []Stage{StageArchive, StageInsert}, StageMark
+	full := append(append([]Stage{bill}, store...), mark)
 	cases := []struct {
 		name  string
 		state State
 		want  string
-		steps []Step
+		steps []Stage
 		retry bool
 	}{
 		{"claim won", State{ClaimWon: true, Readable: true, Status: Inserting}, "claim won: bill, store, mark", full, false},
 		{"inserted", State{Readable: true, Status: Inserted, Billed: true}, "INSERTED: ack", nil, false},
 		{"rejected", State{Readable: true, Status: Rejected}, "REJECTED: ack", nil, false},
 		{"uninsertable", State{Readable: true, Status: Uninsertable, Billed: true}, "UNINSERTABLE: ack", nil, false},
-		{"row present", State{Readable: true, Status: Inserting, Billed: true, RowPresent: true}, "INSERTING, analytics row present: mark only", []Step{mark}, false},
-		{"billed, no row", State{Readable: true, Status: Inserting, Billed: true}, "INSERTING, billed, no row: store then mark, never bill", append(append([]Step(nil), store...), mark), false},
+		{"row present", State{Readable: true, Status: Inserting, Billed: true, RowPresent: true}, "INSERTING, analytics row present: mark only", []Stage{mark}, false},
+		{"billed, no row", State{Readable: true, Status: Inserting, Billed: true}, "INSERTING, billed, no row: store then mark, never bill", append(append([]Stage(nil), store...), mark), false},
 		{"not billed, no row", State{Readable: true, Status: Inserting}, "INSERTING, not billed, no row: bill, store, mark", full, false},
-		{"row without checkpoint", State{Readable: true, Status: Inserting, RowPresent: true}, "INSERTING, row present, not billed: bill then mark", []Step{bill, mark}, false},
+		{"row without checkpoint", State{Readable: true, Status: Inserting, RowPresent: true}, "INSERTING, row present, not billed: bill then mark", []Stage{bill, mark}, false},
 		{"unreadable", State{}, "ledger unreadable: fail this message (retry)", nil, true},
 		{"unknown status", State{Readable: true, Status: "PAUSED"}, "unrecognised ledger state: fail this message (retry)", nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Match(tc.state)
-			if got.Name != tc.want || !reflect.DeepEqual(got.Steps, tc.steps) || got.Retry != tc.retry {
-				t.Errorf("Match(%+v) = %q %v retry=%v; want %q %v retry=%v", tc.state, got.Name, got.Steps, got.Retry, tc.want, tc.steps, tc.retry)
+			if got.Name != tc.want || !reflect.DeepEqual(got.Stages, tc.steps) || got.Retry != tc.retry {
+				t.Errorf("Match(%+v) = %q %v retry=%v; want %q %v retry=%v", tc.state, got.Name, got.Stages, got.Retry, tc.want, tc.steps, tc.retry)
 			}
 			matches := 0
 			for _, sc := range Scenarios {
@@ -74,8 +74,8 @@ func TestMatch_NeverBillsABilledEvent(t *testing.T) {
 	for _, status := range []Status{Inserting, Inserted, Rejected, Uninsertable} {
 		for _, row := range []bool{false, true} {
 			s := State{Readable: true, Status: status, Billed: true, RowPresent: row}
-			for _, step := range Match(s).Steps {
-				if step == StepBill {
+			for _, step := range Match(s).Stages {
+				if step == StageBill {
 					t.Errorf("state %+v bills again", s)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/problem"
 )
 
 // Source gives the limit the next admission for (account, feature) is held to. A limit read is
@@ -48,6 +49,9 @@ type UnknownError struct {
 }
 
 func (e *UnknownError) Error() string { return e.Reason }
+
+// Kind implements problem.Error: without a limit Ferry cannot promise anything (fail closed).
+func (e *UnknownError) Kind() problem.Kind { return problem.LimitUnknown }
 
 // IsUnknown reports whether err is an UnknownError.
 func IsUnknown(err error) bool {

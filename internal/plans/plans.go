@@ -68,14 +68,8 @@ func (l *Limit) UnmarshalJSON(data []byte) error {
 }
 
 // Remaining is what is left under the limit after committed units, never negative; nil when
-// unlimited.
-func (l Limit) Remaining(committed int64) *int64 {
-	if l.Unlimited {
-		return nil
-	}
-	r := max(0, l.Max-committed)
-	return &r
-}
+// unlimited. It is Check's Remaining, for a caller that asks for nothing.
+func (l Limit) Remaining(committed int64) *int64 { return l.Check(committed, 0).Remaining }
 
 // Feature is one metered feature of a plan.
 type Feature struct {
@@ -259,8 +253,12 @@ func (c Catalog) PlanForStripePrice(priceID string) (Plan, bool) {
 	return Plan{}, false
 }
 
-// FeatureEvents is the feature every event counts toward, one unit each.
+// FeatureEvents is the feature every event counts toward, EventAmount units each.
 const FeatureEvents = "events"
+
+// EventAmount is what one event consumes of FeatureEvents: the worker bills it, and ingest's gate
+// refuses an event only when not even this much is left.
+const EventAmount = 1
 
 // Plan returns a plan by name.
 func (c Catalog) Plan(name string) (Plan, bool) {

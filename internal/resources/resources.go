@@ -211,7 +211,9 @@ func QueueByLogical(logical string) (Queue, bool) {
 	return Queue{}, false
 }
 
-// Names maps logical resource names to physical ones (table names, queue URLs, bucket names).
+// Names maps logical resource names to physical ones (table names, queue URLs, bucket names):
+// every resource, as an operator's tools and the local stack see them. A function sees only its
+// Grant.
 type Names struct {
 	Tables  map[string]string
 	Queues  map[string]string // logical → queue URL, including DLQs
@@ -254,6 +256,9 @@ func PhysicalName(prefix, logical string) string {
 }
 
 var envUnsafe = regexp.MustCompile(`[^A-Z0-9]`)
+
+// lookupEnv reads the process's environment.
+var lookupEnv = os.LookupEnv
 
 // EnvVar is the environment variable that carries a resource's physical name (or queue URL) to a
 // function: FERRY_TABLE_LEDGER, FERRY_QUEUE_EVENTS_DLQ, FERRY_BUCKET_ARCHIVE.
@@ -303,7 +308,7 @@ func (n Names) Env() map[string]string {
 // an error naming it, so a misconfigured function fails at start, not on its first request.
 func NamesFromEnv(lookup func(string) (string, bool)) (Names, error) {
 	if lookup == nil {
-		lookup = os.LookupEnv
+		lookup = lookupEnv
 	}
 	n := Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
 	var missing []string
@@ -442,35 +447,6 @@ var Functions = []Function{
 		Tables: map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
 		Every:  time.Minute,
 	},
-}
-
-// DefaultRouteFunction serves the $default route: requests no route matches (unknown paths,
-// wrong methods) get its problem answers instead of API Gateway's bare 404.
-const DefaultRouteFunction = FunctionAPI
-
-// Route is one HTTP API route and the function that serves it. Path parameters use the {name}
-// syntax that both API Gateway and net/http understand.
-type Route struct {
-	Method   string
-	Path     string
-	Function string
-	// Mutating routes go through the idempotency middleware.
-	Mutating bool
-}
-
-// Routes lists every HTTP route. Capabilities add theirs here and register a handler for each.
-var Routes = []Route{
-	{"POST", "/v1/accounts", FunctionAPI, true},
-	{"PATCH", "/v1/accounts/{id}", FunctionAPI, true},
-	{"GET", "/v1/accounts/{id}", FunctionAPI, false},
-	{"POST", "/v1/events", FunctionIngest, true},
-	{"POST", "/v1/events/batch", FunctionIngest, true},
-	{"GET", "/v1/events/{id}", FunctionAPI, false},
-	{"GET", "/v1/usage", FunctionAPI, false},
-	{"POST", "/v1/holds", FunctionHolds, true},
-	{"GET", "/v1/holds/{id}", FunctionHolds, false},
-	{"POST", "/v1/holds/{id}/charges", FunctionHolds, true},
-	{"POST", "/v1/holds/{id}/settle", FunctionHolds, true},
 }
 
 // FunctionByName returns a function's definition.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -57,9 +58,12 @@ func External() bool { return cloud.EndpointsFromEnv().Local() }
 // Env is one test's private slice of the stack.
 type Env struct {
 	Endpoints cloud.Endpoints
-	Clients   cloud.Clients
-	Names     resources.Names
-	Prefix    string
+	// Clients reach every resource, as an operator's tools do; a function gets ClientsFor.
+	Clients cloud.Clients
+	Names   resources.Names
+	Prefix  string
+	// dynamoDB are the test's DynamoDB client options, applied to every client it builds.
+	dynamoDB []func(*dynamodb.Options)
 }
 
 // Options adjust a test's environment.
@@ -68,6 +72,10 @@ type Options struct {
 	DynamoDB []func(*dynamodb.Options)
 	// VisibilityTimeout for the test's queues; default 2 s so redelivery tests stay quick.
 	VisibilityTimeout time.Duration
+	// Tables, Queues and Buckets replace internal/resources' lists (a capability under test).
+	Tables  []resources.Table
+	Queues  []resources.Queue
+	Buckets []resources.Bucket
 }
 
 // New provisions fresh resources for t and deletes them when t ends.
@@ -88,7 +96,9 @@ func New(t testing.TB, opts ...Options) *Env {
 		t.Fatalf("clients: %v", err)
 	}
 	prefix := UniquePrefix()
-	names, err := devstack.Provision(ctx, clients, prefix, devstack.ProvisionOptions{VisibilityTimeout: o.VisibilityTimeout})
+	names, err := devstack.Provision(ctx, clients, prefix, devstack.ProvisionOptions{
+		VisibilityTimeout: o.VisibilityTimeout, Tables: o.Tables, Queues: o.Queues, Buckets: o.Buckets,
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 		defer cancel()
@@ -99,10 +109,28 @@ func New(t testing.TB, opts ...Options) *Env {
 	if err != nil {
 		t.Fatalf("provision %s: %v", prefix, err)
 	}
-	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix}
+	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB}
 }
 
-// Clients builds another set of clients on the same endpoints, e.g. with fault injection.
+// ClientsFor builds a function's own clients: the test's DynamoDB options, and an IAM guard that
+// refuses every call on the test's resources that fn's grant would refuse in AWS. A refused call
+// fails the test when it ends, naming the function, the action and the resource.
+func (e *Env) ClientsFor(t testing.TB, fn resources.Function) cloud.Clients {
+	t.Helper()
+	guard := instrument.NewGuard(fn, e.Names)
+	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: e.dynamoDB}.Merge(guard.Options()))
+	if err != nil {
+		t.Fatalf("clients of %s: %v", fn.Name, err)
+	}
+	t.Cleanup(func() {
+		for _, refused := range guard.Refused() {
+			t.Errorf("IAM: %s", refused)
+		}
+	})
+	return c
+}
+
+// ClientsWith builds another set of clients on the same endpoints, e.g. with fault injection.
 func (e *Env) ClientsWith(t testing.TB, ddb ...func(*dynamodb.Options)) cloud.Clients {
 	t.Helper()
 	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: ddb})

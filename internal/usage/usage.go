@@ -79,8 +79,9 @@ type Table struct {
 }
 
 // ConsumeCapped is the transaction item that consumes amount on the budget row only if the
-// result stays within limit. DynamoDB conditions cannot add, so the condition compares the
-// maintained committed (= used + held) against room = limit − amount, computed here.
+// result stays within limit: the capacity rule (plans.Limit.Check), stated as a condition on the
+// maintained committed (= used + held) against room = limit − amount (Limit.CommittedAtMost),
+// since DynamoDB conditions cannot add.
 func (t Table) ConsumeCapped(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
 	return t.capped(consumeUpdate, accountID, feature, cycleLabel, amount, limit, nowMs)
 }
@@ -102,7 +103,7 @@ func (t Table) capped(updateExpr, accountID, feature, cycleLabel string, amount 
 		ExpressionAttributeValues: values,
 	}
 	if !limit.Unlimited {
-		room := limit.Max - amount
+		room := limit.CommittedAtMost(amount)
 		values[":room"] = dynamo.N(room)
 		// A missing committed compares false, so a fresh row passes only when the amount fits.
 		cond := "#committed <= :room"

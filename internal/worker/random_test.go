@@ -12,8 +12,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/worker"
 )
 
@@ -37,7 +38,7 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FERRY_RANDOM_SCHEDULES")); err == nil && v > 0 {
 		schedules = v
 	}
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	for seed := range uint64(schedules) {
 		rng := rand.New(rand.NewPCG(seed, 42))
@@ -57,14 +58,14 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 
 		var mu sync.Mutex // guards rng inside the fault plan and hook
 		chance := func(p float64) bool { mu.Lock(); defer mu.Unlock(); return rng.Float64() < p }
-		plan1 := func(op string, _, _ int) dynamo.Fault {
+		plan1 := func(op string, _, _ int) instrument.Fault {
 			switch {
 			case chance(0.06):
-				return dynamo.CrashAfter
+				return instrument.CrashAfter
 			case chance(0.06):
-				return dynamo.CrashBefore // a throttle or a failed read
+				return instrument.CrashBefore // a throttle or a failed read
 			}
-			return dynamo.NoFault
+			return instrument.NoFault
 		}
 		hook := func(_ context.Context, _ worker.Point) error {
 			if chance(0.04) {
@@ -79,10 +80,10 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 			}
 			if round < faultyRounds {
 				faults.SetPlan(plan1)
-				h.App.Worker.Hook = hook
+				h.Fn(resources.FunctionWorker).Worker.Hook = hook
 			} else {
 				faults.SetPlan(nil)
-				h.App.Worker.Hook = nil
+				h.Fn(resources.FunctionWorker).Worker.Hook = nil
 			}
 			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
 			var failed []int
@@ -95,7 +96,7 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 				go func(i int) {
 					defer wg.Done()
 					defer func() { <-slots }()
-					if _, err := h.App.Worker.Process(context.Background(), bodies[i]); err != nil {
+					if _, err := h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), bodies[i]); err != nil {
 						fmu.Lock()
 						failed = append(failed, i)
 						fmu.Unlock()
@@ -106,7 +107,7 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 			deliveries = failed
 		}
 		faults.SetPlan(nil)
-		h.App.Worker.Hook = nil
+		h.Fn(resources.FunctionWorker).Worker.Hook = nil
 
 		billed := int64(0)
 		for i, body := range bodies {

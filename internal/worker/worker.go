@@ -33,20 +33,20 @@ const (
 	maxBatchConcurrency = 10
 )
 
-// StepClaim names the claim in hook points; the other steps are ledger.Step values.
-const StepClaim ledger.Step = "claim"
+// StageClaim names the claim in hook points; the other stages are ledger.Stage values.
+const StageClaim ledger.Stage = "claim"
 
 // Point is a place in the pipeline between two durable writes.
 type Point struct {
 	Before bool
-	Step   ledger.Step
+	Stage  ledger.Stage
 }
 
 func (p Point) String() string {
 	if p.Before {
-		return "before " + string(p.Step)
+		return "before " + string(p.Stage)
 	}
-	return "after " + string(p.Step)
+	return "after " + string(p.Stage)
 }
 
 // Hook runs at every Point. A non-nil error stops the work right there, as if the process had
@@ -63,7 +63,7 @@ type Archive interface {
 type Ledger interface {
 	Claim(ctx context.Context, e ledger.Entry) error
 	Get(ctx context.Context, accountID, eventID string) (ledger.Entry, error)
-	AcceptBilling(ctx context.Context, e ledger.Entry, c ledger.Charge, nowMs int64) (ledger.Outcome, error)
+	ledger.BillingStore
 	Reject(ctx context.Context, accountID, eventID, reason string, nowMs int64) error
 	Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error)
 	MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error
@@ -167,31 +167,31 @@ func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
 	sc := ledger.Match(state)
 	j.result.Scenario = sc.Name
 	j.log = j.log.With("scenario", sc.Name)
-	if err := w.hook(ctx, Point{Step: StepClaim}); err != nil {
+	if err := w.hook(ctx, Point{Stage: StageClaim}); err != nil {
 		return j.result, err
 	}
 	if sc.Retry {
 		j.log.Warn("ledger state not usable; retrying later")
 		return j.result, fmt.Errorf("event %s: %s: %w", env.EventID, sc.Name, errRetry)
 	}
-	if len(sc.Steps) == 0 {
+	if len(sc.Stages) == 0 {
 		w.Metrics.Count(metrics.EventsDuplicate, 1)
 		j.log.Info("redelivery of a finished event; acked")
 		j.result.Final = j.entry.Status
 		return j.result, nil
 	}
-	for _, step := range sc.Steps {
-		if err := w.hook(ctx, Point{Before: true, Step: step}); err != nil {
+	for _, stage := range sc.Stages {
+		if err := w.hook(ctx, Point{Before: true, Stage: stage}); err != nil {
 			return j.result, err
 		}
-		stop, err := w.run(ctx, j, step)
+		stop, err := w.run(ctx, j, stage)
 		if err != nil {
 			return j.result, err
 		}
 		if stop {
 			return j.result, nil
 		}
-		if err := w.hook(ctx, Point{Step: step}); err != nil {
+		if err := w.hook(ctx, Point{Stage: stage}); err != nil {
 			return j.result, err
 		}
 	}
@@ -240,18 +240,18 @@ func (w *Worker) hook(ctx context.Context, p Point) error {
 	return w.Hook(ctx, p)
 }
 
-// run executes one step. stop reports that the event reached a terminal state and no further
-// step may run.
-func (w *Worker) run(ctx context.Context, j *job, step ledger.Step) (stop bool, err error) {
-	switch step {
-	case ledger.StepBill:
+// run executes one stage. stop reports that the event reached a terminal state and no further
+// stage may run.
+func (w *Worker) run(ctx context.Context, j *job, stage ledger.Stage) (stop bool, err error) {
+	switch stage {
+	case ledger.StageBill:
 		return w.bill(ctx, j)
-	case ledger.StepArchive:
+	case ledger.StageArchive:
 		key := archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs)
 		return false, w.Archive.Put(ctx, key, j.env.Event)
-	case ledger.StepInsert:
+	case ledger.StageInsert:
 		return w.insert(ctx, j)
-	case ledger.StepMark:
+	case ledger.StageMark:
 		if err := w.Ledger.MarkInserted(ctx, j.entry.AccountID, j.entry.EventID, j.nowMs); err != nil {
 			return false, err
 		}
@@ -259,18 +259,18 @@ func (w *Worker) run(ctx context.Context, j *job, step ledger.Step) (stop bool, 
 		j.result.Final = ledger.Inserted
 		return false, nil
 	}
-	return false, fmt.Errorf("unknown step %q", step)
+	return false, fmt.Errorf("unknown stage %q", stage)
 }
 
 func (w *Worker) bill(ctx context.Context, j *job) (bool, error) {
-	charge := ledger.ChargeFor(j.account, w.Catalog)
-	if charge.Kind == ledger.ChargeReject {
-		return w.reject(ctx, j, charge.Reason)
+	billing := ledger.BillingFor(j.account, w.Catalog)
+	if billing.Kind == ledger.BillReject {
+		return w.reject(ctx, j, billing.Reason)
 	}
-	outcome, err := w.Ledger.AcceptBilling(ctx, j.entry, charge, j.nowMs)
+	outcome, err := ledger.AcceptBilling(ctx, w.Ledger, j.entry, billing, j.nowMs)
 	switch {
 	case errors.Is(err, ledger.ErrLimitReached):
-		return w.reject(ctx, j, ledger.LimitReason(charge))
+		return w.reject(ctx, j, ledger.LimitReason(billing))
 	case errors.Is(err, ledger.ErrNotInserting):
 		return false, fmt.Errorf("event %s: %w", j.entry.EventID, err) // re-read on redelivery
 	case err != nil:
@@ -278,8 +278,8 @@ func (w *Worker) bill(ctx context.Context, j *job) (bool, error) {
 	}
 	if outcome == ledger.Accepted {
 		j.result.Billed = true
-		w.Metrics.Count(metrics.EventsBilled, 1, metrics.Dimension{Name: "Tier", Value: string(charge.Tier)})
-		j.log.Info("billing accepted", "tier", charge.Tier)
+		w.Metrics.Count(metrics.EventsBilled, 1, metrics.Dimension{Name: "Tier", Value: string(billing.Tier)})
+		j.log.Info("billing accepted", "tier", billing.Tier)
 	} else {
 		j.log.Info("billing already accepted by an earlier attempt")
 	}

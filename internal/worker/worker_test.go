@@ -15,8 +15,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/archive"
-	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -43,7 +43,7 @@ func message(t testing.TB, h *apptest.Harness, accountID, eventID string, data m
 
 func entry(t testing.TB, h *apptest.Harness, accountID, eventID string) ledger.Entry {
 	t.Helper()
-	e, err := h.App.Ledger.Get(context.Background(), accountID, eventID)
+	e, err := h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), accountID, eventID)
 	if err != nil {
 		t.Fatalf("ledger %s: %v", eventID, err)
 	}
@@ -53,7 +53,7 @@ func entry(t testing.TB, h *apptest.Harness, accountID, eventID string) ledger.E
 // used is the account's events usage in the current cycle: the meter.
 func used(t testing.TB, h *apptest.Harness, accountID string) int64 {
 	t.Helper()
-	tot, err := h.App.Usage.Read(context.Background(), accountID, plans.FeatureEvents, "2026-11")
+	tot, err := h.Fn(resources.FunctionWorker).Usage.Read(context.Background(), accountID, plans.FeatureEvents, "2026-11")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +72,14 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := h.App.Archive.Get(context.Background(), archive.Key(accountID, eventID, e.RowInsertedAtMs))
+	obj, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key(accountID, eventID, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatalf("%s: archive: %v", eventID, err)
 	}
 	if !bytes.Equal(obj, env.Event) {
 		t.Errorf("%s: archived bytes differ from the queued event:\n%s\n%s", eventID, obj, env.Event)
 	}
-	present, err := h.App.Analytics.Exists(context.Background(), accountID, eventID, e.RowInsertedAtMs)
+	present, err := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), accountID, eventID, e.RowInsertedAtMs)
 	if err != nil || !present {
 		t.Errorf("%s: analytics row present=%v err=%v", eventID, present, err)
 	}
@@ -87,7 +87,7 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 
 func process(t testing.TB, h *apptest.Harness, body string) (worker.Result, error) {
 	t.Helper()
-	return h.App.Worker.Process(context.Background(), body)
+	return h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), body)
 }
 
 // killAt makes the worker die at one point of the pipeline.
@@ -112,16 +112,16 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 		// the scenario the redelivery picks
 		scenario string
 	}{
-		{"CrashAfterClaimBeforeBilling", worker.Point{Step: worker.StepClaim}, false, false,
+		{"CrashAfterClaimBeforeBilling", worker.Point{Stage: worker.StageClaim}, false, false,
 			"INSERTING, not billed, no row: bill, store, mark"},
 		// The seed's "recovers inserting events with accepted billing without consuming usage again".
-		{"CrashAfterBillingBeforeArchive", worker.Point{Step: ledger.StepBill}, true, false,
+		{"CrashAfterBillingBeforeArchive", worker.Point{Stage: ledger.StageBill}, true, false,
 			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterArchiveBeforeRow", worker.Point{Step: ledger.StepArchive}, true, false,
+		{"CrashAfterArchiveBeforeRow", worker.Point{Stage: ledger.StageArchive}, true, false,
 			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterRowBeforeMark", worker.Point{Step: ledger.StepInsert}, true, true,
+		{"CrashAfterRowBeforeMark", worker.Point{Stage: ledger.StageInsert}, true, true,
 			"INSERTING, analytics row present: mark only"},
-		{"CrashBeforeMark", worker.Point{Before: true, Step: ledger.StepMark}, true, true,
+		{"CrashBeforeMark", worker.Point{Before: true, Stage: ledger.StageMark}, true, true,
 			"INSERTING, analytics row present: mark only"},
 	}
 	h := apptest.New(t)
@@ -132,9 +132,9 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 			body := message(t, h, "acct_crash", id, map[string]any{"route": "/x"})
 			before := used(t, h, "acct_crash")
 
-			h.App.Worker.Hook = killAt(w.point)
+			h.Fn(resources.FunctionWorker).Worker.Hook = killAt(w.point)
 			_, err := process(t, h, body)
-			h.App.Worker.Hook = nil
+			h.Fn(resources.FunctionWorker).Worker.Hook = nil
 			if !errors.Is(err, errKilled) {
 				t.Fatalf("the worker was not killed at %s: %v", w.point, err)
 			}
@@ -142,7 +142,7 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 			if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
 				t.Fatalf("after the crash: status %s billed %v; want INSERTING billed=%v", e.Status, e.Billed(), w.wantBilled)
 			}
-			if row, _ := h.App.Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
+			if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
 				t.Fatalf("after the crash: row present %v, want %v", row, w.wantRow)
 			}
 			if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: 1, false: 0}[w.wantBilled] {
@@ -177,7 +177,7 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 // tier. A redelivery must then finish the event with the meter moved exactly once. If billing
 // were two writes instead of one transaction, the crash between them would bill twice here.
 func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	for _, tier := range []struct{ plan, account string }{
 		{"free", "acct_free"}, {"plus", "acct_plus"}, {"internal", "acct_internal"},
@@ -198,14 +198,14 @@ func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
 		}
 		wantUsed := int64(2)
 		for n := 1; n <= writes; n++ {
-			for _, kind := range []dynamo.Fault{dynamo.CrashAfter, dynamo.CrashBefore} {
+			for _, kind := range []instrument.Fault{instrument.CrashAfter, instrument.CrashBefore} {
 				id := fmt.Sprintf("evt_%d_%d", n, kind)
 				body := message(t, h, tier.account, id, map[string]any{"n": n})
-				faults.SetPlan(func(_ string, _, write int) dynamo.Fault {
+				faults.SetPlan(func(_ string, _, write int) instrument.Fault {
 					if write == n {
 						return kind
 					}
-					return dynamo.NoFault
+					return instrument.NoFault
 				})
 				_, err := process(t, h, body)
 				fired := faults.Fired()
@@ -245,7 +245,7 @@ func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.App.Worker.Process(context.Background(), body); err != nil {
+			if _, err := h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), body); err != nil {
 				errs <- err
 			}
 		}()
@@ -273,7 +273,7 @@ func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T)
 
 // A redelivery of a finished event acks with no write but the refused claim, and changes nothing.
 func TestWorker_RedeliveryOfFinishedEvents_AcksWithoutWriting(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	schema := analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}, Schema: &schema})
 	h.CreateAccount(t, "acct_done", "free", map[string]any{"events": 1})
@@ -355,7 +355,7 @@ func TestWorker_Tiers(t *testing.T) {
 		if e.Status != tc.status || e.Tier != tc.tier {
 			t.Errorf("%s: status %s tier %q; want %s %q", tc.account, e.Status, e.Tier, tc.status, tc.tier)
 		}
-		tot, err := h.App.Usage.Read(ctx, tc.account, plans.FeatureEvents, "2026-11")
+		tot, err := h.Fn(resources.FunctionWorker).Usage.Read(ctx, tc.account, plans.FeatureEvents, "2026-11")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func TestWorker_PoisonRow_GoesUninsertableAfterBoundedQuarantines(t *testing.T) 
 		t.Errorf("EventsUninsertable = %d, want 1", got)
 	}
 	e := entry(t, h, "acct_p", "evt_drift")
-	if _, err := h.App.Archive.Get(context.Background(), archive.Key("acct_p", "evt_drift", e.RowInsertedAtMs)); err != nil {
+	if _, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key("acct_p", "evt_drift", e.RowInsertedAtMs)); err != nil {
 		t.Errorf("the payload of an UNINSERTABLE event is not archived: %v", err)
 	}
 }
@@ -439,7 +439,7 @@ func TestEventSource_PoisonMessageReachesTheDLQ_HealthyOnesAreDeleted(t *testing
 // (and a later delivery finishes it), and a row written without a checkpoint never lets the
 // event skip billing.
 func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
-	faults := dynamo.NewFaults(nil)
+	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	h.CreateAccount(t, "acct_s", "free", nil)
 	if _, err := process(t, h, message(t, h, "acct_s", "warm", nil)); err != nil {
@@ -448,11 +448,11 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("claim fails: unreadable, retry", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_claim_fails", nil)
-		faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+		faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 			if op == "PutItem" {
-				return dynamo.CrashBefore
+				return instrument.CrashBefore
 			}
-			return dynamo.NoFault
+			return instrument.NoFault
 		})
 		res, err := process(t, h, body)
 		faults.SetPlan(nil)
@@ -467,17 +467,17 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("claim lost and the ledger read fails: unreadable, retry", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_read_fails", nil)
-		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
-		h.App.Worker.Hook = nil
+		h.Fn(resources.FunctionWorker).Worker.Hook = nil
 		gets := 0
-		faults.SetPlan(func(op string, _, _ int) dynamo.Fault {
+		faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 			if op == "GetItem" {
 				if gets++; gets == 2 { // the first read is the account's, the second the ledger's
-					return dynamo.CrashBefore
+					return instrument.CrashBefore
 				}
 			}
-			return dynamo.NoFault
+			return instrument.NoFault
 		})
 		res, err := process(t, h, body)
 		faults.SetPlan(nil)
@@ -495,9 +495,9 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("row present without a checkpoint: bill then mark", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_row_first", map[string]any{"k": "v"})
-		h.App.Worker.Hook = killAt(worker.Point{Step: worker.StepClaim})
+		h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
-		h.App.Worker.Hook = nil
+		h.Fn(resources.FunctionWorker).Worker.Hook = nil
 		e := entry(t, h, "acct_s", "evt_row_first")
 		_, ev, _ := event.DecodeEnvelope(body)
 		row, err := analytics.RowFor(analytics.DefaultSchema, ev, "acct_s", e.ReceivedAtMs, e.RowInsertedAtMs, e.Cycle,
@@ -505,7 +505,7 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.App.Analytics.Write(context.Background(), row); err != nil {
+		if err := h.Fn(resources.FunctionWorker).Analytics.Write(context.Background(), row); err != nil {
 			t.Fatal(err)
 		}
 		res, err := process(t, h, body)
@@ -534,8 +534,8 @@ func TestRedrive_UninsertableEventIsStoredWithoutBillingAgain(t *testing.T) {
 	if e := entry(t, h, "acct_rd", "evt_wide"); e.Status != ledger.Uninsertable {
 		t.Fatalf("status %s", e.Status)
 	}
-	h.App.Worker.Schema = analytics.DefaultSchema // the drift is fixed
-	r := &worker.Redrive{Ledger: h.App.Ledger, Archive: h.App.Archive, Queue: h.App.Ingest.Queue, NowMs: func() int64 { return h.Clock.Now().UnixMilli() }}
+	h.Fn(resources.FunctionWorker).Worker.Schema = analytics.DefaultSchema // the drift is fixed
+	r := &worker.Redrive{Ledger: h.Fn(resources.FunctionWorker).Ledger, Archive: h.Fn(resources.FunctionWorker).Archive, Queue: h.Fn(resources.FunctionIngest).Ingest.Queue, NowMs: func() int64 { return h.Clock.Now().UnixMilli() }}
 	if before, err := r.Run(context.Background(), "acct_rd", "evt_wide"); err != nil || before != ledger.Uninsertable {
 		t.Fatalf("redrive: %s %v", before, err)
 	}

@@ -1,16 +1,17 @@
-package main
+package devstack
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/limits"
+	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/provider/kinde"
 	"github.com/ferrymeter/ferry/internal/provider/kinde/standin"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -23,42 +24,29 @@ const (
 	standInClientSecret = "ferry-dev-secret"
 )
 
-// extendHolds makes ferry dev read limits from the source FERRY_LIMITS_SOURCE selects. With kinde and no FERRY_KINDE_DOMAIN, a Kinde
-// stand-in starts on loopback, granting every customer the default plan's limits; steer it with
+// LimitsFromEnv is where ferry dev's functions read limits: the source FERRY_LIMITS_SOURCE
+// selects. With kinde and no FERRY_KINDE_DOMAIN, a Kinde stand-in starts on loopback for the life
+// of the process, granting every customer the default plan's limits; steer it with
 // PUT /standin/mode {"mode": "ok"|"fail"|"ratelimit"} and PUT /standin/entitlements/{customer}.
-func extendHolds(a *app.App, s *devstack.Stack) error {
-	if os.Getenv(resources.EnvLimitsSource) != limits.SourceKinde {
-		return nil
+func LimitsFromEnv(ctx context.Context, catalog plans.Catalog, log *slog.Logger) (app.LimitsConfig, error) {
+	if os.Getenv(resources.EnvLimitsSource) != limits.SourceKinde || os.Getenv(resources.EnvKindeDomain) != "" {
+		return app.LimitsConfigFromEnv(ctx)
 	}
-	var kc kinde.Config
-	if os.Getenv(resources.EnvKindeDomain) == "" {
-		url, err := startKindeStandIn(a)
-		if err != nil {
-			return err
-		}
-		kc = kinde.Config{Domain: url, ClientID: standInClientID, ClientSecret: standInClientSecret}
-		a.Log.Info("Kinde stand-in running", "url", url,
-			"fail", "curl -X PUT "+url+`/standin/mode -d '{"mode":"fail"}'`)
-	} else {
-		cfg, err := app.LimitsConfigFromEnv(context.Background())
-		if err != nil {
-			return err
-		}
-		kc = cfg.Kinde
-	}
-	client, err := kinde.New(kc)
+	url, err := startKindeStandIn(catalog)
 	if err != nil {
-		return err
+		return app.LimitsConfig{}, err
 	}
-	a.Limits = &limits.Cached{Fetch: client, Metrics: a.Metrics, Log: a.Log, Now: a.Now}
-	a.Holds.Limits = a.Limits
-	return nil
+	log.Info("Kinde stand-in running", "url", url, "fail", "curl -X PUT "+url+`/standin/mode -d '{"mode":"fail"}'`)
+	return app.LimitsConfig{
+		Source: limits.SourceKinde,
+		Kinde:  kinde.Config{Domain: url, ClientID: standInClientID, ClientSecret: standInClientSecret},
+	}, nil
 }
 
 // startKindeStandIn serves a stand-in on a free loopback port for the life of the process.
-func startKindeStandIn(a *app.App) (string, error) {
+func startKindeStandIn(catalog plans.Catalog) (string, error) {
 	stand := standin.New(standInClientID, standInClientSecret)
-	plan, _ := a.Config.Catalog.Plan(a.Config.Catalog.Default)
+	plan, _ := catalog.Plan(catalog.Default)
 	var ents []kinde.Entitlement
 	for feature, f := range plan.Features {
 		var limitMax *int64

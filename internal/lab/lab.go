@@ -1,4 +1,9 @@
-package main
+// Package lab runs Ferry's reference scenarios (DESIGN.md §3) against a running stack: each lab
+// creates its own fresh account through the operator route, drives the scenario over the HTTP API
+// and compares Ferry's counts with the figures of the write-up the scenario comes from. A lab
+// takes a base URL and an operator key and returns a structured Result, which the CLI prints as a
+// table and an operator console can show as it likes.
+package lab
 
 import (
 	"bytes"
@@ -7,66 +12,115 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/figures"
 )
 
-// lab is one reference scenario run against a running Ferry.
-type lab struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+// Config is where and as whom a lab runs.
+type Config struct {
+	// BaseURL is Ferry's base URL: a running ferry dev or a deployed stack.
+	BaseURL string
+	// OperatorKey creates the lab's account.
+	OperatorKey string
+	// Progress, when set, receives a progress line while a long lab runs.
+	Progress io.Writer
 }
 
-// labs are the reference scenarios of DESIGN.md §3. Each creates its own fresh account through
-// the operator route, so it can run against ferry dev or a deployed stack any number of times.
-var labs = map[string]lab{
-	"holds-five": {"five jobs of 40,000 start at once against 100,000: a plain check vs holds", runHoldsFive},
-	"holds-load": {"many jobs, some at a time, against room for a fixed number: admissions and latency", runHoldsLoad},
+// Lab is one reference scenario.
+type Lab struct {
+	Name    string
+	Summary string
 }
 
-func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		names := make([]string, 0, len(labs))
-		for n := range labs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		fmt.Fprintln(stdout, "usage: ferry lab <name> [--url URL] [flags]")
-		fmt.Fprintln(stdout)
-		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-11s %s\n", n, labs[n].summary)
-		}
-		fmt.Fprintln(stdout, "\nThe operator key comes from FERRY_ADMIN_KEY (default dev-admin-key).")
+// Labs lists the reference scenarios.
+var Labs = []Lab{
+	{Name: "holds-five", Summary: "five jobs of 40,000 start at once against 100,000: a plain check vs holds"},
+	{Name: "holds-load", Summary: "many jobs, some at a time, against room for a fixed number: admissions and latency"},
+}
+
+// Result is what one lab measured.
+type Result struct {
+	Lab string
+	// Intro says what ran, against what.
+	Intro string
+	// Rows set Ferry's figures beside the write-up's.
+	Rows []Row
+	// Notes explain the figures.
+	Notes []string
+	// Failures are the errors of jobs that neither ran nor were refused.
+	Failures []string
+	// Problems are the ways Ferry's outcome differs from the expected one; none means it is the
+	// expected one.
+	Problems []string
+	// AccountID and APIKey name the lab's account, for a closer look.
+	AccountID string
+	APIKey    string
+}
+
+// Row is one figure, the write-up's and Ferry's.
+type Row struct {
+	Name  string
+	Seed  string
+	Ferry string
+}
+
+// OK reports whether Ferry's outcome is the expected one.
+func (r Result) OK() bool { return len(r.Problems) == 0 }
+
+// Err is nil when Ferry's outcome is the expected one, and otherwise says how it differs.
+func (r Result) Err() error {
+	if r.OK() {
 		return nil
 	}
-	l, ok := labs[args[0]]
-	if !ok {
-		return fmt.Errorf("unknown lab %q (try ferry lab --help)", args[0])
+	return fmt.Errorf("the outcome differs from the expected one: %s", strings.Join(r.Problems, "; "))
+}
+
+// shownFailures bounds the failures Print lists.
+const shownFailures = 5
+
+// Print writes the result as the CLI shows it: the intro, the table, the notes, the first
+// failures and the verdict.
+func (r Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n", r.Intro)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tseed (Earmark)\tFerry\t")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Name, row.Seed, row.Ferry)
 	}
-	return l.run(ctx, args[1:], stdout, stderr)
+	_ = tw.Flush()
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, n)
+	}
+	for i, f := range r.Failures {
+		if i == shownFailures {
+			fmt.Fprintf(w, "  … and %d more failures\n", len(r.Failures)-shownFailures)
+			break
+		}
+		fmt.Fprintf(w, "  failure: %s\n", f)
+	}
+	if r.OK() {
+		fmt.Fprintln(w, "\nOK: Ferry's outcome is the expected one.")
+	}
 }
 
 // Bounds of the lab client.
 const (
-	labRequestTimeout = 30 * time.Second
-	// labMaxRetries bounds how often a job repeats a request answered 429 or 503, with the same
+	requestTimeout = 30 * time.Second
+	// maxRetries bounds how often a job repeats a request answered 429 or 503, with the same
 	// key, as a client should.
-	labMaxRetries = 8
-	// labMaxRetryWait bounds one wait before a repeat.
-	labMaxRetryWait  = time.Minute
-	labProgressEvery = time.Second
+	maxRetries = 8
+	// maxRetryWait bounds one wait before a repeat.
+	maxRetryWait  = time.Minute
+	progressEvery = time.Second
 )
 
 // labClient talks to Ferry's HTTP API.
@@ -76,7 +130,7 @@ type labClient struct {
 	http     *http.Client
 }
 
-func newLabClient(base string, concurrency int) *labClient {
+func newLabClient(cfg Config, concurrency int) *labClient {
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -85,9 +139,9 @@ func newLabClient(base string, concurrency int) *labClient {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	return &labClient{
-		base:     strings.TrimRight(base, "/"),
-		adminKey: envOr(resources.EnvAdminKey, devstack.DefaultAdminKey),
-		http:     &http.Client{Transport: transport, Timeout: labRequestTimeout},
+		base:     strings.TrimRight(cfg.BaseURL, "/"),
+		adminKey: cfg.OperatorKey,
+		http:     &http.Client{Transport: transport, Timeout: requestTimeout},
 	}
 }
 
@@ -151,7 +205,7 @@ func (c *labClient) doRetrying(ctx context.Context, method, path, key string, bo
 		sent := time.Now()
 		a, err = c.do(ctx, method, path, key, body)
 		latency = time.Since(sent)
-		if err != nil || attempt == labMaxRetries ||
+		if err != nil || attempt == maxRetries ||
 			(a.status != http.StatusTooManyRequests && a.status != http.StatusServiceUnavailable) {
 			return a, waits, latency, err
 		}
@@ -160,7 +214,7 @@ func (c *labClient) doRetrying(ctx context.Context, method, path, key string, bo
 			return a, waits, latency, nil
 		}
 		waits++
-		wait := min(time.Duration(secs)*time.Second, labMaxRetryWait)
+		wait := min(time.Duration(secs)*time.Second, maxRetryWait)
 		select {
 		case <-ctx.Done():
 			return a, waits, latency, ctx.Err()
@@ -258,13 +312,6 @@ func (c *labClient) runJob(ctx context.Context, apiKey, key string, estimate int
 	return res
 }
 
-func labFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("lab "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("url", "http://"+envOr(EnvAddr, devstack.DefaultAddr), "Ferry's base URL: a running ferry dev or a deployed stack")
-	return fs, url
-}
-
 // Figures the seed reports for its two runs (Earmark, on a laptop against a cloud development
 // deployment).
 const (
@@ -307,18 +354,30 @@ func start(n int, f func(i int)) {
 	wg.Wait()
 }
 
-func runHoldsFive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, url := labFlags("holds-five", stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c := newLabClient(*url, seedFiveJobs)
+// LoadParams shape the holds-load lab.
+type LoadParams struct {
+	Jobs        int
+	Estimate    int64
+	Limit       int64
+	Concurrency int
+}
+
+// DefaultLoad is the write-up's run: 120 jobs of 1,000 tokens, 50 at a time, against 100,000.
+var DefaultLoad = LoadParams{Jobs: defaultLoadJobs, Estimate: defaultLoadEstimate, Limit: defaultLoadLimit, Concurrency: defaultLoadConcurrent}
+
+// HoldsFive runs five jobs of 40,000 tokens at the same moment against a limit of 100,000: first
+// as a plain check (read the usage, run if there is room), then with holds.
+func HoldsFive(ctx context.Context, cfg Config) (Result, error) {
+	c := newLabClient(cfg, seedFiveJobs)
 	id, apiKey, err := c.createAccount(ctx, "lab-five", seedFiveLimit)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
-	fmt.Fprintf(stdout, "Five jobs of %s tokens start at the same moment; account %s has a limit of %s.\n\n",
-		thousands(seedFiveEstimate), id, thousands(seedFiveLimit))
+	res := Result{
+		Lab: "holds-five", AccountID: id, APIKey: apiKey,
+		Intro: fmt.Sprintf("Five jobs of %s tokens start at the same moment; account %s has a limit of %s.",
+			figures.Thousands(seedFiveEstimate), id, figures.Thousands(seedFiveLimit)),
+	}
 
 	// The plain check: Ferry has no route that spends without a hold, so this is the check as
 	// a client would write it — every job reads GET /v1/usage at the same moment and runs if it
@@ -341,89 +400,89 @@ func runHoldsFive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	})
 	if plainErr != nil {
-		return plainErr
+		return Result{}, plainErr
 	}
 
 	// Holds: the same five jobs reserve at the same moment; admitted jobs run in steps and settle.
 	admitted, refused, failed := 0, 0, 0
 	var refusals []string
-	var failures []error
 	start(seedFiveJobs, func(i int) {
-		res := c.runJob(ctx, apiKey, fmt.Sprintf("five-job-%d", i), seedFiveEstimate, fiveStepsPerJob)
+		r := c.runJob(ctx, apiKey, fmt.Sprintf("five-job-%d", i), seedFiveEstimate, fiveStepsPerJob)
 		mu.Lock()
 		defer mu.Unlock()
-		switch res.outcome {
+		switch r.outcome {
 		case jobAdmitted:
 			admitted++
 		case jobRefused:
 			refused++
-			refusals = append(refusals, res.refusal)
+			refusals = append(refusals, r.refusal)
 		default:
 			failed++
-			failures = append(failures, res.err)
+			res.Failures = append(res.Failures, r.err.Error())
 		}
 	})
 	u, err := c.usage(ctx, apiKey)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
 	used, held := u.num("used"), u.num("held")
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tseed (Earmark)\tFerry\t")
-	fmt.Fprintf(tw, "plain check: jobs started\t%d\t%d\t\n", seedFiveJobs, plainStarted)
-	fmt.Fprintf(tw, "plain check: tokens spent\t%s\t%s\t\n", thousands(seedFivePlainSpent), thousands(plainSpent))
-	fmt.Fprintf(tw, "holds: admitted\t%d\t%d\t\n", seedFiveAdmitted, admitted)
-	fmt.Fprintf(tw, "holds: refused\t%d\t%d\t\n", seedFiveRefused, refused)
-	fmt.Fprintf(tw, "holds: failed\t%d\t%d\t\n", 0, failed)
-	fmt.Fprintf(tw, "holds: tokens spent (GET /v1/usage used)\t%s\t%s\t\n", thousands(seedFiveHoldsSpent), thousands(used))
-	fmt.Fprintf(tw, "holds: still held (GET /v1/usage held)\t%s\t%s\t\n", "0", thousands(held))
-	_ = tw.Flush()
-	fmt.Fprintln(stdout, "\nThe plain check is a real race of concurrent GET /v1/usage readers that each then run;")
-	fmt.Fprintln(stdout, "its spending is a client-side tally (Ferry has no route that spends without a hold).")
-	for i, r := range refusals {
-		fmt.Fprintf(stdout, "Refused job %d was told: %q\n", i+1, r)
+	k := figures.Thousands
+	res.Rows = []Row{
+		{"plain check: jobs started", strconv.Itoa(seedFiveJobs), strconv.Itoa(plainStarted)},
+		{"plain check: tokens spent", k(seedFivePlainSpent), k(plainSpent)},
+		{"holds: admitted", strconv.Itoa(seedFiveAdmitted), strconv.Itoa(admitted)},
+		{"holds: refused", strconv.Itoa(seedFiveRefused), strconv.Itoa(refused)},
+		{"holds: failed", "0", strconv.Itoa(failed)},
+		{"holds: tokens spent (GET /v1/usage used)", k(seedFiveHoldsSpent), k(used)},
+		{"holds: still held (GET /v1/usage held)", "0", k(held)},
 	}
-	fmt.Fprintf(stdout, "Account %s, API key %s (GET /v1/usage?feature=tokens to check).\n", id, apiKey)
+	res.Notes = []string{
+		"\nThe plain check is a real race of concurrent GET /v1/usage readers that each then run;",
+		"its spending is a client-side tally (Ferry has no route that spends without a hold).",
+	}
+	for i, r := range refusals {
+		res.Notes = append(res.Notes, fmt.Sprintf("Refused job %d was told: %q", i+1, r))
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("Account %s, API key %s (GET /v1/usage?feature=tokens to check).", id, apiKey))
 
 	wantAdmitted := min(seedFiveJobs, int(seedFiveLimit/seedFiveEstimate))
-	var problems []string
 	if admitted != wantAdmitted || refused != seedFiveJobs-wantAdmitted || failed != 0 {
-		problems = append(problems, fmt.Sprintf("holds admitted %d, refused %d, failed %d; expected %d, %d, 0",
+		res.Problems = append(res.Problems, fmt.Sprintf("holds admitted %d, refused %d, failed %d; expected %d, %d, 0",
 			admitted, refused, failed, wantAdmitted, seedFiveJobs-wantAdmitted))
 	}
 	if used != int64(wantAdmitted)*seedFiveEstimate || held != 0 {
-		problems = append(problems, fmt.Sprintf("usage says used %d, held %d; expected %d and 0", used, held, int64(wantAdmitted)*seedFiveEstimate))
+		res.Problems = append(res.Problems, fmt.Sprintf("usage says used %d, held %d; expected %d and 0", used, held, int64(wantAdmitted)*seedFiveEstimate))
 	}
-	return labVerdict(stdout, problems, failures)
+	return res, nil
 }
 
-func runHoldsLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, url := labFlags("holds-load", stderr)
-	jobs := fs.Int("jobs", defaultLoadJobs, "jobs to run")
-	estimate := fs.Int64("estimate", defaultLoadEstimate, "tokens each job holds and uses")
-	limit := fs.Int64("limit", defaultLoadLimit, "the account's tokens limit")
-	concurrency := fs.Int("concurrency", defaultLoadConcurrent, "jobs in flight at once")
-	if err := fs.Parse(args); err != nil {
-		return err
+// HoldsLoad runs p.Jobs jobs of p.Estimate tokens, p.Concurrency at a time, against a limit of
+// p.Limit, and measures admission latency.
+func HoldsLoad(ctx context.Context, cfg Config, p LoadParams) (Result, error) {
+	if p.Jobs < 1 || p.Estimate < 1 || p.Limit < 0 || p.Concurrency < 1 {
+		return Result{}, errors.New("jobs, estimate and concurrency must be positive, limit not negative")
 	}
-	if *jobs < 1 || *estimate < 1 || *limit < 0 || *concurrency < 1 {
-		return errors.New("--jobs, --estimate and --concurrency must be positive, --limit not negative")
-	}
-	c := newLabClient(*url, *concurrency)
-	id, apiKey, err := c.createAccount(ctx, "lab-load", *limit)
+	c := newLabClient(cfg, p.Concurrency)
+	id, apiKey, err := c.createAccount(ctx, "lab-load", p.Limit)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
-	fmt.Fprintf(stdout, "%d jobs of %s tokens, %d at a time, against account %s with a limit of %s.\n\n",
-		*jobs, thousands(*estimate), *concurrency, id, thousands(*limit))
+	res := Result{
+		Lab: "holds-load", AccountID: id, APIKey: apiKey,
+		Intro: fmt.Sprintf("%d jobs of %s tokens, %d at a time, against account %s with a limit of %s.",
+			p.Jobs, figures.Thousands(p.Estimate), p.Concurrency, id, figures.Thousands(p.Limit)),
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
 
 	var (
 		mu                        sync.Mutex
 		admitted, refused, failed int
 		waits, done               int
 		latencies                 []time.Duration
-		failures                  []error
 		next                      = make(chan int)
 		wg                        sync.WaitGroup
 		began                     = time.Now()
@@ -432,7 +491,7 @@ func runHoldsLoad(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	)
 	go func() {
 		defer close(progressDone)
-		t := time.NewTicker(labProgressEvery)
+		t := time.NewTicker(progressEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -440,38 +499,38 @@ func runHoldsLoad(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				return
 			case <-t.C:
 				mu.Lock()
-				fmt.Fprintf(stderr, "\r  %d/%d jobs done: %d admitted, %d refused, %d failed", done, *jobs, admitted, refused, failed)
+				fmt.Fprintf(progress, "\r  %d/%d jobs done: %d admitted, %d refused, %d failed", done, p.Jobs, admitted, refused, failed)
 				mu.Unlock()
 			}
 		}
 	}()
-	for range *concurrency {
+	for range p.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				res := c.runJob(ctx, apiKey, fmt.Sprintf("load-job-%d", i), *estimate, loadStepsPerJob)
+				r := c.runJob(ctx, apiKey, fmt.Sprintf("load-job-%d", i), p.Estimate, loadStepsPerJob)
 				mu.Lock()
 				done++
-				waits += res.waits
-				switch res.outcome {
+				waits += r.waits
+				switch r.outcome {
 				case jobAdmitted:
 					admitted++
 				case jobRefused:
 					refused++
 				default:
 					failed++
-					failures = append(failures, res.err)
+					res.Failures = append(res.Failures, r.err.Error())
 				}
-				if res.outcome != jobFailed {
-					latencies = append(latencies, res.latency)
+				if r.outcome != jobFailed {
+					latencies = append(latencies, r.latency)
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 feed:
-	for i := range *jobs {
+	for i := range p.Jobs {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -483,88 +542,51 @@ feed:
 	elapsed := time.Since(began)
 	close(stopProgress)
 	<-progressDone
-	fmt.Fprintf(stderr, "\r  %d/%d jobs done.%s\n", done, *jobs, strings.Repeat(" ", 40))
+	fmt.Fprintf(progress, "\r  %d/%d jobs done.%s\n", done, p.Jobs, strings.Repeat(" ", 40))
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return Result{}, ctx.Err()
 	}
 
 	u, err := c.usage(ctx, apiKey)
 	if err != nil {
-		return err
+		return Result{}, err
 	}
 	used, held := u.num("used"), u.num("held")
-	p50, p95, p99 := percentile(latencies, 50), percentile(latencies, 95), percentile(latencies, 99)
+	p50, p95, p99 := figures.Percentile(latencies, 50), figures.Percentile(latencies, 95), figures.Percentile(latencies, 99)
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tseed (Earmark)\tFerry\t")
-	fmt.Fprintf(tw, "admitted\t%d\t%d\t\n", seedLoadAdmitted, admitted)
-	fmt.Fprintf(tw, "refused\t%d\t%d\t\n", seedLoadRefused, refused)
-	fmt.Fprintf(tw, "failed\t%d\t%d\t\n", seedLoadFailed, failed)
-	fmt.Fprintf(tw, "tokens spent (GET /v1/usage used)\t%s\t%s\t\n", thousands(seedLoadSpent), thousands(used))
-	fmt.Fprintf(tw, "still held at the end\t%s\t%s\t\n", "0", thousands(held))
-	fmt.Fprintf(tw, "admission latency p50\t%s ms\t%s ms\t\n", thousands(seedLoadP50Ms), thousands(p50.Milliseconds()))
-	fmt.Fprintf(tw, "admission latency p95\t%s ms\t%s ms\t\n", thousands(seedLoadP95Ms), thousands(p95.Milliseconds()))
-	fmt.Fprintf(tw, "admission latency p99\t%s ms\t%s ms\t\n", thousands(seedLoadP99Ms), thousands(p99.Milliseconds()))
-	fmt.Fprintf(tw, "run time\t%.1f s\t%.1f s\t\n", seedLoadRunSeconds, elapsed.Seconds())
-	_ = tw.Flush()
-	fmt.Fprintf(stdout, "\nLatency is the time from sending POST /v1/holds to its 201 or 402 (p50 %s, p95 %s, p99 %s).\n",
-		round(p50), round(p95), round(p99))
-	fmt.Fprintln(stdout, "The seed's figures come from a laptop against a cloud development deployment;")
-	fmt.Fprintf(stdout, "Ferry's from this machine against %s.\n", c.base)
+	k := figures.Thousands
+	ms := func(d time.Duration) string { return k(d.Milliseconds()) + " ms" }
+	res.Rows = []Row{
+		{"admitted", strconv.Itoa(seedLoadAdmitted), strconv.Itoa(admitted)},
+		{"refused", strconv.Itoa(seedLoadRefused), strconv.Itoa(refused)},
+		{"failed", strconv.Itoa(seedLoadFailed), strconv.Itoa(failed)},
+		{"tokens spent (GET /v1/usage used)", k(seedLoadSpent), k(used)},
+		{"still held at the end", "0", k(held)},
+		{"admission latency p50", k(seedLoadP50Ms) + " ms", ms(p50)},
+		{"admission latency p95", k(seedLoadP95Ms) + " ms", ms(p95)},
+		{"admission latency p99", k(seedLoadP99Ms) + " ms", ms(p99)},
+		{"run time", fmt.Sprintf("%.1f s", seedLoadRunSeconds), fmt.Sprintf("%.1f s", elapsed.Seconds())},
+	}
+	res.Notes = []string{
+		fmt.Sprintf("\nLatency is the time from sending POST /v1/holds to its 201 or 402 (p50 %s, p95 %s, p99 %s).",
+			figures.Round(p50), figures.Round(p95), figures.Round(p99)),
+		"The seed's figures come from a laptop against a cloud development deployment;",
+		fmt.Sprintf("Ferry's from this machine against %s.", c.base),
+	}
 	if waits > 0 {
-		fmt.Fprintf(stdout, "Jobs waited %d times on 429/503 with Retry-After and repeated the same key.\n", waits)
+		res.Notes = append(res.Notes, fmt.Sprintf("Jobs waited %d times on 429/503 with Retry-After and repeated the same key.", waits))
 	}
 
-	wantAdmitted := int64(*jobs)
-	if *limit / *estimate < wantAdmitted {
-		wantAdmitted = *limit / *estimate
+	wantAdmitted := int64(p.Jobs)
+	if p.Limit/p.Estimate < wantAdmitted {
+		wantAdmitted = p.Limit / p.Estimate
 	}
-	var problems []string
-	if int64(admitted) != wantAdmitted || refused != *jobs-int(wantAdmitted) || failed != 0 {
-		problems = append(problems, fmt.Sprintf("admitted %d, refused %d, failed %d; expected %d, %d, 0",
-			admitted, refused, failed, wantAdmitted, *jobs-int(wantAdmitted)))
+	if int64(admitted) != wantAdmitted || refused != p.Jobs-int(wantAdmitted) || failed != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("admitted %d, refused %d, failed %d; expected %d, %d, 0",
+			admitted, refused, failed, wantAdmitted, p.Jobs-int(wantAdmitted)))
 	}
-	if used != wantAdmitted**estimate || held != 0 {
-		problems = append(problems, fmt.Sprintf("usage says used %d, held %d; expected %d and 0", used, held, wantAdmitted**estimate))
+	if used != wantAdmitted*p.Estimate || held != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("usage says used %d, held %d; expected %d and 0", used, held, wantAdmitted*p.Estimate))
 	}
-	return labVerdict(stdout, problems, failures)
-}
-
-// labVerdict prints the outcome and fails the command when Ferry's counts differ from the
-// expected ones.
-func labVerdict(stdout io.Writer, problems []string, failures []error) error {
-	const shownFailures = 5
-	for i, err := range failures {
-		if i == shownFailures {
-			fmt.Fprintf(stdout, "  … and %d more failures\n", len(failures)-shownFailures)
-			break
-		}
-		fmt.Fprintf(stdout, "  failure: %v\n", err)
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("the outcome differs from the expected one: %s", strings.Join(problems, "; "))
-	}
-	fmt.Fprintln(stdout, "\nOK: Ferry's outcome is the expected one.")
-	return nil
-}
-
-// percentile is the nearest-rank percentile p of ds.
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	sorted := append([]time.Duration(nil), ds...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	rank := (p*len(sorted) + 99) / 100
-	return sorted[max(rank, 1)-1]
-}
-
-func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	}
-	return d
+	return res, nil
 }

@@ -1,9 +1,8 @@
-package dynamo
+package instrument
 
 import (
 	"context"
 	"math"
-	"sort"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -92,15 +91,7 @@ func (m *RequestMeter) Totals() OpUsage {
 }
 
 // Operations returns the counted operation names, sorted.
-func (m *RequestMeter) Operations() []string {
-	snap := m.Snapshot()
-	names := make([]string, 0, len(snap))
-	for k := range snap {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
+func (m *RequestMeter) Operations() []string { return sortedKeys(m.Snapshot()) }
 
 // Reset clears the counts.
 func (m *RequestMeter) Reset() {

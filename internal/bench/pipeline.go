@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,13 +26,13 @@ import (
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/figures"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
-	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 	"github.com/ferrymeter/ferry/internal/usage"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 // Pipeline benchmark limits: bounded in count and time, as every load on this machine must be.
@@ -54,24 +53,38 @@ type phaseResult struct {
 	rows       int
 	ledger     map[ledger.Status]int
 	calls      map[string]int
-	units      map[string]dynamo.OpUsage
+	units      map[string]instrument.OpUsage
 	ingestCPU  time.Duration
 	workerCPU  time.Duration
 	workerWall time.Duration
 	maxItem    int
 }
 
-func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	n := fs.Int("events", 2000, "distinct events (at most 50,000)")
-	dupShare := fs.Float64("duplicates", 0.2, "share of events delivered a second time (0–1)")
-	plan := fs.String("plan", "free", "the account's plan: free (capped transaction), plus (sharded counter) or internal")
-	pollers := fs.Int("pollers", 4, "concurrent queue pollers (Lambda's concurrent batches)")
-	seed := fs.Uint64("seed", 1, "random seed for which events are duplicated")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// PipelineOptions shape the pipeline benchmark.
+type PipelineOptions struct {
+	// Events is how many distinct events are sent (at most MaxEvents).
+	Events int
+	// Duplicates is the share of events delivered a second time (0–1).
+	Duplicates float64
+	// Plan is the account's plan: free (capped transaction), plus (sharded counter) or internal.
+	Plan string
+	// Pollers is how many queue pollers run at once (Lambda's concurrent batches).
+	Pollers int
+	// Seed picks which events are duplicated.
+	Seed uint64
+}
+
+// DefaultPipeline is the run the README reports: 2,000 events, 20% delivered twice, free plan.
+var DefaultPipeline = PipelineOptions{Events: 2000, Duplicates: 0.2, Plan: "free", Pollers: 4, Seed: 1}
+
+// MaxEvents bounds one pipeline run, in distinct events.
+const MaxEvents = maxBenchEvents
+
+// Pipeline sends events, a share of them twice, through ingest, then drains the queue with
+// Ferry's worker and again with a naive apply-on-arrival worker on the same emulators, and prints
+// what each cost per delivery.
+func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) error {
+	n, dupShare, plan, pollers, seed := &o.Events, &o.Duplicates, &o.Plan, &o.Pollers, &o.Seed
 	if *n < 1 || *n > maxBenchEvents || *dupShare < 0 || *dupShare > 1 {
 		return fmt.Errorf("events must be 1–%d and duplicates 0–1", maxBenchEvents)
 	}
@@ -83,7 +96,7 @@ func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	dups := int(float64(*n) * *dupShare)
 	fmt.Fprintf(stdout, "Pipeline benchmark: %s distinct events, %s delivered twice (%.0f%%), plan %s, %d pollers.\n",
-		thousands(int64(*n)), thousands(int64(dups)), *dupShare*100, *plan, *pollers)
+		figures.Thousands(int64(*n)), figures.Thousands(int64(dups)), *dupShare*100, *plan, *pollers)
 	fmt.Fprintf(stdout, "Both workers run on the same emulators in this run; the emulators run in a child process, so CPU below is Ferry's own.\n\n")
 
 	var results []phaseResult
@@ -101,7 +114,7 @@ func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, plan string, distinct, dups, pollers int, seed uint64) (phaseResult, error) {
 	res := phaseResult{name: phase, ledger: map[ledger.Status]int{}}
-	calls, units := cloud.NewCallCounter(), dynamo.NewRequestMeter()
+	calls, units := instrument.NewCallCounter(), instrument.NewRequestMeter()
 	opts := calls.Options().Merge(cloud.Options{DynamoDB: []func(*dynamodb.Options){units.Option}})
 	clients, err := cloud.New(ctx, endpoints, opts)
 	if err != nil {
@@ -113,23 +126,26 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 		return res, err
 	}
 	defer func() { _ = devstack.Teardown(context.Background(), clients, names) }()
-	catalog := plans.Default()
-	cfg := app.Config{Names: names, AdminKey: "bench", Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a := app.New(cfg, clients, log, metrics.NewCounter(), time.Now)
-	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
-	if _, _, err := a.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
+	fns, err := functions(names, clients, log)
+	if err != nil {
 		return res, err
 	}
-	acct, err := a.Accounts.Get(ctx, benchAccountID)
+	// The operator's accounts (the api function's), the ingest function and the worker.
+	api, ingest, ferry := fns[resources.FunctionAPI], fns[resources.FunctionIngest].Ingest, fns[resources.FunctionWorker].Worker
+	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
+	if _, _, err := api.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
+		return res, err
+	}
+	acct, err := api.Accounts.Get(ctx, benchAccountID)
 	if err != nil {
 		return res, err
 	}
 	// The account's first usage is recorded once; count only what every event costs.
-	if _, err := a.Accounts.EnsureUsageStarted(ctx, acct, time.Now()); err != nil {
+	if _, err := api.Accounts.EnsureUsageStarted(ctx, acct, time.Now()); err != nil {
 		return res, err
 	}
-	if acct, err = a.Accounts.Get(ctx, benchAccountID); err != nil {
+	if acct, err = api.Accounts.Get(ctx, benchAccountID); err != nil {
 		return res, err
 	}
 	calls.Reset()
@@ -150,14 +166,14 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 	for start := 0; start < len(sends); start += benchIngestBatch {
 		batch := sends[start:min(start+benchIngestBatch, len(sends))]
 		body, _ := json.Marshal(benchEvents(batch))
-		if _, err := a.Ingest.AcceptBatch(ctx, acct, body); err != nil {
+		if _, err := ingest.AcceptBatch(ctx, acct, body); err != nil {
 			return res, fmt.Errorf("ingest: %w", err)
 		}
 	}
 	res.ingestCPU = cpuTime() - cpu0
 	res.delivered = len(sends)
 
-	handler := a.Worker.HandleSQS
+	handler := ferry.HandleSQS
 	if phase == "naive" {
 		handler = (&naiveWorker{clients: clients, names: names}).handle
 	}
@@ -194,19 +210,19 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 	}
 	// What the pipeline did; the read-back below is the benchmark's own and is not counted.
 	res.calls, res.units = calls.Snapshot(), units.Snapshot()
-	return res, measureOutcome(ctx, &res, a, clients, names, ids)
+	return res, measureOutcome(ctx, &res, api, clients, names, ids)
 }
 
 // measureOutcome reads back what the phase left: the meter, ledger statuses, archive objects,
 // analytics rows, and the largest stored item (which checks the request-unit estimate).
-func measureOutcome(ctx context.Context, res *phaseResult, a *app.App, clients cloud.Clients, names resources.Names, ids []string) error {
-	tot, err := a.Usage.Read(ctx, benchAccountID, plans.FeatureEvents, time.Now().UTC().Format("2006-01"))
+func measureOutcome(ctx context.Context, res *phaseResult, api *app.Function, clients cloud.Clients, names resources.Names, ids []string) error {
+	tot, err := api.Usage.Read(ctx, benchAccountID, plans.FeatureEvents, time.Now().UTC().Format("2006-01"))
 	if err != nil {
 		return err
 	}
 	res.meter = tot.Used
 	for _, id := range ids {
-		e, err := a.Ledger.Get(ctx, benchAccountID, id)
+		e, err := api.Ledger.Get(ctx, benchAccountID, id)
 		if err == nil {
 			res.ledger[e.Status]++
 		}
@@ -227,7 +243,7 @@ func measureOutcome(ctx context.Context, res *phaseResult, a *app.App, clients c
 				return err
 			}
 			for _, item := range page.Items {
-				res.maxItem = max(res.maxItem, dynamo.ItemSize(item))
+				res.maxItem = max(res.maxItem, instrument.ItemSize(item))
 				if table == resources.TableAnalytics {
 					res.rows++
 				}

@@ -1,4 +1,4 @@
-package cloud
+package instrument
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	smithymw "github.com/aws/smithy-go/middleware"
+
+	"github.com/ferrymeter/ferry/internal/cloud"
 )
 
 // CallCounter counts the calls each client makes, by service and operation: the round trips a
@@ -34,8 +36,8 @@ func (c *CallCounter) install(stack *smithymw.Stack) error {
 }
 
 // Options installs the counter on all three clients.
-func (c *CallCounter) Options() Options {
-	return Options{
+func (c *CallCounter) Options() cloud.Options {
+	return cloud.Options{
 		DynamoDB: []func(*dynamodb.Options){func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, c.install) }},
 		S3:       []func(*s3.Options){func(o *s3.Options) { o.APIOptions = append(o.APIOptions, c.install) }},
 		SQS:      []func(*sqs.Options){func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, c.install) }},
@@ -65,10 +67,12 @@ func (c *CallCounter) Service(id string) int {
 }
 
 // Keys returns the counted "Service Operation" names, sorted.
-func (c *CallCounter) Keys() []string {
-	snap := c.Snapshot()
-	keys := make([]string, 0, len(snap))
-	for k := range snap {
+func (c *CallCounter) Keys() []string { return sortedKeys(c.Snapshot()) }
+
+// sortedKeys returns a count map's names, sorted, so that reports list them in a stable order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -80,13 +84,4 @@ func (c *CallCounter) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = map[string]int{}
-}
-
-// Merge combines Options: each client gets every option of both.
-func (o Options) Merge(other Options) Options {
-	return Options{
-		DynamoDB: append(append([]func(*dynamodb.Options){}, o.DynamoDB...), other.DynamoDB...),
-		S3:       append(append([]func(*s3.Options){}, o.S3...), other.S3...),
-		SQS:      append(append([]func(*sqs.Options){}, o.SQS...), other.SQS...),
-	}
 }

@@ -1,11 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,16 +18,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/figures"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
 	budget "github.com/ferrymeter/ferry/internal/usage"
-	"github.com/ferrymeter/ferry/internal/worker"
 )
 
 // Defaults and constants of the holds benchmark.
@@ -58,7 +56,7 @@ type benchSide struct {
 	latencies []time.Duration
 	// units are the request units counted at the client; units.Reported counts the calls whose
 	// units DynamoDB reported (none on emulators, which leaves DynamoDB's sizing rules).
-	units dynamo.OpUsage
+	units instrument.OpUsage
 }
 
 func (s benchSide) perOp(v float64) float64 { return v / float64(s.ops) }
@@ -126,14 +124,22 @@ func (p plainCheck) run(ctx context.Context, accountID, cycleLabel string, limit
 	return err == nil, err
 }
 
-func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench holds", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	ops := fs.Int("ops", benchHoldsOps, "admissions on each side")
-	concurrency := fs.Int("concurrency", benchHoldsConcurrency, "admissions in flight at once")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// HoldsOptions shape the holds benchmark.
+type HoldsOptions struct {
+	// Ops is how many admissions run on each side.
+	Ops int
+	// Concurrency is how many admissions are in flight at once.
+	Concurrency int
+}
+
+// DefaultHolds is the run the README reports: 400 admissions a side, 50 at a time.
+var DefaultHolds = HoldsOptions{Ops: benchHoldsOps, Concurrency: benchHoldsConcurrency}
+
+// Holds measures admissions with holds against a plain check on the same emulators: rate,
+// latency, round trips and request units per admission, and what each lets through under
+// contention.
+func Holds(ctx context.Context, o HoldsOptions, stdout, stderr io.Writer) error {
+	ops, concurrency := &o.Ops, &o.Concurrency
 	if *ops < 2 || *concurrency < 1 {
 		return errors.New("--ops must be at least 2 and --concurrency positive")
 	}
@@ -147,7 +153,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer emu.Stop()
-	meter := dynamo.NewRequestMeter()
+	meter := instrument.NewRequestMeter()
 	clients, err := cloud.New(ctx, emu.Endpoints, cloud.Options{DynamoDB: []func(*dynamodb.Options){meter.Option}})
 	if err != nil {
 		return err
@@ -164,17 +170,19 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	catalog := plans.Default()
-	a := app.New(app.Config{
-		Names: names, Catalog: catalog, Schema: analytics.DefaultSchema, MaxQuarantines: worker.DefaultMaxQuarantines,
-	}, clients, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewCounter(), time.Now)
+	fns, err := functions(names, clients, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	// The operator's accounts (the api function's) and the holds function.
+	operator, a := fns[resources.FunctionAPI], fns[resources.FunctionHolds]
 	// The per-account rate limit (120 new holds a minute) would stop a benchmark on one account
 	// after 120 admissions; lifting it here measures the transaction on one hot budget row,
 	// which is what bounds an account once its rate limit is raised.
 	a.Holds.RatePerMinute = int64(4 * *ops)
 
 	newAccount := func(id string, limit int64) (accounts.Account, error) {
-		acct, _, err := a.Accounts.Create(ctx, accounts.CreateInput{
+		acct, _, err := operator.Accounts.Create(ctx, accounts.CreateInput{
 			ID: id, Plan: "free", Limits: map[string]plans.Limit{benchHoldsFeature: plans.Max(limit)},
 		})
 		return acct, err
@@ -189,7 +197,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if _, err := a.Holds.Settle(ctx, acct, holds.SettleInput{HoldID: h.ID, Used: new(int64)}); err != nil {
 			return acct, err
 		}
-		return a.Accounts.Get(ctx, acct.ID)
+		return operator.Accounts.Get(ctx, acct.ID)
 	}
 	ample := int64(*ops) * benchHoldsAmount * 2
 	holdsAcct, err := newAccount("bench-holds", ample)
@@ -300,13 +308,13 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 		where = "DynamoDB at " + external.DynamoDB
 	}
 	fmt.Fprintf(stdout, "ferry bench holds: %d admissions a side, %d at a time, %s of %s each, on %s.\n\n",
-		*ops, *concurrency, thousands(benchHoldsAmount), benchHoldsFeature, where)
+		*ops, *concurrency, figures.Thousands(benchHoldsAmount), benchHoldsFeature, where)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tplain check\tholds\tholds ÷ plain\t")
 	fmt.Fprintf(tw, "admissions per second\t%.0f\t%.0f\t%.2f\t\n", plainSide.rate(), holdsSide.rate(), holdsSide.rate()/plainSide.rate())
 	for _, p := range []int{50, 99} {
-		pl, ho := percentile(plainSide.latencies, p), percentile(holdsSide.latencies, p)
-		fmt.Fprintf(tw, "latency p%d\t%s\t%s\t%.2f\t\n", p, round(pl), round(ho), float64(ho)/float64(pl))
+		pl, ho := figures.Percentile(plainSide.latencies, p), figures.Percentile(holdsSide.latencies, p)
+		fmt.Fprintf(tw, "latency p%d\t%s\t%s\t%.2f\t\n", p, figures.Round(pl), figures.Round(ho), float64(ho)/float64(pl))
 	}
 	fmt.Fprintf(tw, "round trips per admission\t%.2f\t%.2f\t\t\n", plainSide.perOp(float64(plainSide.units.Calls)), holdsSide.perOp(float64(holdsSide.units.Calls)))
 	fmt.Fprintf(tw, "write units per admission\t%.2f\t%.2f\t\t\n", plainSide.perOp(plainSide.units.WriteUnits), holdsSide.perOp(holdsSide.units.WriteUnits))
@@ -314,7 +322,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(tw, "errors\t%d\t%d\t\t\n", plainSide.errors, holdsSide.errors)
 	fmt.Fprintf(tw, "room for %d jobs, %d raced: jobs let through\t%d\t%d\t\t\n", *ops/2, *ops, plainRan, holdsAdmitted)
 	fmt.Fprintf(tw, "… spent or held past the limit\t%s\t%s\t\t\n",
-		thousands(max(0, int64(plainRan)*benchHoldsAmount-half)), thousands(max(0, tightHeld.Committed-half)))
+		figures.Thousands(max(0, int64(plainRan)*benchHoldsAmount-half)), figures.Thousands(max(0, tightHeld.Committed-half)))
 	_ = tw.Flush()
 	if raceErrors > 0 {
 		fmt.Fprintf(stdout, "(%d errors in the contention race)\n", raceErrors)
@@ -339,7 +347,7 @@ func runBenchHolds(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(stdout, "\nThe hot row: the budget row is %d bytes, so a transactional write of it costs %d write units, and one item\n",
 		budgetBytes, transactionalWriteUnits*int(math.Ceil(float64(max(budgetBytes, 1))/writeUnitBytes)))
 	fmt.Fprintf(stdout, "takes about %s write units a second: about %.0f admissions a second per (account, feature, cycle), or %.0f whole\n",
-		thousands(itemWriteUnitsPerSecond), rowTxPerSecond, rowTxPerSecond/2)
+		figures.Thousands(itemWriteUnitsPerSecond), rowTxPerSecond, rowTxPerSecond/2)
 	fmt.Fprintf(stdout, "jobs a second, since settling writes the row too. Nothing else touches it: charges write only the hold, and the\n")
 	fmt.Fprintf(stdout, "rate counter is its own item. The per-account limit of %d new holds a minute (%.0f a second) is far below it;\n",
 		holds.DefaultRatePerMinute, float64(holds.DefaultRatePerMinute)/60)
@@ -358,5 +366,5 @@ func budgetRowBytes(ctx context.Context, db *dynamodb.Client, t budget.Table, ac
 	if err != nil {
 		return 0, fmt.Errorf("read the budget row: %w", err)
 	}
-	return dynamo.ItemSize(out.Item), nil
+	return instrument.ItemSize(out.Item), nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/figures"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
 )
 
@@ -19,7 +20,7 @@ type pipelineFigures struct {
 	costDynamo, costS3, costSQS, costLambda, costCompute    float64
 }
 
-func figures(r phaseResult, distinct int) pipelineFigures {
+func perDelivery(r phaseResult, distinct int) pipelineFigures {
 	var f pipelineFigures
 	d := float64(r.delivered)
 	for op, n := range r.calls {
@@ -34,7 +35,7 @@ func figures(r phaseResult, distinct int) pipelineFigures {
 			f.sqs += float64(n)
 		}
 	}
-	var u dynamo.OpUsage
+	var u instrument.OpUsage
 	for _, o := range r.units {
 		u.ReadUnits += o.ReadUnits
 		u.WriteUnits += o.WriteUnits
@@ -59,14 +60,14 @@ func figures(r phaseResult, distinct int) pipelineFigures {
 
 func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
 	ferry, naive := results[0], results[1]
-	ff, nf := figures(ferry, distinct), figures(naive, distinct)
+	ff, nf := perDelivery(ferry, distinct), perDelivery(naive, distinct)
 	var t table
 	t.add("", "Ferry", "naive apply-on-arrival", "Ferry / naive")
-	t.add("deliveries to the worker", thousands(int64(ferry.delivered)), thousands(int64(naive.delivered)), "")
-	t.add(fmt.Sprintf("meter after the run (exact: %s)", thousands(int64(distinct))), thousands(ferry.meter), thousands(naive.meter), "")
+	t.add("deliveries to the worker", figures.Thousands(int64(ferry.delivered)), figures.Thousands(int64(naive.delivered)), "")
+	t.add(fmt.Sprintf("meter after the run (exact: %s)", figures.Thousands(int64(distinct))), figures.Thousands(ferry.meter), figures.Thousands(naive.meter), "")
 	t.add("ledger", ledgerSummary(ferry.ledger), "(none)", "")
-	t.add("archive objects", thousands(int64(ferry.archived)), thousands(int64(naive.archived)), "")
-	t.add("analytics rows", thousands(int64(ferry.rows)), thousands(int64(naive.rows)), "")
+	t.add("archive objects", figures.Thousands(int64(ferry.archived)), figures.Thousands(int64(naive.archived)), "")
+	t.add("analytics rows", figures.Thousands(int64(ferry.rows)), figures.Thousands(int64(naive.rows)), "")
 	t.add("per delivery:", "", "", "")
 	row := func(name string, a, b float64, format string) {
 		ratio := ""
@@ -117,10 +118,37 @@ func ledgerSummary(m map[ledger.Status]int) string {
 	var parts []string
 	for _, s := range []ledger.Status{ledger.Inserted, ledger.Rejected, ledger.Uninsertable, ledger.Inserting} {
 		if m[s] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", thousands(int64(m[s])), s))
+			parts = append(parts, fmt.Sprintf("%s %s", figures.Thousands(int64(m[s])), s))
 		}
 	}
 	return strings.Join(parts, ", ")
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// table prints aligned rows: the first column left-aligned, the others right-aligned.
+type table struct {
+	rows [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) print(w io.Writer) {
+	widths := map[int]int{}
+	for _, r := range t.rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	for _, r := range t.rows {
+		for i, c := range r {
+			pad := widths[i] - len([]rune(c))
+			if i == 0 {
+				fmt.Fprint(w, c+strings.Repeat(" ", pad))
+			} else {
+				fmt.Fprint(w, "  "+strings.Repeat(" ", pad)+c)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+}

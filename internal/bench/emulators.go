@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,14 +15,14 @@ import (
 	"github.com/ferrymeter/ferry/internal/devstack"
 )
 
-// runEmulators serves the local emulators alone and prints their endpoints as one JSON line. The
-// benchmarks run them in this separate process so that the CPU they measure is Ferry's own.
-func runEmulators(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("emulators", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// EmulatorsCommand is the CLI subcommand that runs ServeEmulators: the benchmarks start the
+// running binary with it as a child process.
+const EmulatorsCommand = "emulators"
+
+// ServeEmulators serves the local emulators alone and prints their endpoints as one JSON line. The
+// benchmarks run them in this separate process so that the CPU they measure is Ferry's own. It
+// returns when ctx ends or stdin closes (the parent is gone).
+func ServeEmulators(ctx context.Context, stdout io.Writer) error {
 	emu, err := devstack.StartEmulators(devstack.EmulatorOptions{})
 	if err != nil {
 		return err
@@ -49,13 +48,14 @@ type emulatorProcess struct {
 	stdin     io.WriteCloser
 }
 
-// startEmulatorProcess starts `ferry emulators` as a child process and waits for its endpoints.
+// startEmulatorProcess starts this binary's emulators command as a child process and waits for its
+// endpoints.
 func startEmulatorProcess() (*emulatorProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "emulators")
+	cmd := exec.Command(self, EmulatorsCommand)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

@@ -1,0 +1,148 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+func TestDefinitions_AreBuildable(t *testing.T) {
+	if err := app.DefaultDefinitions().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every function is built from its entry in resources.Functions — its clients refusing what its
+// IAM grant refuses — and driven through its kind once: each route of an HTTP function answers a
+// request (no 5xx, no 401: the function has what its routes and their auth need), the consumer
+// processes a real SQS batch, the scheduled function runs. A builder that reaches for a resource
+// its entry does not grant fails to build, and a call its role would refuse in AWS fails the test
+// (see testenv.ClientsFor): IAM drift is a failing unit test.
+func TestEveryFunction_BuildsFromItsEntry_AndServesItsKind(t *testing.T) {
+	h := apptest.New(t)
+	key := h.CreateAccount(t, "acct_1", "free", map[string]any{"tokens": 100_000})
+	defs := app.DefaultDefinitions()
+	driven := map[app.Kind]int{}
+	for _, f := range defs.Functions {
+		fn := h.Fn(f.Name)
+		kinds := defs.Kinds(f)
+		if len(kinds) != 1 || fn.Kind() != kinds[0] {
+			t.Fatalf("%s: built a %v function, its entry says %v", f.Name, fn.Kind(), kinds)
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			switch fn.Kind() {
+			case app.HTTP:
+				for _, r := range fn.HTTP.Routes() {
+					bearer := key
+					if r.Auth == httpapi.Operator {
+						bearer = apptest.AdminKey
+					}
+					var body any
+					if r.Method != http.MethodGet {
+						body = map[string]any{}
+					}
+					path := strings.NewReplacer("{id}", "acct_1").Replace(r.Path)
+					resp := h.Do(t, r.Method, path, bearer, body)
+					if resp.Status >= 500 || resp.Status == http.StatusUnauthorized || resp.Status == http.StatusMethodNotAllowed {
+						t.Errorf("%s: %d %s", r.Key(), resp.Status, resp.Body)
+					}
+				}
+				if f.Name == httpapi.DefaultRouteFunction {
+					if resp := h.Do(t, http.MethodGet, "/v1/nowhere", key, nil); resp.Status != http.StatusNotFound {
+						t.Errorf("$default: %d %s", resp.Status, resp.Body)
+					}
+				}
+			case app.Consumer:
+				batch := apptest.SQSEvent(t, "sqs/worker-batch.json")
+				out, err := fn.Consume(context.Background(), batch)
+				if err != nil || len(out.BatchItemFailures) != 0 {
+					t.Fatalf("consume: %+v, %v", out, err)
+				}
+				e, err := fn.Ledger.Get(context.Background(), "acct_fixture", "evt_fixture_1")
+				if err != nil || e.Status != ledger.Inserted {
+					t.Errorf("the fixture's event: %+v, %v", e, err)
+				}
+			case app.Scheduled:
+				if err := fn.Run(context.Background()); err != nil {
+					t.Errorf("run: %v", err)
+				}
+			}
+			driven[fn.Kind()]++
+		})
+	}
+	for _, k := range []app.Kind{app.HTTP, app.Consumer, app.Scheduled} {
+		if driven[k] == 0 {
+			t.Errorf("no %v function was driven", k)
+		}
+	}
+}
+
+// A builder that uses a resource its entry does not grant, or uses one beyond the access it
+// grants, fails to build, naming the function and the resource: the mistake that would be an
+// AccessDenied in AWS surfaces when the function is composed.
+func TestBuild_AResourceTheEntryDoesNotGrantFailsAtBuildTime(t *testing.T) {
+	cases := []struct {
+		name     string
+		function string
+		build    func(c *app.Composer) (*app.Function, error)
+		want     string
+	}{
+		{"a table the entry does not list", resources.FunctionSweeper, func(c *app.Composer) (*app.Function, error) {
+			c.Table(resources.TableLedger, resources.Read)
+			return sweepOnly(c), nil
+		}, "function sweeper uses table ledger (read), which its entry in resources.Functions does not grant"},
+		{"a queue the entry does not list", resources.FunctionSweeper, func(c *app.Composer) (*app.Function, error) {
+			c.QueueURL(resources.QueueEvents, resources.Send)
+			return sweepOnly(c), nil
+		}, "function sweeper uses queue events (send), which its entry in resources.Functions does not grant"},
+		{"more access than the entry grants", resources.FunctionIngest, func(c *app.Composer) (*app.Function, error) {
+			c.Table(resources.TableLedger, resources.ReadWrite)
+			return sweepOnly(c), nil
+		}, "function ingest uses table ledger for read-write, and its entry grants only read"},
+		{"a builder that makes the wrong kind", resources.FunctionSweeper, func(c *app.Composer) (*app.Function, error) {
+			return c.Function(), nil
+		}, "its entry makes it [scheduled], and its builder made a function with no handler"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defs := app.DefaultDefinitions()
+			for i, b := range defs.Builders {
+				if b.Function == c.function {
+					defs.Builders[i].Build = c.build
+				}
+			}
+			_, err := defs.Build(c.function, app.Env{Names: allNames(), Config: app.DefaultConfig(), Log: apptest.Logger(t)})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v; want it to say %q", err, c.want)
+			}
+		})
+	}
+}
+
+func sweepOnly(c *app.Composer) *app.Function {
+	fn := c.Function()
+	fn.Run = func(context.Context) error { return nil }
+	return fn
+}
+
+// allNames names every resource after itself: enough to compose functions without emulators.
+func allNames() resources.Names {
+	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
+	for _, tbl := range resources.Tables {
+		names.Tables[tbl.Logical] = tbl.Logical
+	}
+	for _, q := range resources.Queues {
+		names.Queues[q.Logical], names.Queues[q.DLQLogical()] = q.Logical, q.DLQLogical()
+	}
+	for _, b := range resources.Buckets {
+		names.Buckets[b.Logical] = b.Logical
+	}
+	return names
+}

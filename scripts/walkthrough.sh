@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Runs the README's walkthrough against a running Ferry and fails on any answer that differs from
+# the one the README shows.
+#
+#   make run &                       # in another terminal: the stack on 127.0.0.1:8080
+#   scripts/walkthrough.sh           # FERRY_ADDR=127.0.0.1:18080 for another address
+#
+# The walkthrough is read from README.md itself, so the two cannot drift: in its "A walkthrough"
+# section every ```sh block is run, in order, in one shell (so KEY, HOLD… carry over), against
+# http://$FERRY_ADDR with the operator key $FERRY_ADMIN_KEY; the ```text block that follows a
+# command block is its expected answer. Before comparing, ids, keys, times, cycles and measured
+# durations are masked on both sides, runs of spaces folded and blank lines dropped; only standard
+# output is compared (standard error is shown when a step fails). In the expected answer "…" stands
+# for any text within a line, and a line that is only "…" for any number of lines. A block marked
+# ```text unordered is compared as a set of lines (the README says why its order is a race).
+# The stack must be fresh: the walkthrough creates fixed account ids.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+readme=${WALKTHROUGH_README:-$root/README.md}
+addr=${FERRY_ADDR:-127.0.0.1:8080}
+key=${FERRY_ADMIN_KEY:-dev-admin-key}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# 1. The steps, from the README: NN.sh, and NN.expected (with NN.mode) where the README shows one.
+awk -v dir="$work" '
+	/^## A walkthrough/ { in_section = 1; next }
+	in_section && /^## / { in_section = 0 }
+	!in_section { next }
+	/^```/ && !in_block {
+		in_block = 1; info = substr($0, 4); lines = ""; next
+	}
+	/^```/ && in_block {
+		in_block = 0
+		if (info == "sh") {
+			n++; file = sprintf("%s/%02d.sh", dir, n); printf "%s", lines > file; close(file); last = "sh"
+		} else if (info ~ /^text/ && last == "sh") {
+			file = sprintf("%s/%02d.expected", dir, n); printf "%s", lines > file; close(file)
+			mode = sprintf("%s/%02d.mode", dir, n); print (info ~ /unordered/ ? "unordered" : "ordered") > mode; close(mode)
+			last = "text"
+		} else {
+			last = "other"
+		}
+		next
+	}
+	in_block { lines = lines $0 "\n" }
+' "$readme"
+steps=$(ls "$work"/*.sh 2>/dev/null | wc -l)
+if [ "$steps" -eq 0 ]; then
+	echo "walkthrough: no \`\`\`sh blocks in the walkthrough section of $readme" >&2
+	exit 1
+fi
+
+# 2. Run every step in one shell, against this stack, from the repository root.
+esc() { printf '%s' "$1" | sed -e 's/[\/&|]/\\&/g'; }
+runner="$work/run.sh"
+{
+	echo "cd $(printf '%q' "$root")"
+	for step in "$work"/*.sh; do
+		[ "$step" = "$runner" ] && continue
+		sed -i -e "s|http://127.0.0.1:8080|http://$(esc "$addr")|g" -e "s|dev-admin-key|$(esc "$key")|g" "$step"
+		echo "{ . $(printf '%q' "$step"); } > $(printf '%q' "${step%.sh}.actual") 2> $(printf '%q' "${step%.sh}.stderr") || true"
+	done
+} > "$runner"
+FERRY_ADDR=$addr FERRY_ADMIN_KEY=$key bash "$runner"
+
+# 3. Compare, after masking what differs on every run.
+mask() {
+	tr -d '\r' | sed -E \
+		-e 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z/…/g' \
+		-e 's/"cycle":"[0-9]{4}-[0-9]{2}"/"cycle":"…"/g' \
+		-e 's/fk_[A-Za-z0-9_-]+/fk_…/g' \
+		-e 's/hold_[a-z2-7]{26}/hold_…/g' \
+		-e 's/"id":"evt_[0-9]+"/"id":"evt_…"/g' \
+		-e 's/lab-(five|load)-[0-9a-f]+/lab-\1-…/g' \
+		-e 's/[0-9][0-9,.]* (ms|s)([^A-Za-z]|$)/… \1\2/g' \
+		-e 's/[[:space:]]+/ /g' -e 's/^ //' -e 's/ $//' | sed -e '/^$/d'
+}
+failed=0
+for expected in "$work"/*.expected; do
+	n=$(basename "$expected" .expected)
+	actual="${expected%.expected}.actual"
+	mode=$(cat "$work/$n.mode")
+	mask < "$expected" > "$work/$n.want"
+	mask < "$actual" > "$work/$n.got"
+	if [ "$mode" = unordered ]; then
+		sort "$work/$n.want" > "$work/$n.want.sorted"
+		sort "$work/$n.got" > "$work/$n.got.sorted"
+		cmp -s "$work/$n.want.sorted" "$work/$n.got.sorted" && ok=1 || ok=0
+	else
+		# Match line by line; "…" within a line is any text, a line of "…" any number of lines.
+		ok=$(awk '
+			function pattern(line,   p) {
+				p = line
+				gsub(/[][\\.^$*+?(){}|\/]/, "\\\\&", p)
+				gsub(/…/, ".*", p)
+				return "^" p "$"
+			}
+			FNR == NR { want[++nw] = $0; next }
+			{ got[++ng] = $0 }
+			function matches(i, j,   k) {
+				if (i > nw) return j > ng
+				if (want[i] == "…") {
+					for (k = j; k <= ng + 1; k++) if (matches(i + 1, k)) return 1
+					return 0
+				}
+				return j <= ng && got[j] ~ pattern(want[i]) && matches(i + 1, j + 1)
+			}
+			END { print matches(1, 1) }
+		' "$work/$n.want" "$work/$n.got")
+	fi
+	if [ "$ok" = 1 ]; then
+		echo "walkthrough step $n: ok"
+	else
+		failed=1
+		echo "walkthrough step $n: the answer differs from the README's" >&2
+		echo "--- the command" >&2; cat "$work/$n.sh" >&2
+		echo "--- the README's answer (masked)" >&2; cat "$work/$n.want" >&2
+		echo "--- this stack's answer (masked)" >&2; cat "$work/$n.got" >&2
+		if [ -s "$work/$n.stderr" ]; then echo "--- its standard error" >&2; cat "$work/$n.stderr" >&2; fi
+	fi
+done
+if [ "$failed" = 1 ]; then
+	exit 1
+fi
+echo "walkthrough: every answer is the README's ($steps steps against http://$addr)"
