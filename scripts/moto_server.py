@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from werkzeug.serving import make_server
+from werkzeug.serving import ThreadedWSGIServer, make_server
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -55,6 +55,11 @@ def exit_with_parent():
 def main():
     host = os.environ.get("MOTO_HOST", "127.0.0.1")
     dispatcher = DomainDispatcherApplication(create_backend_app)
+    # werkzeug listens with a backlog of 128 and closes every connection after one answer; under
+    # the tests' concurrency the backlog overflows and the kernel resets connections, some after
+    # moto has already acted, so the SDK's retry of the request then fails (a CreateTable retried
+    # after its table was made answers "Table already exists").
+    ThreadedWSGIServer.request_queue_size = 4096
     server = make_server(
         host, 0, SerializeDynamoDB(dispatcher), threaded=True, request_handler=MotoRequestHandler
     )
