@@ -52,9 +52,15 @@ python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python 
 		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
 	done
 
+# make run builds the CLI, then execs it: the shell is replaced, so the server is make's own
+# child and gets make's signals (GNU make passes SIGTERM on to its children), and `go run`, which
+# does not pass signals on to the program it runs, is not in between.
+FERRY_BIN := $(TOOLS_DIR)/bin/ferry
+
 .PHONY: run
 run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS account)
-	$(GO) run ./cmd/ferry dev
+	$(GO) build -o $(FERRY_BIN) ./cmd/ferry
+	exec $(FERRY_BIN) dev
 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
@@ -71,6 +77,22 @@ test-contract: tools $(TOOLS_DIR)/venv-contract/.ferry-installed ## fuzz every o
 .PHONY: test-race
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
+
+# make fuzz runs every fuzz target (one per request body, internal/httpapi/fuzz_test.go) for
+# FUZZTIME each, with FUZZ_PARALLEL workers; seeds are under testdata/fuzz/.
+FUZZTIME      ?= 30s
+FUZZ_PARALLEL ?= 1
+# Minimizing an input that is merely interesting stops the fuzzing meanwhile; 60 s by default.
+FUZZ_MINIMIZE ?= 5s
+FUZZ_PKG      := ./internal/httpapi/
+
+.PHONY: fuzz
+fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTIME=2m
+	@targets=$$($(GO) test $(FUZZ_PKG) -list '^Fuzz' | grep '^Fuzz'); \
+	for target in $$targets; do \
+		echo "== $$target for $(FUZZTIME)"; \
+		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
+	done
 
 .PHONY: bench
 bench: tools ## measure the pipeline: request units, round trips and CPU per event, cost per million

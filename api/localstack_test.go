@@ -17,10 +17,10 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 	stack := startLocalStack(t)
 	v := newValidator(t, stack.URL)
 	client := &http.Client{}
-	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false); r.status != http.StatusOK {
+	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false, false); r.status != http.StatusOK {
 		t.Errorf("healthz: %d %s", r.status, r.body)
 	}
-	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false)
+	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false, false)
 	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
 		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
 	}

@@ -82,6 +82,55 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 	}
 }
 
+// The contract changes of strict input are stated where a client reads them: the decoder's
+// rules, the account status rule with its own problem type, what a 502 and a 503 mean on the
+// event routes, and binary content mode.
+func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
+	doc := loadDoc(t)
+	for _, want := range []string{
+		"**Strict input.**", "twice", "case-sensitive", "`null` is never a value", "`7.5`, `7.0`, `1e3` or `\"7\"`",
+		"lone surrogates", "`invalid-header`",
+		"**Account status.** One rule: an inactive account records no new usage", "`account-inactive`",
+		"A 503 (`unavailable`) means nothing happened", "A 502 (`outcome-unknown`)", "same event `id`",
+	} {
+		if !strings.Contains(doc.Info.Description, want) {
+			t.Errorf("the description does not say %q", want)
+		}
+	}
+	for _, path := range []string{"/v1/events", "/v1/events/batch"} {
+		op := operation(doc, http.MethodPost, path)
+		if r := op.Responses.Status(http.StatusBadGateway); r == nil || !strings.Contains(*r.Value.Description, "outcome-unknown") {
+			t.Errorf("POST %s does not document 502 outcome-unknown", path)
+		}
+		if r := op.Responses.Status(http.StatusPaymentRequired); r == nil || !strings.Contains(*r.Value.Description, "account-inactive") {
+			t.Errorf("POST %s does not document 402 account-inactive", path)
+		}
+	}
+	for _, path := range []string{"/v1/holds", "/v1/holds/{id}/charges", "/v1/holds/{id}/settle"} {
+		if r := operation(doc, http.MethodPost, path).Responses.Status(http.StatusPaymentRequired); r == nil || !strings.Contains(*r.Value.Description, "account-inactive") {
+			t.Errorf("POST %s does not document 402 account-inactive", path)
+		}
+	}
+	events := operation(doc, http.MethodPost, "/v1/events")
+	headers := map[string]bool{}
+	for _, p := range events.Parameters {
+		if p.Value.In == "header" {
+			headers[p.Value.Name] = true
+		}
+	}
+	for _, h := range []string{"ce-specversion", "ce-id", "ce-source", "ce-type"} {
+		if !headers[h] {
+			t.Errorf("POST /v1/events does not document binary mode's %s", h)
+		}
+	}
+	if events.RequestBody.Value.Content.Get("*/*") == nil || !strings.Contains(events.Description, "**binary**") {
+		t.Error("POST /v1/events does not document binary mode's body")
+	}
+	if operation(doc, http.MethodPost, "/v1/events/batch").RequestBody.Value.Content.Get("application/cloudevents-batch+json") == nil {
+		t.Error("POST /v1/events/batch does not document application/cloudevents-batch+json")
+	}
+}
+
 // The document covers every declared route and nothing else, and gives each mutating route the
 // idempotency contract: the header, the replay header on its answers, the 409 and the 422.
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
@@ -180,8 +229,9 @@ type exchangeResult struct {
 }
 
 // do sends a request and validates it and its answer. A request that breaks the contract on
-// purpose (invalidRequest) must fail validation; its answer must still conform.
-func (v *validator) do(t *testing.T, client *http.Client, method, url string, header http.Header, body []byte, invalidRequest bool) exchangeResult {
+// purpose (invalidRequest) must fail validation; its answer must still conform. A request the
+// document cannot model (unmodelled) is not judged; its answer is.
+func (v *validator) do(t *testing.T, client *http.Client, method, url string, header http.Header, body []byte, invalidRequest, unmodelled bool) exchangeResult {
 	t.Helper()
 	ctx := context.Background()
 	newReq := func() *http.Request {
@@ -203,6 +253,7 @@ func (v *validator) do(t *testing.T, client *http.Client, method, url string, he
 	}
 	reqErr := openapi3filter.ValidateRequest(ctx, in)
 	switch {
+	case unmodelled:
 	case invalidRequest && reqErr == nil:
 		t.Errorf("%s %s breaks the contract on purpose but validates", method, url)
 	case !invalidRequest && reqErr != nil:
@@ -265,17 +316,23 @@ func TestOpenAPI_ValidatorRefusesWhatTheDocumentForbids(t *testing.T) {
 	}
 }
 
-// switchQueue fails sends while down is set, as SQS does when it is unavailable.
+// switchQueue fails sends while down is set, as SQS does when it is unavailable and refuses
+// them (nothing is queued), and fails them after they landed while unsure is set, as a send
+// does whose answer is lost.
 type switchQueue struct {
 	ingest.Queue
-	down atomic.Bool
+	down   atomic.Bool
+	unsure atomic.Bool
 }
 
 func (q *switchQueue) Send(ctx context.Context, env event.Envelope) error {
 	if q.down.Load() {
-		return errors.New("queue unavailable")
+		return fmt.Errorf("%w: refused", ingest.ErrQueueUnavailable)
 	}
-	return q.Queue.Send(ctx, env)
+	if err := q.Queue.Send(ctx, env); err != nil || !q.unsure.Load() {
+		return err
+	}
+	return errors.New("the answer was lost after the message landed")
 }
 
 // crashAfterFirstWrite lets the first write (the idempotency claim) commit and then kills the
@@ -300,6 +357,7 @@ type exchange struct {
 	path string
 	// as is who sends it: "operator", an account id created earlier, "none" or "wrong".
 	as          string
+	header      http.Header
 	body        string
 	contentType string
 	idemKey     string
@@ -308,6 +366,10 @@ type exchange struct {
 	replayed bool
 	// invalidRequest: the request breaks the contract on purpose and must fail validation.
 	invalidRequest bool
+	// unmodelled: OpenAPI cannot model the request — binary mode's JSON data is an
+	// application/json body that is not a CloudEvent, which only the ce-* headers explain — so
+	// only its answer is validated.
+	unmodelled bool
 	// before runs first (a crash to inject, the worker to drain); after runs once answered.
 	before func(t *testing.T, c *conformanceRun)
 	after  func(t *testing.T, c *conformanceRun, r exchangeResult)
@@ -327,6 +389,21 @@ func cloudEvent(id string) string {
 }
 
 func batch(items ...string) string { return "[" + strings.Join(items, ",") + "]" }
+
+// binaryHeaders are the ce-* headers of an event in HTTP binary mode.
+func binaryHeaders(id string) http.Header {
+	return http.Header{"Ce-Specversion": {"1.0"}, "Ce-Id": {id}, "Ce-Source": {"/tests"}, "Ce-Type": {"api.call"}}
+}
+
+// wantKind checks the problem kind of an answer.
+func wantKind(kind string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
+	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+		var p struct{ Type string }
+		if err := json.Unmarshal(r.body, &p); err != nil || p.Type != "tag:ferrymeter.dev,2026:problem:"+kind {
+			t.Errorf("problem %s, want kind %s", r.body, kind)
+		}
+	}
+}
 
 func captureKey(id string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
 	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
@@ -395,8 +472,28 @@ func conformanceTable() []exchange {
 			body: cloudEvent("evt_3"), status: 422},
 		{name: "event as application/cloudevents+json", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
 			contentType: "application/cloudevents+json", body: cloudEvent("evt_2"), status: 202},
+		// Without ce-* headers a body must be JSON. (The document allows any type for binary
+		// mode's data, and cannot say that the headers must come with it.)
 		{name: "event as text", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
-			contentType: "text/plain", body: cloudEvent("evt_2"), status: 415, invalidRequest: true},
+			contentType: "text/plain", body: cloudEvent("evt_2"), status: 415},
+		{name: "event in binary mode", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			header: binaryHeaders("evt_bin_1"), contentType: "application/json", body: `{"n": 1}`, status: 202, unmodelled: true},
+		{name: "event in binary mode, text data", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			header: binaryHeaders("evt_bin_2"), contentType: "text/plain", body: "hello", status: 202},
+		{name: "event in binary mode, a percent sign", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			header: binaryHeaders("evt_50%"), contentType: "application/octet-stream", body: `{}`, status: 400, invalidRequest: true},
+		{name: "event in both modes", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			header: binaryHeaders("evt_both"), contentType: "application/cloudevents+json", body: cloudEvent("evt_both"), status: 400},
+		{name: "event, a duplicate member", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			body: `{"specversion":"1.0","id":"evt_d1","id":"evt_d2","source":"/tests","type":"api.call"}`, status: 400},
+		{name: "event, a lone surrogate in the id", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			body: `{"specversion":"1.0","id":"evt_\ud800","source":"/tests","type":"api.call"}`, status: 400},
+		{name: "event, the queue write may have landed", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-6",
+			body: cloudEvent("evt_6"), status: 502,
+			before: func(t *testing.T, c *conformanceRun) { c.queue.unsure.Store(true) },
+			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.queue.unsure.Store(false) }},
+		{name: "event, retried after an unknown outcome", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-6",
+			body: cloudEvent("evt_6"), status: 202},
 		{name: "event, invalid", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-invalid",
 			body: invalidEvent, status: 400, invalidRequest: true},
 		{name: "event, invalid, repeated", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-invalid",
@@ -502,6 +599,45 @@ func conformanceTable() []exchange {
 		{name: "charge, after settlement", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
 			body: `{"key":"step-3","amount":1}`, status: 409},
 		{name: "hold, unknown", route: "GET /v1/holds/{id}", path: "/v1/holds/nohold", as: "acct_1", status: 404},
+		{name: "charge, a field name in another case", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-4","Amount":7}`, status: 400, invalidRequest: true},
+		{name: "charge, amount null", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-4","amount":null}`, status: 400, invalidRequest: true},
+		{name: "charge, amount a fraction", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold}/charges", as: "acct_1",
+			body: `{"key":"step-4","amount":7.5}`, status: 400, invalidRequest: true},
+
+		// The account status rule: an inactive account records no new usage.
+		{name: "create, one to deactivate", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_off","limits":{"tokens":1000}}`, status: 201, after: captureKey("acct_off")},
+		{name: "hold, before the deactivation", route: "POST /v1/holds", path: "/v1/holds", as: "acct_off",
+			body: `{"key":"job-off","feature":"tokens","amount":100}`, status: 201,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				var body struct{ ID string }
+				if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
+					t.Fatalf("no hold id in %s", r.body)
+				}
+				c.vars["hold_off"] = body.ID
+			}},
+		{name: "charge, before the deactivation", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold_off}/charges", as: "acct_off",
+			body: `{"key":"step-1","amount":30}`, status: 200},
+		{name: "update, deactivate", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_off", as: "operator",
+			body: `{"status":"inactive"}`, status: 200},
+		{name: "event, account inactive", route: "POST /v1/events", path: "/v1/events", as: "acct_off",
+			body: cloudEvent("evt_off"), status: 402, after: wantKind("account-inactive")},
+		{name: "batch, account inactive", route: "POST /v1/events/batch", path: "/v1/events/batch", as: "acct_off",
+			body: batch(cloudEvent("evt_off")), status: 402, after: wantKind("account-inactive")},
+		{name: "hold, account inactive", route: "POST /v1/holds", path: "/v1/holds", as: "acct_off",
+			body: `{"key":"job-off-2","feature":"tokens","amount":100}`, status: 402, after: wantKind("account-inactive")},
+		{name: "hold, its key again, account inactive", route: "POST /v1/holds", path: "/v1/holds", as: "acct_off",
+			body: `{"key":"job-off","feature":"tokens","amount":100}`, status: 200},
+		{name: "charge, account inactive", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold_off}/charges", as: "acct_off",
+			body: `{"key":"step-2","amount":30}`, status: 402, after: wantKind("account-inactive")},
+		{name: "charge, its step key again, account inactive", route: "POST /v1/holds/{id}/charges", path: "/v1/holds/{hold_off}/charges", as: "acct_off",
+			body: `{"key":"step-1","amount":30}`, status: 200},
+		{name: "settle, above the recorded usage, account inactive", route: "POST /v1/holds/{id}/settle", path: "/v1/holds/{hold_off}/settle", as: "acct_off",
+			body: `{"used":90}`, status: 402, after: wantKind("account-inactive")},
+		{name: "settle, at the recorded usage, account inactive", route: "POST /v1/holds/{id}/settle", path: "/v1/holds/{hold_off}/settle", as: "acct_off",
+			body: `{}`, status: 200},
 	}
 }
 
@@ -533,7 +669,10 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		if x.before != nil {
 			x.before(t, run)
 		}
-		header := http.Header{}
+		header := x.header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
 		switch x.as {
 		case "none":
 		case "operator":
@@ -557,8 +696,9 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		if x.idemKey != "" {
 			header.Set("Idempotency-Key", x.idemKey)
 		}
-		path := strings.ReplaceAll(x.path, "{hold}", run.vars["hold"])
-		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(x.body), x.invalidRequest)
+		path := strings.ReplaceAll(x.path, "{hold_off}", run.vars["hold_off"])
+		path = strings.ReplaceAll(path, "{hold}", run.vars["hold"])
+		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(x.body), x.invalidRequest, x.unmodelled)
 		if r.status != x.status {
 			t.Errorf("%s: %d, want %d: %s", x.name, r.status, x.status, r.body)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
@@ -19,7 +21,13 @@ import (
 // walkthrough's default target).
 const EnvAddr = "FERRY_ADDR"
 
+// runDev runs the local stack until a signal ends it: SIGINT (Ctrl-C) and SIGTERM (main
+// handles those), or SIGHUP (a closed terminal). Each stops it cleanly — the emulators with it —
+// and exits 0. A signal it cannot handle (SIGKILL) still takes the SQS emulator with it: see
+// devstack.StartEmulators.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopSignals()
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr(EnvAddr, devstack.DefaultAddr), "listen address (env "+EnvAddr+")")

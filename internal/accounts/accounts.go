@@ -144,6 +144,27 @@ func (a Account) PlanOf(catalog plans.Catalog) plans.Plan {
 // CycleAt returns the account's billing cycle containing t.
 func (a Account) CycleAt(t time.Time) cycle.Cycle { return cycle.At(t, a.AgreementDay) }
 
+// ErrInactive is the account status rule, the one place it is stated: an inactive account
+// records no new usage (a past_due one still spends, see the statuses). Every way of spending
+// asks CanSpend — a new event (the ingest gate, and the worker, which stores the rule's message
+// as the reason of the event it rejects), a new hold, a charge step on a running hold, and a
+// settlement that reports more usage than the hold's charges recorded. What is recorded stays
+// recorded: a hold admitted before the deactivation may still be settled at (or below) its
+// recorded usage, which releases the rest, and the sweeper settles such holds when their leases
+// lapse, as it settles every hold.
+var ErrInactive = problem.New(problem.AccountInactive,
+	"the account is inactive, and an inactive account records no new usage",
+	"The account is inactive, and an inactive account records no new usage: no new event, hold or charge. "+
+		"A running hold can still be settled at the usage its charges recorded.")
+
+// CanSpend applies the status rule: ErrInactive for an inactive account, nil otherwise.
+func (a Account) CanSpend() error {
+	if a.Status == Inactive {
+		return ErrInactive
+	}
+	return nil
+}
+
 // Errors. Adapters translate DynamoDB outcomes into these; each carries its kind and what a
 // caller is told, which the HTTP layer maps to a problem document.
 var (

@@ -61,6 +61,16 @@ func (w *DynamoWriter) Write(ctx context.Context, row Row) error {
 		}
 		item["dims"] = &types.AttributeValueMemberM{Value: dims}
 	}
+	if len(row.Truncated) > 0 {
+		cut := make(map[string]types.AttributeValue, len(row.Truncated))
+		for k, n := range row.Truncated {
+			cut[k] = dynamo.N(int64(n))
+		}
+		item["truncated"] = &types.AttributeValueMemberM{Value: cut}
+	}
+	if row.DimsOmitted > 0 {
+		item["dimsOmitted"] = dynamo.N(int64(row.DimsOmitted))
+	}
 	_, err := w.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(w.Table), Item: item})
 	if dynamo.IsValidation(err) {
 		return fmt.Errorf("write analytics row %s: %w: %v", row.EventID, ErrRowRejected, err)

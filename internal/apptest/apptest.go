@@ -164,7 +164,11 @@ func (h *Harness) serve(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Server = httptest.NewServer(wiring.Gateway)
+	// The gateway's server answers what net/http refuses on its own with problem documents, as
+	// ferry dev's does.
+	h.Server = httptest.NewUnstartedServer(wiring.Gateway)
+	h.Server.Listener = devstack.ProblemListener(h.Server.Listener)
+	h.Server.Start()
 	t.Cleanup(h.Server.Close)
 	h.Sources = wiring.Sources
 	if len(h.Sources) > 0 {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -220,8 +221,9 @@ func startSQSEmulator() (string, func(), error) {
 
 	cmd := exec.Command(nodeBin, script.Name(), filepath.Join(dir, "dist", "app.js"))
 	cmd.Stderr = os.Stderr
-	// If this process dies without stopping the emulator, the kernel kills it too; the launcher
-	// also exits when its stdin closes.
+	// The emulator must die with this process, however it ends. Three guards, because each has
+	// a gap: the kernel's parent-death signal (SIGKILL), the launcher's watch on its stdin
+	// (closed by the kernel when this process dies) and on its parent's pid.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -231,20 +233,34 @@ func startSQSEmulator() (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the thread that forked the child exits, not when the process does,
+	// and Go runs goroutines on threads it may end. So the child is started from a goroutine
+	// locked to its thread, which waits for the child and so keeps that thread alive exactly as
+	// long as the child lives.
+	startErr := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine, after the child
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			return
+		}
+		startErr <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-startErr; err != nil {
 		os.Remove(script.Name())
 		return "", nil, fmt.Errorf("start SQS emulator (%s): %w", nodeBin, err)
 	}
 	stop := func() {
 		_ = stdin.Close()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 		os.Remove(script.Name())
 	}

@@ -1,13 +1,17 @@
 package devstack
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -47,7 +51,27 @@ func NewGateway(routes []httpapi.Route, handlers map[string]httpapi.LambdaHandle
 	return g, nil
 }
 
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	RefuseUncleanPaths(g.mux).ServeHTTP(w, r)
+}
+
+// RefuseUncleanPaths answers a request whose path is not clean ("//v1/events", "/v1/./usage")
+// with a 404 problem document. http.ServeMux would redirect it with an HTML body; no route of
+// Ferry's has such a path, and every answer is a problem document.
+func RefuseUncleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		clean := path.Clean(p)
+		if strings.HasSuffix(p, "/") && clean != "/" {
+			clean += "/"
+		}
+		if r.Method != http.MethodConnect && clean != p {
+			writeProblem(w, httpapi.GatewayProblem(http.StatusNotFound))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // pathParams lists the {name} segments of a route path.
 func pathParams(path string) []string {
@@ -64,17 +88,16 @@ func (g *Gateway) invoke(routeKey string, params []string, h httpapi.LambdaHandl
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxGatewayBodyBytes+1))
 		if err != nil || len(body) > maxGatewayBodyBytes {
-			http.Error(w, `{"message":"Request Entity Too Large"}`, http.StatusRequestEntityTooLarge)
+			writeProblem(w, httpapi.GatewayProblem(http.StatusRequestEntityTooLarge))
 			return
 		}
 		req := toEvent(r, routeKey, params, body)
 		resp, err := h(r.Context(), req)
 		if err != nil {
-			// API Gateway answers a failed invocation with a bare 500.
+			// API Gateway answers a failed invocation with a 500 of its own; ferry dev's is a
+			// problem document, as every answer of Ferry's is.
 			g.log.Error("function failed", "route", routeKey, "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+			writeProblem(w, httpapi.GatewayProblem(http.StatusInternalServerError))
 			return
 		}
 		writeResponse(w, resp)
@@ -173,4 +196,69 @@ func requestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// writeProblem answers with a problem document.
+func writeProblem(w http.ResponseWriter, p *httpapi.Problem) {
+	w.Header().Set("Content-Type", httpapi.ProblemContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.Document())
+}
+
+// ProblemListener wraps a listener so that the answers Go's HTTP server gives on its own are
+// problem documents too. The server refuses a request whose head is not valid HTTP — a control
+// character in a header value, such as an Idempotency-Key holding U+0001; an invalid header
+// name; headers over its limit — before any handler runs, writing a plain-text answer straight
+// to the connection, and http.Server has no hook to change it. The wrapped connection
+// recognises exactly that answer and writes httpapi.RequestHeadProblem in its place; every other
+// byte passes through untouched.
+func ProblemListener(l net.Listener) net.Listener { return problemListener{l} }
+
+type problemListener struct{ net.Listener }
+
+func (l problemListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &problemConn{Conn: c}, nil
+}
+
+type problemConn struct{ net.Conn }
+
+// serverRefusalHeaders follow the status line of every answer net/http's server writes on its
+// own (server.go, conn.serve). An answer a handler writes never has them there: the server adds
+// Date and a length or Transfer-Encoding, and writes header names in sorted order.
+const serverRefusalHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+func (c *problemConn) Write(p []byte) (int, error) {
+	status, ok := serverRefusal(p)
+	if !ok {
+		return c.Conn.Write(p)
+	}
+	doc := httpapi.RequestHeadProblem(status)
+	body := doc.Document()
+	head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		doc.Status, http.StatusText(doc.Status), httpapi.ProblemContentType, len(body))
+	if _, err := c.Conn.Write(append([]byte(head), body...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// serverRefusal recognises a plain-text answer of net/http's server and returns its status.
+func serverRefusal(p []byte) (int, bool) {
+	const proto = "HTTP/1.1 "
+	if !bytes.HasPrefix(p, []byte(proto)) || len(p) < len(proto)+3 {
+		return 0, false
+	}
+	line := bytes.IndexByte(p, '\r')
+	if line < 0 || !bytes.HasPrefix(p[line:], []byte(serverRefusalHeaders)) {
+		return 0, false
+	}
+	status, err := strconv.Atoi(string(p[len(proto) : len(proto)+3]))
+	if err != nil || status < 400 || status > 599 {
+		return 0, false
+	}
+	return status, true
 }

@@ -163,12 +163,12 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.schedule(runCtx, sch) }()
 	}
-	s.server = &http.Server{Handler: s.Routes, ReadHeaderTimeout: 10 * time.Second}
+	s.server = &http.Server{Handler: RefuseUncleanPaths(s.Routes), ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + listener.Addr().String()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.server.Serve(ProblemListener(listener)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP server stopped", "err", err)
 		}
 	}()

@@ -88,6 +88,16 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 	id := ID(acct.ID, in.Key)
 	log := s.Log.With("account", acct.ID, "hold", id)
 
+	if err := acct.CanSpend(); err != nil {
+		// The status rule (accounts.ErrInactive): no new hold. A repeated key still names the
+		// hold it was given, which holds nothing new; its charges are refused.
+		if existing, gerr := s.Store.Get(ctx, acct.ID, id); gerr == nil {
+			return sameHold(existing, in)
+		}
+		s.Metrics.Count(metrics.HoldsRefused, 1)
+		log.Info("hold refused: the account is inactive", "feature", in.Feature, "amount", in.Amount)
+		return Hold{}, false, err
+	}
 	limit, err := s.Limits.Limit(ctx, acct, in.Feature)
 	if err != nil {
 		// A job that already holds capacity keeps its hold, whatever the provider says now.
@@ -215,6 +225,11 @@ func (s *Service) Charge(ctx context.Context, acct accounts.Account, in ChargeIn
 		if h.Status != Running {
 			return Step{}, &NotRunningError{HoldID: h.ID, Status: h.Status}
 		}
+		if err := acct.CanSpend(); err != nil {
+			// The status rule: a new step records new usage. (A repeated step key was answered
+			// above: it records nothing new.) The job must stop and settle.
+			return Step{}, err
+		}
 		if err := last.before(ctx, lap, h); err != nil {
 			return Step{}, err
 		}
@@ -251,7 +266,7 @@ func (s *Service) Settle(ctx context.Context, acct accounts.Account, in SettleIn
 	if err := in.Validate(); err != nil {
 		return Settlement{}, err
 	}
-	st, err := s.settle(ctx, acct.ID, in.HoldID, Settled, in.Used, nil)
+	st, err := s.settle(ctx, acct.ID, in.HoldID, Settled, in.Used, nil, acct.CanSpend())
 	if err == nil && st.settledNow {
 		s.Metrics.Count(metrics.HoldsSettled, 1)
 		s.Log.Info("hold settled", "account", acct.ID, "hold", in.HoldID, "charged", st.Charged, "released", st.Released)
@@ -267,8 +282,10 @@ type settled struct {
 
 // settle runs the settlement loop shared by Settle and the sweeper. only, when set, decides
 // from the freshly read hold whether to settle it at all (the sweeper settles only lapsed leases);
-// a hold it declines is returned unsettled with settledNow false.
-func (s *Service) settle(ctx context.Context, accountID, holdID string, final Status, used *int64, only func(Hold, int64) bool) (settled, error) {
+// a hold it declines is returned unsettled with settledNow false. spendErr is the account's
+// status rule (accounts.Account.CanSpend): when set, a settlement at more usage than the charges
+// recorded is refused with it.
+func (s *Service) settle(ctx context.Context, accountID, holdID string, final Status, used *int64, only func(Hold, int64) bool, spendErr error) (settled, error) {
 	var last lastWrite
 	return contended(ctx, func(ctx context.Context, lap retry.Lap) (settled, error) {
 		h, err := s.Store.Get(ctx, accountID, holdID)
@@ -288,6 +305,9 @@ func (s *Service) settle(ctx context.Context, accountID, holdID string, final St
 		finalUsed := h.Used
 		if used != nil {
 			finalUsed = *used
+		}
+		if spendErr != nil && finalUsed > h.Used {
+			return settled{}, spendErr
 		}
 		d := settle(h.Amount, finalUsed)
 		st := Settlement{HoldID: h.ID, Status: final, Used: finalUsed, Charged: d.Charged, Released: d.Released}

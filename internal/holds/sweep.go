@@ -96,7 +96,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 				if !take() {
 					return
 				}
-				st, err := s.settle(ctx, ref.AccountID, ref.HoldID, Expired, nil, lapsed)
+				st, err := s.settle(ctx, ref.AccountID, ref.HoldID, Expired, nil, lapsed, nil)
 				mu.Lock()
 				switch {
 				case err != nil:

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
@@ -54,7 +55,7 @@ func nonEmpty(s string) *string {
 }
 
 type createAccountRequest struct {
-	ID               string                 `json:"id"`
+	ID               string                 `json:"id" jsonbody:"required"`
 	Plan             string                 `json:"plan"`
 	Status           accounts.Status        `json:"status"`
 	Limits           map[string]plans.Limit `json:"limits"`
@@ -99,9 +100,9 @@ type updateAccountRequest struct {
 	Limits         *map[string]plans.Limit `json:"limits"`
 	AgreementStart *int                    `json:"agreementStart"`
 	// A linked id: a string links it, null unlinks, absent leaves it.
-	KindeCustomerID  linkField `json:"kindeCustomerId"`
-	StripeCustomerID linkField `json:"stripeCustomerId"`
-	KindeAgreementID linkField `json:"kindeAgreementId"`
+	KindeCustomerID  linkField `json:"kindeCustomerId" jsonbody:"nullable"`
+	StripeCustomerID linkField `json:"stripeCustomerId" jsonbody:"nullable"`
+	KindeAgreementID linkField `json:"kindeAgreementId" jsonbody:"nullable"`
 }
 
 // linkField is a linked id in a PATCH body, which tells an absent member (no change) from null
@@ -117,7 +118,10 @@ func (f *linkField) UnmarshalJSON(data []byte) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil
 	}
-	return json.Unmarshal(data, &f.ID)
+	if err := json.Unmarshal(data, &f.ID); err != nil {
+		return errors.New("a linked id is a string, or null to unlink it")
+	}
+	return nil
 }
 
 func (r updateAccountRequest) links() map[accounts.LinkKind]*string {

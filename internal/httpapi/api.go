@@ -22,6 +22,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
@@ -299,29 +300,16 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// decodeJSON reads a JSON object body strictly: unknown fields are an error, so a typo in a
-// field name is reported instead of silently ignored.
+// decodeJSON reads a JSON object body with Ferry's one strict decoder (package jsonbody): exact
+// field names, no duplicate members, no unknown fields, required fields present and not null,
+// integers where the contract says integer, valid UTF-8. A refusal is a 400 that names the field.
 func decodeJSON(r *http.Request, into any) error {
 	body, err := readBody(r, maxJSONBodyBytes)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
-		var syntax *json.SyntaxError
-		var typeErr *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &syntax), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			return badRequest("The body is not valid JSON.")
-		case errors.As(err, &typeErr):
-			return badRequest(fmt.Sprintf("Field %q has the wrong type.", typeErr.Field))
-		default:
-			return badRequest(strings.TrimPrefix(err.Error(), "json: "))
-		}
-	}
-	if dec.More() {
-		return badRequest("The body has data after the JSON object.")
+	if err := jsonbody.Decode(body, into); err != nil {
+		return badRequest(err.Error())
 	}
 	return nil
 }

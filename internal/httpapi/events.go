@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
@@ -32,22 +33,48 @@ func (a *API) account(r *http.Request) accounts.Account {
 	return p.Account
 }
 
+// postEvent is POST /v1/events, in either content mode of the CloudEvents HTTP binding:
+// structured (the event's JSON format as the body) or binary (the attributes in ce-* headers,
+// the data as the body, Content-Type the data's type).
 func (a *API) postEvent(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
+	binary := event.IsBinary(r.Header)
+	if binary && isMediaType(r, event.StructuredContentType) {
+		return badRequest("The request has ce-* headers (binary mode) and an " + event.StructuredContentType +
+			" body (structured mode); send the event in one mode.")
+	}
+	if !binary {
+		if err := checkJSON(r); err != nil {
+			return err
+		}
 	}
 	body, err := readBody(r, event.MaxEventBytes)
 	if err != nil {
 		return err
 	}
-	accepted, err := a.deps.Ingest.Accept(r.Context(), a.account(r), body)
+	var accepted ingest.Accepted
+	if binary {
+		accepted, err = a.deps.Ingest.AcceptBinary(r.Context(), a.account(r), r.Header, body)
+	} else {
+		accepted, err = a.deps.Ingest.Accept(r.Context(), a.account(r), body)
+	}
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusAccepted, map[string]string{"id": accepted.ID, "status": "queued"})
 }
 
+// isMediaType reports whether the request's Content-Type is the media type mt.
+func isMediaType(r *http.Request, mt string) bool {
+	got, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && got == mt
+}
+
+// postBatch is POST /v1/events/batch: a JSON array of events (the HTTP binding's structured
+// batch mode, application/cloudevents-batch+json, or plain application/json).
 func (a *API) postBatch(w http.ResponseWriter, r *http.Request) error {
+	if event.IsBinary(r.Header) {
+		return badRequest("A batch is a JSON array of events in the body; binary mode (ce-* headers) is for POST /v1/events.")
+	}
 	if err := checkJSON(r); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 )
 
 // holdBody is a hold as the API shows it.
@@ -37,9 +38,9 @@ func newHoldBody(h holds.Hold) holdBody {
 }
 
 type reserveRequest struct {
-	Key     string `json:"key"`
-	Feature string `json:"feature"`
-	Amount  int64  `json:"amount"`
+	Key     string `json:"key" jsonbody:"required"`
+	Feature string `json:"feature" jsonbody:"required"`
+	Amount  int64  `json:"amount" jsonbody:"required"`
 }
 
 // reserveHold is POST /v1/holds: 201 for a new hold, 200 for the hold a repeated key names.
@@ -75,8 +76,8 @@ func (a *API) getHold(w http.ResponseWriter, r *http.Request) error {
 }
 
 type chargeRequest struct {
-	Key    string `json:"key"`
-	Amount int64  `json:"amount"`
+	Key    string `json:"key" jsonbody:"required"`
+	Amount int64  `json:"amount" jsonbody:"required"`
 }
 
 // chargeBody answers a charge step. Amount is what the hold holds, Used what it has recorded.
@@ -146,7 +147,7 @@ func decodeOptionalJSON(r *http.Request, into any) error {
 	if err != nil {
 		return err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if jsonbody.Empty(body) {
 		return nil
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -290,7 +289,7 @@ type flakyQueue struct {
 
 func (q *flakyQueue) Send(ctx context.Context, env event.Envelope) error {
 	if q.failures.Add(-1) >= 0 {
-		return errors.New("queue briefly unavailable")
+		return fmt.Errorf("%w: briefly unavailable", ingest.ErrQueueUnavailable)
 	}
 	return q.Queue.Send(ctx, env)
 }

@@ -12,7 +12,21 @@ import (
 // event becomes an *http.Request for h, and h's answer becomes the response event.
 type LambdaHandler func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
-// NewLambdaHandler adapts h with the aws-lambda-go-api-proxy adapter.
+// NewLambdaHandler adapts h with the aws-lambda-go-api-proxy adapter. A request whose headers
+// HTTP does not allow (a control character in a value) is answered with RequestHeadProblem
+// before h runs, exactly as ferry dev's server answers the same request, so the answer has the
+// same shape wherever the request arrives.
 func NewLambdaHandler(h http.Handler) LambdaHandler {
-	return httpadapter.NewV2(h).ProxyWithContext
+	proxy := httpadapter.NewV2(h).ProxyWithContext
+	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		if !validHeaders(req.Headers) {
+			p := RequestHeadProblem(http.StatusBadRequest)
+			return events.APIGatewayV2HTTPResponse{
+				StatusCode: p.Status,
+				Headers:    map[string]string{"Content-Type": ProblemContentType},
+				Body:       string(p.Document()),
+			}, nil
+		}
+		return proxy(ctx, req)
+	}
 }

@@ -61,6 +61,13 @@ var answers = map[problem.Kind]answer{
 	problem.IdempotencyKeyReused: {slug: "idempotency-key-reused", title: "Idempotency-Key reused", status: http.StatusUnprocessableEntity},
 	problem.HoldNotRunning:       {slug: "hold-not-running", title: "Hold is not running", status: http.StatusConflict},
 	problem.KeyReused:            {slug: "key-reused", title: "Key reused", status: http.StatusUnprocessableEntity},
+	// An inactive account records no new usage: its own type, never limit-reached.
+	problem.AccountInactive: {slug: "account-inactive", title: "Account inactive", status: http.StatusPaymentRequired},
+	// A queue write that may have landed: never "not accepted" (503), and a retry with the same
+	// event id is safe.
+	problem.OutcomeUnknown: {slug: "outcome-unknown", title: "Outcome unknown", status: http.StatusBadGateway, retryAfter: retryAfterUnavailable},
+	// A request head HTTP refuses; RequestHeadProblem answers 431, 501 and 505 with the same kind.
+	problem.InvalidHeader: {slug: "invalid-header", title: "Invalid request head", status: http.StatusBadRequest},
 }
 
 // internalDetail is the whole detail of a 500: its cause is logged, never shown.

@@ -73,6 +73,11 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 		{"unauthorized handler", unauthorized("This route needs the operator key.")},
 		{"link taken", fmt.Errorf("update: %w", &accounts.LinkTakenError{Link: accounts.StripeCustomer, ID: "cus_A1"})},
 		{"link contended", accounts.ErrLinkContended},
+		{"account inactive", fmt.Errorf("reserve: %w", accounts.ErrInactive)},
+		{"ingest outcome unknown", fmt.Errorf("%w: %v", ingest.ErrOutcomeUnknown, errors.New("checksum mismatch"))},
+		{"strict body", badRequest(`"amount" is required`)},
+		{"request head", RequestHeadProblem(400)},
+		{"request head too large", RequestHeadProblem(431)},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var got strings.Builder

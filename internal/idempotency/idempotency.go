@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/problem"
 )
 
@@ -86,9 +87,10 @@ func Fingerprint(method, path, rawQuery string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// canonicalBody re-encodes a JSON body canonically; anything else is used as it is.
+// canonicalBody re-encodes a JSON body canonically; anything else — a body the strict decoder
+// refuses included — is used as it is, so that no two different bodies are ever taken for one.
 func canonicalBody(body []byte) []byte {
-	if !json.Valid(body) {
+	if jsonbody.Check(body) != nil {
 		return body
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

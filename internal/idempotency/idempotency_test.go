@@ -72,6 +72,19 @@ func TestFingerprint_SameDocumentReserialisedMatches_AnyChangeDiffers(t *testing
 			t.Errorf("%s: fingerprint is the same", c.name)
 		}
 	}
+	// A body the strict decoder refuses is compared byte for byte, never after a lenient
+	// re-encoding that would merge it with another: the last duplicate winning, a lone surrogate
+	// or an invalid byte becoming U+FFFD.
+	for _, pair := range [][2]string{
+		{`{"key":"s","amount":1,"amount":2}`, `{"key":"s","amount":2}`},
+		{`{"key":"\ud800"}`, `{"key":"\udbff"}`},
+		{"{\"key\":\"\xff\"}", "{\"key\":\"\xfe\"}"},
+		{`{"key":"\ud800"}`, `{"key":"\ufffd"}`},
+	} {
+		if Fingerprint("POST", "/x", "", []byte(pair[0])) == Fingerprint("POST", "/x", "", []byte(pair[1])) {
+			t.Errorf("%s and %s have one fingerprint", pair[0], pair[1])
+		}
+	}
 	// A body that is not JSON is compared byte for byte.
 	if Fingerprint("POST", "/x", "", []byte("a b")) == Fingerprint("POST", "/x", "", []byte("a  b")) {
 		t.Error("two different non-JSON bodies have one fingerprint")

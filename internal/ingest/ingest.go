@@ -7,13 +7,20 @@ package ingest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
@@ -25,9 +32,16 @@ var (
 	// ErrTooLarge: the body is over the route's limit. Callers are told the whole message,
 	// which says by how much.
 	ErrTooLarge = problem.New(problem.TooLarge, "request body too large", "")
-	// ErrQueueUnavailable: the event could not be queued; nothing was accepted.
+	// ErrQueueUnavailable: the event could not be queued, and nothing was: the queue refused
+	// the write or was never reached. A Queue wraps it only when that is proven.
 	ErrQueueUnavailable = problem.New(problem.Unavailable, "the event queue is unavailable",
 		"The event could not be queued and was not accepted; retry it.")
+	// ErrOutcomeUnknown: the queue write failed after it may have landed, so the event may be
+	// queued. Retrying with the same event id is safe — the worker collapses deliveries by event
+	// id — and is the only way to be sure; "not accepted" would be a lie.
+	ErrOutcomeUnknown = problem.New(problem.OutcomeUnknown, "the queue did not confirm the event",
+		"The queue did not confirm the event, which may or may not have been queued. Retry with the same event id: "+
+			"an event that was queued is processed once, however often it is sent.")
 )
 
 // RefusedError is the gate's refusal: the account is known to be unable to take the event.
@@ -47,11 +61,12 @@ func (e *RefusedError) Public() problem.Public {
 	return problem.Public{Detail: e.Detail, Facts: map[string]any{"remaining": e.Remaining}}
 }
 
-// Queue carries envelopes to the worker.
+// Queue carries envelopes to the worker. An error wraps ErrQueueUnavailable only when nothing
+// was queued; any other error means the outcome is unknown (some or all may have been queued,
+// which a retry makes safe: the worker collapses redeliveries by event id).
 type Queue interface {
 	Send(ctx context.Context, env event.Envelope) error
-	// SendBatch queues every envelope or returns an error; on error some may have been queued,
-	// which is safe: the worker collapses redeliveries by event id.
+	// SendBatch queues every envelope or returns an error.
 	SendBatch(ctx context.Context, envs []event.Envelope) error
 }
 
@@ -76,7 +91,7 @@ type Accepted struct {
 	ID string
 }
 
-// Accept validates and queues one event.
+// Accept validates and queues one event in its JSON format (structured mode).
 func (s *Service) Accept(ctx context.Context, acct accounts.Account, body []byte) (Accepted, error) {
 	if len(body) > event.MaxEventBytes {
 		return Accepted{}, fmt.Errorf("%w: the event is %d bytes; the limit is %d", ErrTooLarge, len(body), event.MaxEventBytes)
@@ -85,17 +100,47 @@ func (s *Service) Accept(ctx context.Context, acct accounts.Account, body []byte
 	if err != nil {
 		return Accepted{}, err
 	}
+	return s.accept(ctx, acct, ev)
+}
+
+// AcceptBinary validates and queues one event sent in HTTP binary mode: its attributes in the
+// ce-* headers, its data as the body.
+func (s *Service) AcceptBinary(ctx context.Context, acct accounts.Account, header http.Header, body []byte) (Accepted, error) {
+	if len(body) > event.MaxEventBytes {
+		return Accepted{}, fmt.Errorf("%w: the event's data is %d bytes; the limit is %d", ErrTooLarge, len(body), event.MaxEventBytes)
+	}
+	ev, err := event.FromBinary(header, body)
+	if errors.Is(err, event.ErrTooLarge) {
+		return Accepted{}, fmt.Errorf("%w: %v", ErrTooLarge, err)
+	}
+	if err != nil {
+		return Accepted{}, err
+	}
+	return s.accept(ctx, acct, ev)
+}
+
+func (s *Service) accept(ctx context.Context, acct accounts.Account, ev event.Event) (Accepted, error) {
 	now := s.Now()
 	if err := s.gate(ctx, acct, now, []string{ev.ID()}); err != nil {
 		return Accepted{}, err
 	}
 	env := event.Envelope{AccountID: acct.ID, EventID: ev.ID(), ReceivedAtMs: now.UnixMilli(), Event: ev.Canonical}
 	if err := s.Queue.Send(ctx, env); err != nil {
-		s.Log.Error("queue write failed", "account", acct.ID, "eventId", ev.ID(), "err", err)
-		return Accepted{}, fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+		return Accepted{}, s.queueFailed(acct, 1, err)
 	}
 	s.Metrics.Count(metrics.EventsQueued, 1)
 	return Accepted{ID: ev.ID()}, nil
+}
+
+// queueFailed says what a failed queue write means for the client: nothing happened (503), or
+// the outcome is unknown (502) — never "not accepted" for a write that may have landed.
+func (s *Service) queueFailed(acct accounts.Account, events int, err error) error {
+	if errors.Is(err, ErrQueueUnavailable) {
+		s.Log.Error("queue write failed; nothing was queued", "account", acct.ID, "events", events, "err", err)
+		return err
+	}
+	s.Log.Error("queue write failed after it may have landed; outcome unknown", "account", acct.ID, "events", events, "err", err)
+	return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 }
 
 // Item statuses in a batch answer.
@@ -118,9 +163,14 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 	if len(body) > event.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: the batch is %d bytes; the limit is %d", ErrTooLarge, len(body), event.MaxBatchBytes)
 	}
-	trimmed := bytes.TrimSpace(body)
-	var items []json.RawMessage
-	if len(trimmed) == 0 || trimmed[0] != '[' || json.Unmarshal(trimmed, &items) != nil {
+	// The batch as a whole is read strictly first: invalid UTF-8, a lone surrogate or a
+	// duplicate member anywhere makes the body invalid JSON, before any item is looked at.
+	if err := jsonbody.Check(body); err != nil {
+		return nil, problem.Input(err.Error())
+	}
+	trimmed := bytes.Trim(body, " \t\r\n") // JSON's whitespace: Check passed, so nothing else surrounds the array
+	var items []jsontext.Value
+	if trimmed[0] != '[' || json.Unmarshal(trimmed, &items) != nil {
 		return nil, problem.Input("a batch is a JSON array of CloudEvents 1.0 events")
 	}
 	if len(items) == 0 {
@@ -163,25 +213,31 @@ func (s *Service) AcceptBatch(ctx context.Context, acct accounts.Account, body [
 		return nil, err
 	}
 	if err := s.Queue.SendBatch(ctx, envs); err != nil {
-		s.Log.Error("queue batch write failed", "account", acct.ID, "events", len(envs), "err", err)
-		return nil, fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+		return nil, s.queueFailed(acct, len(envs), err)
 	}
 	s.Metrics.Count(metrics.EventsQueued, len(queuedAt))
 	return results, nil
 }
 
-// idOf pulls an id out of an invalid item, if it has one, for the answer.
-func idOf(raw json.RawMessage) string {
+// idOf pulls an id out of an invalid item, if it has a usable one, for the answer: only a
+// string id as sent, never one the answer would have to alter.
+func idOf(raw jsontext.Value) string {
 	var probe struct {
-		ID any `json:"id"`
+		ID jsontext.Value `json:"id"`
 	}
-	if json.Unmarshal(raw, &probe) != nil {
+	if json.Unmarshal(raw, &probe) != nil || probe.ID.Kind() != '"' {
 		return ""
 	}
-	if s, ok := probe.ID.(string); ok && len(s) <= event.MaxIDLength {
-		return s
+	var id string
+	if json.Unmarshal(probe.ID, &id) != nil || len(id) > event.MaxIDLength || !utf8.ValidString(id) {
+		return ""
 	}
-	return ""
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return ""
+		}
+	}
+	return id
 }
 
 // gate is the advisory check. It refuses only what is known: an inactive account, or a capped
@@ -208,10 +264,11 @@ func (s *Service) gate(ctx context.Context, acct accounts.Account, now time.Time
 	return nil
 }
 
-// refusal is the gate's verdict on the account, nil when it may send.
-func (s *Service) refusal(ctx context.Context, acct accounts.Account, now time.Time) *RefusedError {
-	if acct.Status == accounts.Inactive {
-		return &RefusedError{Detail: "The account is inactive; its events are not accepted."}
+// refusal is the gate's verdict on the account, nil when it may send: accounts.ErrInactive for
+// an account the status rule stops (accounts.Account.CanSpend), *RefusedError at the limit.
+func (s *Service) refusal(ctx context.Context, acct accounts.Account, now time.Time) error {
+	if err := acct.CanSpend(); err != nil {
+		return err
 	}
 	if acct.PlanOf(s.Catalog).Tier != plans.Capped {
 		return nil

@@ -2,14 +2,17 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/retry"
@@ -23,7 +26,7 @@ const (
 	maxEntryAttempts = 3
 )
 
-// SQSQueue sends envelopes to an SQS queue.
+// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes.
 type SQSQueue struct {
 	Client *sqs.Client
 	URL    string
@@ -31,12 +34,13 @@ type SQSQueue struct {
 
 // Send implements Queue.
 func (q *SQSQueue) Send(ctx context.Context, env event.Envelope) error {
-	body, err := json.Marshal(env)
+	body, err := event.EncodeEnvelope(env)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
 	}
-	_, err = q.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))})
-	return err
+	rec := &sendRecord{}
+	_, err = q.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(body)}, rec.option)
+	return rec.outcome(err)
 }
 
 // SendBatch implements Queue: SendMessageBatch calls of at most 10 entries and 256 KiB each;
@@ -44,18 +48,80 @@ func (q *SQSQueue) Send(ctx context.Context, env event.Envelope) error {
 func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
 	bodies := make([]string, len(envs))
 	for i, env := range envs {
-		b, err := json.Marshal(env)
+		b, err := event.EncodeEnvelope(env)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
 		}
-		bodies[i] = string(b)
+		bodies[i] = b
 	}
+	// One record for the whole batch: once any chunk may have landed, a later failure leaves
+	// the batch's outcome unknown.
+	rec := &sendRecord{}
 	for _, chunk := range chunks(bodies) {
-		if err := q.sendChunk(ctx, bodies, chunk); err != nil {
-			return err
+		if err := q.sendChunk(ctx, bodies, chunk, rec); err != nil {
+			return rec.outcome(err)
 		}
 	}
 	return nil
+}
+
+// sendRecord learns, attempt by attempt (the SDK retries inside one call), whether a send may
+// have reached the queue. Only an answer that proves otherwise counts as "not queued": SQS
+// refusing the request (HTTP 4xx), a connection that was never made, or a batch answer whose
+// every entry failed. Everything else — a 5xx, a timeout or a reset after the request went out,
+// an answer whose MD5 does not match what was sent — may have queued the message.
+type sendRecord struct {
+	mu            sync.Mutex
+	mayHaveLanded bool
+}
+
+// option installs the record's middleware on one call, inside the SDK's retry loop, so that it
+// sees every attempt.
+func (r *sendRecord) option(o *sqs.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("FerrySendOutcome", r.attempt), "Retry", middleware.After)
+	})
+}
+
+func (r *sendRecord) attempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+	out, md, err := next.HandleFinalize(ctx, in)
+	if !provedNotQueued(out, err) {
+		r.mu.Lock()
+		r.mayHaveLanded = true
+		r.mu.Unlock()
+	}
+	return out, md, err
+}
+
+// provedNotQueued reports whether one attempt's answer proves that nothing was queued by it.
+func provedNotQueued(out middleware.FinalizeOutput, err error) bool {
+	if err == nil {
+		batch, ok := out.Result.(*sqs.SendMessageBatchOutput)
+		return ok && len(batch.Successful) == 0
+	}
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() != 0 { // 0: no answer came
+		status := respErr.HTTPStatusCode()
+		return status >= 400 && status < 500
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) && opErr.Op == "dial" || errors.As(err, &dnsErr)
+}
+
+// outcome turns a failed send into ErrQueueUnavailable when nothing can have been queued, and
+// leaves it as it is otherwise: the caller must treat the outcome as unknown.
+func (r *sendRecord) outcome(err error) error {
+	if err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	landed := r.mayHaveLanded
+	r.mu.Unlock()
+	if !landed {
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+	}
+	return err
 }
 
 // chunks groups body indexes into SendMessageBatch-sized groups.
@@ -77,14 +143,14 @@ func chunks(bodies []string) [][]int {
 	return out
 }
 
-func (q *SQSQueue) sendChunk(ctx context.Context, bodies []string, chunk []int) error {
+func (q *SQSQueue) sendChunk(ctx context.Context, bodies []string, chunk []int, rec *sendRecord) error {
 	pending := chunk
 	_, err := retry.Do(ctx, retry.Contended.WithTries(maxEntryAttempts), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 		entries := make([]types.SendMessageBatchRequestEntry, len(pending))
 		for i, idx := range pending {
 			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), MessageBody: aws.String(bodies[idx])}
 		}
-		out, err := q.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		out, err := q.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries}, rec.option)
 		if err != nil {
 			return struct{}{}, err
 		}

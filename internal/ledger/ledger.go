@@ -97,8 +97,8 @@ type Billing struct {
 func BillingFor(a accounts.Account, catalog plans.Catalog) Billing {
 	plan := a.PlanOf(catalog)
 	c := Billing{Tier: plan.Tier, Feature: plans.FeatureEvents, Amount: plans.EventAmount, Limit: a.Limit(plans.FeatureEvents, catalog)}
-	if a.Status == accounts.Inactive {
-		c.Kind, c.Reason = BillReject, fmt.Sprintf("the account is inactive (plan %s)", plan.Name)
+	if err := a.CanSpend(); err != nil {
+		c.Kind, c.Reason = BillReject, err.Error()
 		return c
 	}
 	switch plan.Tier {

@@ -52,6 +52,13 @@ const (
 	HoldNotRunning
 	// KeyReused: a job or step key was sent again with a different request.
 	KeyReused
+	// AccountInactive: the account is inactive and records no new usage. Nothing moved.
+	AccountInactive
+	// OutcomeUnknown: a write to a dependency failed after it may have landed. Retrying with
+	// the same identity (an event id) is safe, and the only way to be sure.
+	OutcomeUnknown
+	// InvalidHeader: the request's head is not valid HTTP (a control character in a header).
+	InvalidHeader
 
 	numKinds
 )
@@ -71,6 +78,7 @@ var kindNames = [numKinds]string{
 	Conflict: "conflict", AgreementLocked: "agreement-locked", LimitReached: "limit-reached",
 	LimitUnknown: "limit-unknown", RateLimited: "rate-limited", Unavailable: "unavailable", InFlight: "in-flight",
 	IdempotencyKeyReused: "idempotency-key-reused", HoldNotRunning: "hold-not-running", KeyReused: "key-reused",
+	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header",
 }
 
 func (k Kind) String() string {

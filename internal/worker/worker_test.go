@@ -32,7 +32,11 @@ var errKilled = errors.New("killed by the test")
 // message builds the queue body ingest would send for one event.
 func message(t testing.TB, h *apptest.Harness, accountID, eventID string, data map[string]any) string {
 	t.Helper()
-	raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": eventID, "source": "/tests", "type": "api.call", "data": data})
+	ce := map[string]any{"specversion": "1.0", "id": eventID, "source": "/tests", "type": "api.call"}
+	if data != nil {
+		ce["data"] = data
+	}
+	raw, _ := json.Marshal(ce)
 	ev, err := event.Parse(raw)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Replays, with curl, the hostile client's cases of issue 8 against a running Ferry (make run)
+# and checks each answer. Exits non-zero on the first wrong answer.
+#
+#   FERRY_ADDR=127.0.0.1:8080 FERRY_ADMIN_KEY=dev-admin-key scripts/hostile.sh
+#
+# Every run uses fresh account ids, so it can run again against the same stack.
+set -uo pipefail
+
+ADDR="${FERRY_ADDR:-127.0.0.1:8080}"
+BASE="http://${ADDR}"
+ADMIN="${FERRY_ADMIN_KEY:-dev-admin-key}"
+RUN="$(date +%s)$$"
+PROBLEM="tag:ferrymeter.dev,2026:problem:"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+
+fail() {
+	echo "FAIL: $1" >&2
+	[ -s "$TMP/body" ] && { echo "  answer: $(head -c 600 "$TMP/body")" >&2; }
+	exit 1
+}
+
+# call METHOD PATH KEY BODY-FILE [curl args…]: sends the request; sets STATUS and CTYPE.
+call() {
+	local method=$1 path=$2 key=$3 body=$4
+	shift 4
+	local args=(-s -o "$TMP/body" -w '%{http_code} %{content_type}' -X "$method" "$BASE$path")
+	[ -n "$key" ] && args+=(-H "Authorization: Bearer $key")
+	[ -n "$body" ] && args+=(--data-binary "@$body")
+	local out
+	out=$(curl "${args[@]}" "$@") || fail "curl could not reach $BASE$path"
+	STATUS=${out%% *}
+	CTYPE=${out#* }
+}
+
+# body TEXT: writes a body file (printf format: \xNN writes raw bytes) and prints its path.
+body() {
+	local f="$TMP/req.$RANDOM$RANDOM"
+	printf "$1" >"$f"
+	echo "$f"
+}
+
+# expect NAME STATUS [KIND [DETAIL-PART]]: checks the last answer.
+expect() {
+	local name=$1 status=$2 kind=${3:-} detail=${4:-}
+	[ "$STATUS" = "$status" ] || fail "$name: status $STATUS, want $status"
+	if [ -n "$kind" ]; then
+		[[ "$CTYPE" == application/problem+json* ]] || fail "$name: Content-Type '$CTYPE', want application/problem+json"
+		grep -qF "\"type\":\"$PROBLEM$kind\"" "$TMP/body" || fail "$name: not a $kind problem"
+		for leak in ReadString 'bigger context' 'found in #' jsontext 'json:' 'cannot unmarshal' 'Go value'; do
+			grep -qF "$leak" "$TMP/body" && fail "$name: the detail shows the parser's '$leak'"
+		done
+	fi
+	if [ -n "$detail" ]; then
+		grep -qF -- "$detail" "$TMP/body" || fail "$name: the answer does not say '$detail'"
+	fi
+	passed=$((passed + 1))
+	echo "ok   $name ($STATUS${kind:+ $kind})"
+}
+
+json='Content-Type: application/json'
+
+# account ID LIMITS: creates an account and prints its API key.
+account() {
+	call POST /v1/accounts "$ADMIN" "$(body "{\"id\":\"$1\",\"limits\":$2}")" -H "$json"
+	[ "$STATUS" = 201 ] || fail "create account $1: $STATUS"
+	sed -E 's/.*"apiKey":"([^"]+)".*/\1/' "$TMP/body"
+}
+
+# settled KEY ID: waits until the worker has finished the event; prints its ledger answer.
+settled() {
+	local i
+	for i in $(seq 1 60); do
+		call GET "/v1/events/$2" "$1" ""
+		if [ "$STATUS" = 200 ] && ! grep -q '"INSERTING"' "$TMP/body"; then
+			cat "$TMP/body"
+			return
+		fi
+		sleep 0.5
+	done
+	fail "event $2 was not processed in 30 s"
+}
+
+call GET /healthz "" ""
+[ "$STATUS" = 200 ] || fail "Ferry is not running on $BASE (GET /healthz: $STATUS); start it with make run"
+
+KEY=$(account "acct_h${RUN}" '{"tokens":100000}')
+ev() { echo "{\"specversion\":\"1.0\",\"id\":$1,\"source\":\"/hostile\",\"type\":\"api.call\"$2}"; }
+
+echo "== 1. invalid UTF-8 is a 400 before anything is queued"
+call POST /v1/events "$KEY" "$(body "$(ev '"bad\xff"' '')")" -H "$json"
+expect "an id with invalid UTF-8" 400 invalid-request '\"id\" is not valid UTF-8'
+call POST /v1/events "$KEY" "$(body "$(ev '"ok"' ',"data":{"m":"\xc3"}')")" -H "$json"
+expect "data with invalid UTF-8" 400 invalid-request 'not valid UTF-8'
+call GET "/v1/events/bad%EF%BF%BD" "$KEY" ""
+expect "nothing was billed under an id rewritten with U+FFFD" 404 not-found
+
+echo "== 2. lone surrogates are refused, never merged into one event"
+for s in ud800 udbff; do
+	call POST /v1/events "$KEY" "$(body "$(ev "\"sur\\\\$s\"" '')")" -H "$json"
+	expect "an id with \\$s" 400 invalid-request 'lone surrogate'
+done
+call GET "/v1/events/sur%EF%BF%BD" "$KEY" ""
+expect "no event under the merged id" 404 not-found
+
+echo "== 3. an emoji is queued and billed"
+call POST /v1/events "$KEY" "$(body "$(ev '"emoji-😀"' ',"data":{"m":"🚀"}')")" -H "$json"
+expect "an emoji in id and data" 202 "" '"id":"emoji-😀"'
+out=$(settled "$KEY" "emoji-%F0%9F%98%80")
+grep -q '"status":"INSERTED"' <<<"$out" && grep -qF '"id":"emoji-😀"' <<<"$out" || fail "the emoji event: $out"
+passed=$((passed + 1)) && echo "ok   the emoji event is INSERTED under its exact id"
+
+echo "== 4. a long prompt inside the 64 KiB contract is stored, never UNINSERTABLE"
+prompt=$(head -c 2048 /dev/zero | tr '\0' 'p')
+call POST /v1/events "$KEY" "$(body "$(ev '"prompt-1"' ",\"data\":{\"prompt\":\"$prompt\"}")")" -H "$json"
+expect "a 2 KB string in data" 202
+out=$(settled "$KEY" "prompt-1")
+grep -q '"status":"INSERTED"' <<<"$out" || fail "the long prompt: $out"
+passed=$((passed + 1)) && echo "ok   the long prompt is INSERTED"
+
+echo "== 5. required fields are required; the step key is not burned"
+call POST /v1/holds "$KEY" "$(body '{"key":"job-1","feature":"tokens","amount":1000}')" -H "$json"
+expect "a hold" 201
+HOLD=$(sed -E 's/.*"id":"([^"]+)".*/\1/' "$TMP/body")
+call POST "/v1/holds/$HOLD/charges" "$KEY" "$(body '{"key":"step-7"}')" -H "$json"
+expect "a charge without amount" 400 invalid-request '\"amount\" is required'
+call POST "/v1/holds/$HOLD/charges" "$KEY" "$(body '{"key":"step-7","amount":null}')" -H "$json"
+expect "a charge with amount null" 400 invalid-request 'cannot be null'
+call POST "/v1/holds/$HOLD/charges" "$KEY" "$(body '{"key":"step-7","amount":120}')" -H "$json"
+expect "the correct retry" 200 "" '"charged":120'
+
+echo "== 6. names are exact; duplicate members are refused"
+call POST "/v1/holds/$HOLD/charges" "$KEY" "$(body '{"key":"s","Amount":7}')" -H "$json"
+expect "Amount for amount" 400 invalid-request '\"Amount\" is not a field of this request'
+call POST /v1/events "$KEY" "$(body '{"specversion":"1.0","id":"a","id":"b","source":"/hostile","type":"api.call"}')" -H "$json"
+expect "an event with two ids" 400 invalid-request '\"id\" appears more than once'
+call POST "/v1/holds/$HOLD/charges" "$KEY" "$(body '{"key":"s2","amount":7.5}')" -H "$json"
+expect "a fraction for an integer" 400 invalid-request 'must be an integer'
+call GET "/v1/holds/$HOLD" "$KEY" ""
+expect "the hold after the refusals" 200 "" '"used":120'
+
+echo "== 7 and 10. an inactive account records no new usage, with its own problem type"
+OFF="acct_off${RUN}"
+OFFKEY=$(account "$OFF" '{"tokens":1000}')
+call POST /v1/holds "$OFFKEY" "$(body '{"key":"job-1","feature":"tokens","amount":300}')" -H "$json"
+expect "a hold before the deactivation" 201
+OFFHOLD=$(sed -E 's/.*"id":"([^"]+)".*/\1/' "$TMP/body")
+call POST "/v1/holds/$OFFHOLD/charges" "$OFFKEY" "$(body '{"key":"step-1","amount":100}')" -H "$json"
+expect "a charge before the deactivation" 200
+call PATCH "/v1/accounts/$OFF" "$ADMIN" "$(body '{"status":"inactive"}')" -H "$json"
+expect "deactivate" 200
+call POST /v1/events "$OFFKEY" "$(body "$(ev '"off-1"' '')")" -H "$json"
+expect "an event" 402 account-inactive
+grep -q '"remaining"' "$TMP/body" && fail "an inactive account's 402 says remaining"
+call POST /v1/holds "$OFFKEY" "$(body '{"key":"job-2","feature":"tokens","amount":10}')" -H "$json"
+expect "a new hold" 402 account-inactive
+call POST "/v1/holds/$OFFHOLD/charges" "$OFFKEY" "$(body '{"key":"step-2","amount":50}')" -H "$json"
+expect "a new charge" 402 account-inactive
+call POST "/v1/holds/$OFFHOLD/settle" "$OFFKEY" "$(body '{"used":250}')" -H "$json"
+expect "a settlement above the recorded usage" 402 account-inactive
+call GET "/v1/usage?feature=tokens" "$OFFKEY" ""
+expect "usage agrees: nothing moved" 200 "" '"remaining":700'
+call POST "/v1/holds/$OFFHOLD/settle" "$OFFKEY" ""
+expect "a settlement at the recorded usage" 200 "" '"released":200'
+
+echo "== 8. a control character in Idempotency-Key gets a problem document"
+call POST /v1/events "$KEY" "$(body "$(ev '"ctl-1"' '')")" -H "$json" -H $'Idempotency-Key: a\x01b'
+expect "Idempotency-Key with U+0001" 400 invalid-header
+
+echo "== 11. details are in Ferry's words"
+call POST /v1/events "$KEY" "$(body "$(ev '"t-1"' ',"time":5')")" -H "$json"
+expect "a number for time" 400 invalid-request '\"time\" must be a string'
+call POST /v1/events "$KEY" "$(body "$(ev '5' '')")" -H "$json"
+expect "a number for id" 400 invalid-request '\"id\" must be a string'
+call POST /v1/events "$KEY" "$(body '{"specversion":"1.0",')" -H "$json"
+expect "cut short" 400 invalid-request 'ends before its JSON value does'
+
+echo "== 12. binary content mode"
+call POST /v1/events "$KEY" "$(body '{"tokens":12}')" -H "$json" \
+	-H 'ce-specversion: 1.0' -H 'ce-id: binary-1' -H 'ce-source: /hostile' -H 'ce-type: api.call'
+expect "an event in binary mode" 202 "" '"id":"binary-1"'
+out=$(settled "$KEY" "binary-1")
+grep -q '"status":"INSERTED"' <<<"$out" || fail "the binary event: $out"
+passed=$((passed + 1)) && echo "ok   the binary event is INSERTED"
+call POST /v1/events/batch "$KEY" "$(body "[$(ev '"batch-1"' '')]")" -H 'Content-Type: application/cloudevents-batch+json'
+expect "a structured batch" 202 "" '"status":"queued"'
+
+echo "all $passed answers as stated"
