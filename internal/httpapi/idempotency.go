@@ -49,7 +49,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 				return next(w, r)
 			}
 			if len(values) > 1 {
-				return idempotency.InvalidKey("send it once")
+				return idempotency.InvalidKey("send it once, without commas (HTTP joins repeated headers with commas)")
 			}
 			key := values[0]
 			if err := idempotency.ValidateKey(key); err != nil {

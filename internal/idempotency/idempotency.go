@@ -57,8 +57,10 @@ func InvalidKey(reason string) error {
 	return problem.Input("invalid Idempotency-Key: " + reason + ".")
 }
 
-// ValidateKey accepts 1 to MaxKeyLength printable ASCII characters (space to tilde), which is
-// what an HTTP header carries unchanged through every proxy.
+// ValidateKey accepts 1 to MaxKeyLength printable ASCII characters (space to tilde) but the
+// comma, which is what an HTTP header carries unchanged through every proxy. A comma is refused
+// because HTTP joins a header sent twice with commas (API Gateway's payload v2 does), so a key
+// holding one cannot be told from two keys.
 func ValidateKey(key string) error {
 	if key == "" {
 		return InvalidKey("it is empty")
@@ -69,6 +71,9 @@ func ValidateKey(key string) error {
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {
 			return InvalidKey("it must contain printable ASCII characters only")
+		}
+		if key[i] == ',' {
+			return InvalidKey("it must not contain a comma")
 		}
 	}
 	return nil
