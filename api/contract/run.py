@@ -6,7 +6,7 @@ whose key the account routes use; runs schemathesis over every operation of api/
 the config and checks beside this file; and stops the stack however the run ends.
 
 Usage: python run.py FERRY_BINARY [schemathesis run options...]
-Environment: FERRY_CONTRACT_MAX_EXAMPLES (default 25), FERRY_CONTRACT_SEED (default fixed, so a
+Environment: FERRY_CONTRACT_MAX_EXAMPLES (default 40), FERRY_CONTRACT_SEED (default fixed, so a
 run is repeatable; "random" for a new one).
 """
 
@@ -120,7 +120,7 @@ def main():
             os.path.join(os.path.dirname(sys.executable), "schemathesis"),
             "--config-file", os.path.join(HERE, "schemathesis.toml"),
             "run", os.path.join(ROOT, "api", "openapi.yaml"),
-            "--max-examples", os.environ.get("FERRY_CONTRACT_MAX_EXAMPLES", "25"),
+            "--max-examples", os.environ.get("FERRY_CONTRACT_MAX_EXAMPLES", "40"),
             "--report", "junit", "--report-dir", os.path.join(workdir, "report"),
         ]
         if seed != "random":
