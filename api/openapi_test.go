@@ -22,6 +22,7 @@ import (
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
@@ -79,6 +80,21 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 	key := doc.Components.Parameters["IdempotencyKey"].Value.Schema.Value
 	if key.MaxLength == nil || *key.MaxLength != idempotency.MaxKeyLength {
 		t.Errorf("Idempotency-Key maxLength %v, want %d", key.MaxLength, idempotency.MaxKeyLength)
+	}
+}
+
+// The bounds the handlers enforce are the document's: a schema-valid amount is never refused
+// for its size, and a larger one is refused by the schema as by the handler.
+func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	schemas := doc.Components.Schemas
+	for _, field := range []struct{ schema, property string }{
+		{"CreateHoldRequest", "amount"}, {"ChargeRequest", "amount"}, {"SettleRequest", "used"},
+	} {
+		max := schemas[field.schema].Value.Properties[field.property].Value.Max
+		if max == nil || *max != float64(holds.MaxAmount) {
+			t.Errorf("%s.%s maximum %v, want %d", field.schema, field.property, max, int64(holds.MaxAmount))
+		}
 	}
 }
 
