@@ -239,18 +239,19 @@ def _one_content_mode(case):
     structured body, or a body of another type with no ce-* headers. The document says an event
     is either structured (application/cloudevents+json or application/json, no ce-* headers) or
     binary (the ce-* attributes, with specversion, id, source and type required, and the data in
-    the body). A structured cloudevents+json request loses its ce-* headers; any other request
-    with ce-* headers, or with a body that is not JSON, is binary and gets the missing required
-    attributes (a fresh id each time).
+    the body). A JSON body is generated as the event, so its request is structured and loses any
+    ce-* headers (binary mode would make the body the data, which the schema does not describe);
+    a body of any other type is binary and gets the missing required attributes (a fresh id each
+    time).
     """
     headers = case.headers if case.headers is not None else {}
     ce = [name for name in list(headers) if name.lower().startswith("ce-")]
     media = (case.media_type or "").split(";")[0].strip().lower()
-    if media == "application/cloudevents+json":
-        for name in ce:
-            del headers[name]
-        return
-    if not ce and media == "application/json":
+    if media in ("application/json", "application/cloudevents+json"):
+        if ce:
+            for name in ce:
+                del headers[name]
+            case.headers = headers
         return
     present = {name.lower() for name in ce}
     for name, value in BINARY_REQUIRED.items():
