@@ -8,6 +8,10 @@
   not settle. Events are billed asynchronously, so their check runs once the run is over: every
   event id that was only ever refused reads 404, and the account's usage in each cycle is exactly
   the number of distinct events that were accepted in it.
+- Every 422 and every replay answers a key used before, and no claim is left in flight.
+
+Three rules of the document that OpenAPI cannot state shape what is sent: plan and feature
+names are the catalog's, whole numbers are integer literals, and an event uses one content mode.
 
 The run (api/contract/run.py) passes the stack's address and both keys in the environment, and
 runs one worker so that the before-and-after reads see no other request's effect.
