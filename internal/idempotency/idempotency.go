@@ -82,13 +82,19 @@ func ValidateKey(key string) error {
 // Fingerprint identifies a request for comparing repeats: method, path, query and body. A JSON
 // body is re-encoded canonically first (object members sorted, insignificant whitespace removed,
 // numbers as written), so a client that re-serialises the same document is not refused.
-func Fingerprint(method, path, rawQuery string, body []byte) string {
+// headers are the header fields that carry the request's content, as "name: value" lines in
+// a fixed order (a binary-mode CloudEvent's ce-* attributes and Content-Type); a request
+// without them fingerprints as before.
+func Fingerprint(method, path, rawQuery string, body []byte, headers ...string) string {
 	h := sha256.New()
 	writeField(h, "ferry-idempotency-fingerprint-v1")
 	writeField(h, method)
 	writeField(h, path)
 	writeField(h, rawQuery)
 	writeField(h, string(canonicalBody(body)))
+	for _, line := range headers {
+		writeField(h, line)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
