@@ -45,12 +45,22 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 // stops it and deletes them when the test ends.
 func startLocalStack(t *testing.T) *devstack.Stack {
 	t.Helper()
-	stack, err := devstack.Start(context.Background(), devstack.StackOptions{
-		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
-	})
+	// The webhook tooling ferry dev has: the local Kinde signer, the dev Stripe secret, the
+	// apply-crash injector (the README's walkthrough sends webhooks and runs the webhooks lab).
+	webhooks, err := devstack.NewInboxDev(context.Background(), apptest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(webhooks.Close)
+	opts := devstack.StackOptions{
+		Addr: "127.0.0.1:0", External: testenv.Endpoints(t), Prefix: testenv.UniquePrefix(), Log: apptest.Logger(t),
+	}
+	webhooks.Apply(&opts)
+	stack, err := devstack.Start(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhooks.Serve(stack)
 	t.Cleanup(func() {
 		stack.Close()
 		if err := devstack.Teardown(context.Background(), stack.Clients, stack.Names); err != nil {

@@ -3,6 +3,8 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -27,11 +31,16 @@ import (
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/instrument"
+	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	// Kinde's webhooks are application/jwt: a text body to the validator.
+	openapi3filter.RegisterBodyDecoder("application/jwt", openapi3filter.PlainBodyDecoder)
+	testenv.Main(m)
+}
 
 // localRoutes are served by the local stack (ferry dev) rather than by a Lambda function.
 var localRoutes = map[string]bool{"GET /healthz": true, "GET /openapi.yaml": true}
@@ -389,6 +398,10 @@ type exchange struct {
 	// before runs first (a crash to inject, the worker to drain); after runs once answered.
 	before func(t *testing.T, c *conformanceRun)
 	after  func(t *testing.T, c *conformanceRun, r exchangeResult)
+	// makeBody, when set, builds the body at run time (a signed webhook); headers adds
+	// headers computed from the body (a signature).
+	makeBody func(t *testing.T, c *conformanceRun) string
+	headers  func(c *conformanceRun, body string) map[string]string
 }
 
 // conformanceRun is the state a table run carries from row to row.
@@ -657,6 +670,158 @@ func conformanceTable() []exchange {
 	}
 }
 
+// A Kinde and a Stripe customer linked to acct_hooks, whose webhooks the table sends.
+const (
+	hookCustomer       = "customer_hooks"
+	hookStripeCustomer = "cus_hooks"
+)
+
+// kindeToken signs a Kinde billing event for the table's customer, sent now by the harness
+// clock; sentAgo moves its timestamp back.
+func kindeToken(t *testing.T, c *conformanceRun, id string, sentAgo time.Duration) string {
+	t.Helper()
+	now := c.h.Clock.Now()
+	token, err := c.h.Signer(t).Sign(map[string]any{
+		"type": "customer.plan_changed", "event_id": id, "source": "api",
+		"event_timestamp": now.Add(-time.Minute).Format(time.RFC3339Nano), "timestamp": now.Add(-sentAgo).Format(time.RFC3339Nano),
+		"data": map[string]any{"customer_id": hookCustomer, "plan": map[string]any{"key": "customer_pro_plan"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+func stripeBody(id string) string {
+	return fmt.Sprintf(`{"id":%q,"object":"event","api_version":"2025-03-31.basil","created":%d,"type":"invoice.paid","data":{"object":{"id":"in_1","object":"invoice","customer":%q,"status":"paid","lines":{"data":[{"pricing":{"price_details":{"price":"price_ferry_plus_monthly"}}}]}}}}`,
+		id, time.Date(2026, 11, 15, 11, 59, 0, 0, time.UTC).Unix(), hookStripeCustomer)
+}
+
+func stripeSigned(secret string, at time.Time) func(c *conformanceRun, body string) map[string]string {
+	return func(_ *conformanceRun, body string) map[string]string {
+		return map[string]string{"Stripe-Signature": stripewebhook.Sign([]byte(body), secret, at)}
+	}
+}
+
+func captureVar(name string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
+	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+		var body struct{ ID string }
+		if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
+			t.Fatalf("no id in %s", r.body)
+		}
+		c.vars[name] = body.ID
+	}
+}
+
+func wantDuplicate(want bool) func(t *testing.T, c *conformanceRun, r exchangeResult) {
+	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+		var body struct{ Duplicate bool }
+		if err := json.Unmarshal(r.body, &body); err != nil || body.Duplicate != want {
+			t.Errorf("duplicate %v in %s; want %v", body.Duplicate, r.body, want)
+		}
+	}
+}
+
+// settleInbox runs the worker on every due billing event, as the sweep and the nudges do.
+func settleInbox(t *testing.T, c *conformanceRun) {
+	t.Helper()
+	ids, err := c.h.Fn(resources.FunctionInbox).Inbox.Store.Due(context.Background(), c.h.Clock.Now().UnixMilli(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := c.h.Fn(resources.FunctionInbox).Inbox.Worker.Process(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// inboxTable exercises the webhook inbox's routes.
+func inboxTable() []exchange {
+	now := time.Now()
+	huge := strings.Repeat("a", 256<<10+1)
+	other := func(t *testing.T, c *conformanceRun) string {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"type": "customer.plan_changed", "event_id": "event_forged",
+			"timestamp": c.h.Clock.Now().Format(time.RFC3339Nano)})
+		tok.Header["kid"] = c.h.Signer(t).KeyID()
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	return []exchange{
+		{name: "create, linked to a Kinde and a Stripe customer", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_hooks","kindeCustomerId":"` + hookCustomer + `","stripeCustomerId":"` + hookStripeCustomer + `"}`, status: 201, after: captureKey("acct_hooks")},
+		{name: "kinde webhook", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			makeBody: func(t *testing.T, c *conformanceRun) string { return kindeToken(t, c, "event_conf_1", 0) },
+			headers:  func(*conformanceRun, string) map[string]string { return map[string]string{"webhook-id": "msg_1"} },
+			status:   200, after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				captureVar("bev")(t, c, r)
+				wantDuplicate(false)(t, c, r)
+			}},
+		{name: "kinde webhook, a copy", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			makeBody: func(t *testing.T, c *conformanceRun) string { return kindeToken(t, c, "event_conf_1", 0) },
+			status:   200, after: wantDuplicate(true)},
+		{name: "kinde webhook, signed by another key", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			makeBody: other, status: 401},
+		{name: "kinde webhook, a token 73 hours old", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			makeBody: func(t *testing.T, c *conformanceRun) string { return kindeToken(t, c, "event_old", 73*time.Hour) }, status: 401},
+		{name: "kinde webhook, not a token", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			body: "not-a-token", status: 401},
+		{name: "kinde webhook, as JSON", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none",
+			body: `{"type":"customer.plan_changed"}`, status: 415, invalidRequest: true},
+		{name: "kinde webhook, over 256 KiB", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
+			body: huge, status: 413, invalidRequest: true},
+		{name: "stripe webhook", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body: stripeBody("evt_conf_1"), headers: stripeSigned(apptest.StripeSecret, now), status: 200, after: captureVar("bev2")},
+		{name: "stripe webhook, no signature", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body: stripeBody("evt_conf_2"), status: 401, invalidRequest: true},
+		{name: "stripe webhook, a stale signature", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body: stripeBody("evt_conf_2"), headers: stripeSigned(apptest.StripeSecret, now.Add(-10*time.Minute)), status: 401},
+		{name: "stripe webhook, another secret", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body: stripeBody("evt_conf_2"), headers: stripeSigned("whsec_other", now), status: 401},
+		{name: "stripe webhook, a thin event", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body:    `{"id":"evt_thin","object":"v2.core.event","type":"v1.billing.meter.error_report_triggered"}`,
+			headers: stripeSigned(apptest.StripeSecret, now), status: 400, invalidRequest: true},
+		{name: "stripe webhook, a member named twice", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body:    strings.Replace(stripeBody("evt_conf_4"), `"type":"invoice.paid"`, `"type":"invoice.paid","type":"invoice.payment_failed"`, 1),
+			headers: stripeSigned(apptest.StripeSecret, now), status: 400},
+		{name: "stripe webhook, as text", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none", contentType: "text/plain",
+			body: stripeBody("evt_conf_3"), headers: stripeSigned(apptest.StripeSecret, now), status: 415, invalidRequest: true},
+		{name: "stripe webhook, over 256 KiB", route: "POST /v1/webhooks/stripe", path: "/v1/webhooks/stripe", as: "none",
+			body: huge, headers: stripeSigned(apptest.StripeSecret, now), status: 413, invalidRequest: true},
+
+		{name: "billing events, the account's", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "acct_hooks", status: 200,
+			before: settleInbox},
+		{name: "billing events, all", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "operator", status: 200},
+		{name: "billing events, one account's", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_hooks&status=APPLIED&limit=1", as: "operator", status: 200},
+		{name: "billing events, an unknown status", route: "GET /v1/billing-events", path: "/v1/billing-events?status=DONE", as: "acct_hooks", status: 400, invalidRequest: true},
+		{name: "billing events, another account's filter", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_1", as: "acct_hooks", status: 400},
+		{name: "billing events, no key", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "none", status: 401, invalidRequest: true},
+		{name: "billing event", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev}", as: "acct_hooks", status: 200},
+		{name: "billing event, as the operator", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev2}", as: "operator", status: 200},
+		{name: "billing event, another account's", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev}", as: "acct_1", status: 404},
+		{name: "billing event, unknown", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/bev_aaaaaaaaaaaaaaaaaaaaaaaaaa", as: "operator", status: 404},
+		{name: "replay", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev}/replay", as: "acct_hooks", idemKey: "replay-1", status: 202},
+		{name: "replay, repeated", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev}/replay", as: "acct_hooks", idemKey: "replay-1", status: 202, replayed: true},
+		{name: "replay, the key on another event", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev2}/replay", as: "acct_hooks", idemKey: "replay-1", status: 422},
+		{name: "replay, another account's", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev}/replay", as: "acct_1", status: 404},
+		{name: "replay, as the operator", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev2}/replay", as: "operator", body: `{}`, status: 202},
+		{name: "usage of an allowance", route: "GET /v1/usage", path: "/v1/usage?feature=credits", as: "acct_hooks", status: 200,
+			before: settleInbox,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				if !strings.Contains(string(r.body), `"limit":500`) || !strings.Contains(string(r.body), `"grants":[`) {
+					t.Errorf("credits after the plan change: %s", r.body)
+				}
+			}},
+	}
+}
+
 // Every route of the API answers as the document says, errors included: each request (unless it
 // breaks the contract on purpose) and each answer is validated against openapi.yaml. The test
 // fails for a served route that has no row here, so a route added later must join the table.
@@ -677,7 +842,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		served[k] = true
 	}
 	exercised := map[string]bool{}
-	for _, x := range conformanceTable() {
+	for _, x := range append(conformanceTable(), inboxTable()...) {
 		if !served[x.route] {
 			t.Errorf("%s: %s is in the conformance table but not served", x.name, x.route)
 			continue
@@ -702,19 +867,27 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 			}
 			header.Set("Authorization", "Bearer "+key)
 		}
-		if x.body != "" {
+		body := x.body
+		if x.makeBody != nil {
+			body = x.makeBody(t, run)
+		}
+		if body != "" {
 			ct := x.contentType
 			if ct == "" {
 				ct = "application/json"
 			}
 			header.Set("Content-Type", ct)
 		}
+		if x.headers != nil {
+			for k, v := range x.headers(run, body) {
+				header.Set(k, v)
+			}
+		}
 		if x.idemKey != "" {
 			header.Set("Idempotency-Key", x.idemKey)
 		}
-		path := strings.ReplaceAll(x.path, "{hold_off}", run.vars["hold_off"])
-		path = strings.ReplaceAll(path, "{hold}", run.vars["hold"])
-		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(x.body), x.invalidRequest, x.unmodelled)
+		path := strings.NewReplacer("{hold_off}", run.vars["hold_off"], "{hold}", run.vars["hold"], "{bev}", run.vars["bev"], "{bev2}", run.vars["bev2"]).Replace(x.path)
+		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(body), x.invalidRequest, x.unmodelled)
 		if r.status != x.status {
 			t.Errorf("%s: %d, want %d: %s", x.name, r.status, x.status, r.body)
 		}

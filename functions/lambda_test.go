@@ -25,7 +25,9 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 	"github.com/ferrymeter/ferry/internal/usage"
@@ -48,6 +50,9 @@ const (
 	rieStopTimeout   = 5 * time.Second
 	operatorKey      = "dev-admin-key" // the key the API Gateway fixtures carry
 	fixtureAccountID = "acct_fixture"
+	// stripeSecret is the webhooks function's Stripe signing secret here, in place of its
+	// secret's ARN.
+	stripeSecret = "whsec_lambda_test"
 )
 
 // invocation is one real invocation of one function.
@@ -78,6 +83,25 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 		}
 		req.Headers["authorization"] = "Bearer " + apiKey
 		out, _ := json.Marshal(req)
+		return out
+	}
+	var billingEventID string
+	signedNow := func(raw []byte) []byte {
+		var req events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(raw, &req); err != nil {
+			t.Fatal(err)
+		}
+		req.Headers["stripe-signature"] = stripewebhook.Sign([]byte(req.Body), stripeSecret, time.Now())
+		out, _ := json.Marshal(req)
+		return out
+	}
+	nudgeFor := func(raw []byte) []byte {
+		var batch events.SQSEvent
+		if err := json.Unmarshal(raw, &batch); err != nil {
+			t.Fatal(err)
+		}
+		batch.Records[0].Body = `{"id":"` + billingEventID + `"}`
+		out, _ := json.Marshal(batch)
 		return out
 	}
 	invocations := []invocation{
@@ -114,6 +138,31 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 				t.Errorf("answer %s; want null (a run without error)", answer)
 			}
 		}},
+		// A Stripe delivery, signed now as Stripe signs it: stored, answered 200 with its id.
+		{resources.FunctionWebhooks, "apigw/stripe-webhook.json", signedNow, func(t *testing.T, answer []byte) {
+			body := httpAnswer(t, answer, http.StatusOK)
+			billingEventID, _ = body["id"].(string)
+			if billingEventID == "" || body["duplicate"] != false {
+				t.Fatalf("answer %v; want the stored event's id, not a duplicate", body)
+			}
+		}},
+		// The worker's nudge for it: its customer links no account, so it is IGNORED, with why.
+		{resources.FunctionInbox, "sqs/inbox-batch.json", nudgeFor, func(t *testing.T, answer []byte) {
+			var resp events.SQSEventResponse
+			if err := json.Unmarshal(answer, &resp); err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("answer %s (%v); want no batch item failures", answer, err)
+			}
+			store := &inbox.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableInbox)}
+			e, err := store.Get(context.Background(), billingEventID)
+			if err != nil || e.Status != inbox.Ignored || e.Reason == "" {
+				t.Errorf("the billing event: %+v, %v; want it IGNORED with its reason", e, err)
+			}
+		}},
+		{resources.FunctionInboxSweep, "schedule/sweeper.json", nil, func(t *testing.T, answer []byte) {
+			if string(bytes.TrimSpace(answer)) != "null" {
+				t.Errorf("answer %s; want null (a run without error)", answer)
+			}
+		}},
 	}
 	invoked := map[string]bool{}
 	for _, inv := range invocations {
@@ -144,8 +193,11 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 func functionEnv(fn resources.Function, env *testenv.Env) map[string]string {
 	vars := resources.FunctionEnv(fn, env.Names, resources.EnvSettings{LogLevel: "info", LimitsSource: "plan"})
 	for _, s := range fn.Secrets {
-		if s == resources.EnvAdminKeySecretARN {
+		switch s {
+		case resources.EnvAdminKeySecretARN:
 			vars[resources.EnvAdminKey] = operatorKey
+		case resources.EnvStripeWebhookSecretARN:
+			vars[resources.EnvStripeWebhookSecret] = stripeSecret
 		}
 	}
 	vars[cloud.EnvDynamoDBEndpoint] = env.Endpoints.DynamoDB

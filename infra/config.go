@@ -12,6 +12,9 @@ import (
 	"strings"
 
 	"github.com/ferrymeter/ferry/internal/limits"
+	"github.com/ferrymeter/ferry/internal/provider"
+	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // Context keys the app reads (`cdk synth -c stage=prod`, or "context" in cdk.json).
@@ -32,6 +35,12 @@ const (
 	ctxKindeDomain            = "kindeDomain"
 	ctxKindeClientID          = "kindeClientId"
 	ctxKindeClientSecretARN   = "kindeClientSecretArn"
+	// The webhook inbox: where Kinde's webhook keys are (default: from kindeDomain), and the
+	// optional re-fetch of Stripe objects with its API base and key.
+	ctxKindeWebhookJWKSURL   = "kindeWebhookJwksUrl"
+	ctxStripeRefetch         = "stripeRefetch"
+	ctxStripeAPIBase         = "stripeApiBase"
+	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
 )
 
 // Defaults for every optional setting. They suit a small production stage; each can be
@@ -115,6 +124,34 @@ type Config struct {
 	KindeDomain          string
 	KindeClientID        string
 	KindeClientSecretARN string
+	// KindeWebhookJWKSURL is where the webhooks function fetches Kinde's webhook keys; empty
+	// means https://<KindeDomain>/.well-known/jwks when KindeDomain is set, and otherwise Kinde
+	// deliveries are answered 503 until it is configured.
+	KindeWebhookJWKSURL string
+	// StripeRefetch makes the inbox worker re-read each Stripe event's object from StripeAPIBase
+	// (default Stripe's) with the API key in the secret StripeAPIKeySecretARN names.
+	StripeRefetch         bool
+	StripeAPIBase         string
+	StripeAPIKeySecretARN string
+}
+
+// Settings are the deployment settings functions may list (resources.Function.Settings), by
+// environment variable, as this deployment configures them.
+func (c Config) Settings() map[string]string {
+	out := map[string]string{}
+	switch {
+	case c.KindeWebhookJWKSURL != "":
+		out[resources.EnvKindeWebhookJWKSURL] = c.KindeWebhookJWKSURL
+	case c.KindeDomain != "":
+		out[resources.EnvKindeWebhookJWKSURL] = kindewebhook.JWKSURLFor(c.KindeDomain)
+	}
+	if c.StripeRefetch {
+		out[resources.EnvStripeRefetch] = "true"
+		if c.StripeAPIBase != "" {
+			out[resources.EnvStripeAPIBase] = c.StripeAPIBase
+		}
+	}
+	return out
 }
 
 // Prefix is the physical-name prefix of the stage's resources ("ferry-prod").
@@ -183,6 +220,15 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.KindeDomain = str(ctxKindeDomain, "")
 	c.KindeClientID = str(ctxKindeClientID, "")
 	c.KindeClientSecretARN = str(ctxKindeClientSecretARN, "")
+	c.KindeWebhookJWKSURL = str(ctxKindeWebhookJWKSURL, "")
+	c.StripeAPIBase = str(ctxStripeAPIBase, "")
+	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
+	switch refetch := strings.ToLower(str(ctxStripeRefetch, "false")); refetch {
+	case "true", "false":
+		c.StripeRefetch = refetch == "true"
+	default:
+		errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxStripeRefetch, refetch))
+	}
 	if path := str(ctxPlansFile, ""); path != "" {
 		plans, err := readPlans(path)
 		if err != nil {
@@ -238,7 +284,35 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("plans: %d bytes of JSON; Lambda allows 4 KB for all variables, so keep plans under %d", len(c.Plans), maxPlansBytes))
 	}
 	errs = append(errs, c.validateLimitsSource()...)
+	errs = append(errs, c.validateInbox()...)
 	return errors.Join(errs...)
+}
+
+// validateInbox checks the webhook inbox's settings: a JWKS URL the webhooks function may fetch
+// (https), and a re-fetch that has its key. A re-fetch setting without stripeRefetch is refused:
+// someone meant to turn it on.
+func (c Config) validateInbox() []error {
+	var errs []error
+	if c.KindeWebhookJWKSURL != "" {
+		if err := kindewebhook.CheckURL(c.KindeWebhookJWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ctxKindeWebhookJWKSURL, err))
+		}
+	}
+	if c.StripeAPIBase != "" {
+		if err := provider.CheckEndpoint(ctxStripeAPIBase, c.StripeAPIBase); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.StripeAPIKeySecretARN != "" && !secretARNPattern.MatchString(c.StripeAPIKeySecretARN) {
+		errs = append(errs, fmt.Errorf("%s %q: want the ARN of a Secrets Manager secret", ctxStripeAPIKeySecretARN, c.StripeAPIKeySecretARN))
+	}
+	switch {
+	case c.StripeRefetch && c.StripeAPIKeySecretARN == "":
+		errs = append(errs, fmt.Errorf("%s=true needs %s (the Stripe API key that reads subscriptions and invoices)", ctxStripeRefetch, ctxStripeAPIKeySecretARN))
+	case !c.StripeRefetch && (c.StripeAPIBase != "" || c.StripeAPIKeySecretARN != ""):
+		errs = append(errs, fmt.Errorf("%s and %s: set only with %s=true", ctxStripeAPIBase, ctxStripeAPIKeySecretARN, ctxStripeRefetch))
+	}
+	return errs
 }
 
 // validateLimitsSource checks the limit source and its Kinde settings. With kinde, every Kinde

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -186,6 +188,40 @@ func TestConfigFromContext_KindeSettingsRefused(t *testing.T) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error does not mention %q:\n%v", want, err)
 				}
+			}
+		})
+	}
+}
+
+func TestConfigFromContext_InboxSettings(t *testing.T) {
+	cfg, err := ConfigFromContext(lookupIn(kindeContext(kindeSecretARN)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Settings()[resources.EnvKindeWebhookJWKSURL]; got != "https://acme.kinde.com/.well-known/jwks" {
+		t.Errorf("the JWKS URL derived from kindeDomain is %q", got)
+	}
+	cfg, err = ConfigFromContext(lookupIn(map[string]any{ctxKindeWebhookJWKSURL: "https://auth.example.com/.well-known/jwks"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Settings()[resources.EnvKindeWebhookJWKSURL]; got != "https://auth.example.com/.well-known/jwks" {
+		t.Errorf("the JWKS URL is %q", got)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  map[string]any
+		want string
+	}{
+		{"a JWKS URL in the clear", map[string]any{ctxKindeWebhookJWKSURL: "http://acme.kinde.com/.well-known/jwks"}, "http is allowed only for loopback hosts"},
+		{"re-fetch without a key", map[string]any{ctxStripeRefetch: "true"}, "stripeRefetch=true needs stripeApiKeySecretArn"},
+		{"a key without re-fetch", map[string]any{ctxStripeAPIKeySecretARN: kindeSecretARN}, "set only with stripeRefetch=true"},
+		{"re-fetch not a boolean", map[string]any{ctxStripeRefetch: "yes"}, "stripeRefetch: want true or false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ConfigFromContext(lookupIn(tc.ctx))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v; want one containing %q", err, tc.want)
 			}
 		})
 	}

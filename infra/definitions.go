@@ -56,7 +56,15 @@ var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPT
 // carries the secret's ARN: the operator key, which the stack generates, and the Kinde client
 // secret, which the kindeClientSecretArn context names (and which exists only with
 // limitsSource=kinde).
-var stackSecrets = []string{resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN}
+var stackSecrets = []string{
+	resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN,
+	// The Stripe endpoint's signing secret, which the stack creates for the operator to fill in,
+	// and the Stripe API key the optional re-fetch reads with (stripeApiKeySecretArn).
+	resources.EnvStripeWebhookSecretARN, resources.EnvStripeAPIKeySecretARN,
+}
+
+// deploymentSettings are the settings a function may list in resources.Function.Settings.
+var deploymentSettings = []string{resources.EnvKindeWebhookJWKSURL, resources.EnvStripeRefetch, resources.EnvStripeAPIBase}
 
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a
@@ -135,6 +143,11 @@ func (d Definitions) Validate() error {
 				fail("function %q: unknown secret %q; the stack provides %s", f.Name, env, strings.Join(stackSecrets, ", "))
 			}
 		}
+		for _, name := range f.Settings {
+			if !contains(deploymentSettings, name) {
+				fail("function %q: unknown setting %q; the stack provides %s", f.Name, name, strings.Join(deploymentSettings, ", "))
+			}
+		}
 		// A function that reads limits from Kinde needs the client secret, and only such a
 		// function has any use for it.
 		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
@@ -167,12 +180,12 @@ func (d Definitions) Validate() error {
 			}
 			switch access {
 			case resources.Send:
-			case resources.Consume:
+			case resources.Consume, resources.ConsumeAndSend:
 				if q.VisibilityTimeout < visibilityPerTimeout*f.Timeout {
 					fail("queue %q: visibility timeout %s is less than %d x the timeout %s of its consumer %q", logical, q.VisibilityTimeout, visibilityPerTimeout, f.Timeout, f.Name)
 				}
 			default:
-				fail("function %q: queue %q access %q; queues take send or consume", f.Name, logical, access)
+				fail("function %q: queue %q access %q; queues take send, consume or consume-send", f.Name, logical, access)
 			}
 		}
 	}
@@ -212,7 +225,7 @@ func (d Definitions) Validate() error {
 func (d Definitions) consumers(queue string) []resources.Function {
 	var out []resources.Function
 	for _, f := range d.Functions {
-		if f.Queues[queue] == resources.Consume {
+		if f.Queues[queue].Consumes() {
 			out = append(out, f)
 		}
 	}

@@ -33,7 +33,7 @@ func TestDefinitions_RefusesWhatCannotBeDeployed(t *testing.T) {
 		}, "buckets take read or read-write"},
 		{"read a queue", func(d *Definitions) {
 			d.Functions[0].Queues = map[string]resources.Access{resources.QueueEvents: resources.Read}
-		}, "queues take send or consume"},
+		}, "queues take send, consume or consume-send"},
 		{"visibility under six timeouts", func(d *Definitions) {
 			d.Queues[0].VisibilityTimeout = time.Minute
 		}, "less than 6 x the timeout"},

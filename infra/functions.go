@@ -86,6 +86,7 @@ func envSettings(cfg Config, secrets map[string]awssecretsmanager.ISecret) resou
 	if cfg.Kinde() {
 		s.KindeDomain, s.KindeClientID = cfg.KindeDomain, cfg.KindeClientID
 	}
+	s.Settings = cfg.Settings()
 	for name, secret := range secrets {
 		s.Secrets[name] = *secret.SecretArn()
 	}
@@ -153,7 +154,7 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	}
 
 	for _, q := range props.Definitions.Queues {
-		if def.Queues[q.Logical] != resources.Consume {
+		if !def.Queues[q.Logical].Consumes() {
 			continue
 		}
 		// The event source grants what it needs on this queue only: receive, delete, change
@@ -226,7 +227,7 @@ func grantAccess(role awsiam.IRole, props *FunctionsProps, def resources.Functio
 		}
 	}
 	for _, q := range props.Definitions.Queues {
-		if def.Queues[q.Logical] == resources.Send {
+		if def.Queues[q.Logical].Sends() {
 			allow("Queue"+pascal(q.Logical)+"Send", queueSendActions, *props.Storage.Queues[q.Logical].QueueArn())
 		}
 	}

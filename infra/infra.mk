@@ -18,6 +18,12 @@ LIMITS_SOURCE ?=
 KINDE_DOMAIN ?=
 KINDE_CLIENT_ID ?=
 KINDE_CLIENT_SECRET_ARN ?=
+# The webhook inbox: Kinde's webhook key URL (default from KINDE_DOMAIN) and the optional
+# re-fetch of Stripe objects (STRIPE_REFETCH=true with the API key's secret ARN).
+KINDE_WEBHOOK_JWKS_URL ?=
+STRIPE_REFETCH ?=
+STRIPE_API_BASE ?=
+STRIPE_API_KEY_SECRET_ARN ?=
 CDK_FLAGS ?=
 
 CDK := _tools/node_modules/.bin/cdk
@@ -28,7 +34,11 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(LIMITS_SOURCE),-c limitsSource=$(LIMITS_SOURCE)) \
 	$(if $(KINDE_DOMAIN),-c kindeDomain=$(KINDE_DOMAIN)) \
 	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
-	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN))
+	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN)) \
+	$(if $(KINDE_WEBHOOK_JWKS_URL),-c kindeWebhookJwksUrl=$(KINDE_WEBHOOK_JWKS_URL)) \
+	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
+	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
+	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
@@ -55,7 +65,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, STRIPE_*)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

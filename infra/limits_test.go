@@ -125,8 +125,9 @@ func assertKindeWiring(t *testing.T, s *synthesized, defs Definitions, secretARN
 	}
 	check(t, func() {
 		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::ResourcePolicy"), jsii.Number(0))
-		// The stack creates only the operator key; it never owns the Kinde client secret.
-		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(1))
+		// The stack creates only the operator key and the Stripe webhook secret; it never owns
+		// the Kinde client secret.
+		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(stackCreatedSecrets))
 	})
 }
 
@@ -181,12 +182,13 @@ func TestLimits_PlanSourceSetsNoKindeEnvironmentAndNoGrant(t *testing.T) {
 	if readers == 0 {
 		t.Fatal("no function reads limits")
 	}
-	// The only secret granted is the operator key, which the stack creates.
+	// The only secrets granted are the ones the stack creates (the operator key, the Stripe
+	// webhook secret).
 	if got := s.secretStatements("arn:"); len(got) > 0 {
 		t.Errorf("statements granting a secret by literal ARN with limitsSource plan: %v", got)
 	}
 	check(t, func() {
-		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(1))
+		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(stackCreatedSecrets))
 	})
 }
 

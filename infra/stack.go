@@ -57,9 +57,28 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		},
 		RemovalPolicy: removalPolicy(cfg),
 	})
-	secrets := map[string]awssecretsmanager.ISecret{resources.EnvAdminKeySecretARN: adminKey}
+	// The Stripe endpoint's signing secret: the stack creates it with a random value, which no
+	// Stripe signature matches (every Stripe delivery is refused, nothing is stored) until the
+	// operator puts the endpoint's whsec_… secret in it.
+	stripeSecret := awssecretsmanager.NewSecret(stack, jsii.String("StripeWebhookSecret"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String(resources.PhysicalName(cfg.Prefix(), "stripe-webhook-secret")),
+		Description: jsii.String("Ferry " + cfg.Stage + " Stripe webhook signing secret (whsec_…): put the endpoint's secret from the Stripe dashboard here"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(adminKeyLength),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+		RemovalPolicy: removalPolicy(cfg),
+	})
+	secrets := map[string]awssecretsmanager.ISecret{
+		resources.EnvAdminKeySecretARN:      adminKey,
+		resources.EnvStripeWebhookSecretARN: stripeSecret,
+	}
 	if cfg.Kinde() {
 		secrets[resources.EnvKindeClientSecretARN] = importKindeClientSecret(stack, cfg)
+	}
+	if cfg.StripeAPIKeySecretARN != "" {
+		secrets[resources.EnvStripeAPIKeySecretARN] = importSecret(stack, "StripeAPIKey", cfg.StripeAPIKeySecretARN)
 	}
 	functions, err := NewFunctions(stack, "Functions", &FunctionsProps{
 		Config:       cfg,
@@ -81,6 +100,7 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 	output("ApiUrl", *api.Stage.Url(), "Base URL of the HTTP API")
 	output("AlarmTopicArn", *alarms.Topic.TopicArn(), "SNS topic every alarm notifies")
 	output("AdminKeySecretArn", *adminKey.SecretArn(), "Secrets Manager secret holding the operator key")
+	output("StripeWebhookSecretArn", *stripeSecret.SecretArn(), "Secrets Manager secret the Stripe webhook signing secret goes in")
 	for _, t := range defs.Tables {
 		output("Table"+pascal(t.Logical), *storage.Tables[t.Logical].TableName(), t.Purpose)
 	}
@@ -100,11 +120,16 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 // six-character suffix) is granted on the name followed by any suffix, which is how IAM matches
 // it against the secret's complete ARN.
 func importKindeClientSecret(scope constructs.Construct, cfg Config) awssecretsmanager.ISecret {
-	id, arn := jsii.String("KindeClientSecret"), jsii.String(cfg.KindeClientSecretARN)
-	if cfg.kindeSecretIsComplete() {
-		return awssecretsmanager.Secret_FromSecretCompleteArn(scope, id, arn)
+	return importSecret(scope, "KindeClientSecret", cfg.KindeClientSecretARN)
+}
+
+// importSecret refers to a secret the operator owns, by a complete or a partial ARN (see
+// importKindeClientSecret).
+func importSecret(scope constructs.Construct, id, arn string) awssecretsmanager.ISecret {
+	if secretARNSuffix.MatchString(arn) {
+		return awssecretsmanager.Secret_FromSecretCompleteArn(scope, jsii.String(id), jsii.String(arn))
 	}
-	return awssecretsmanager.Secret_FromSecretPartialArn(scope, id, arn)
+	return awssecretsmanager.Secret_FromSecretPartialArn(scope, jsii.String(id), jsii.String(arn))
 }
 
 // checkDeployable reports what the stack could not deploy safely: a function without code, or a
@@ -123,7 +148,7 @@ func checkDeployable(cfg Config, defs Definitions, root string) error {
 			}
 		}
 		for logical, access := range f.Queues {
-			if access == resources.Consume && f.ReservedConcurrency > 0 && f.ReservedConcurrency < cfg.ConsumerMaxConcurrency {
+			if access.Consumes() && f.ReservedConcurrency > 0 && f.ReservedConcurrency < cfg.ConsumerMaxConcurrency {
 				errs = append(errs, fmt.Errorf("function %q consumes queue %q with reserved concurrency %d below consumerMaxConcurrency %d", f.Name, logical, f.ReservedConcurrency, cfg.ConsumerMaxConcurrency))
 			}
 		}

@@ -183,7 +183,7 @@ func TestEventSources_ReportBatchItemFailures(t *testing.T) {
 	pairs := 0
 	for _, f := range resources.Functions {
 		for _, q := range resources.Queues {
-			if f.Queues[q.Logical] != resources.Consume {
+			if !f.Queues[q.Logical].Consumes() {
 				continue
 			}
 			pairs++
@@ -330,6 +330,7 @@ func TestFunctions_MatchTheirDefinitions(t *testing.T) {
 func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
 	s := synthStage(t, dev)
 	secretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "admin-key")})
+	stripeSecretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "stripe-webhook-secret")})
 	for _, f := range resources.Functions {
 		t.Run(f.Name, func(t *testing.T) {
 			fn := props(s.json["Resources"].(object)[functionID(t, s, f.Name)].(object))
@@ -353,6 +354,14 @@ func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
 				t.Errorf("%s = %v; want the operator key secret's ARN", resources.EnvAdminKeySecretARN, arn)
 			case !readsAdminKey && ok:
 				t.Errorf("%s set on a function whose definition does not list it", resources.EnvAdminKeySecretARN)
+			}
+			arn, ok = env[resources.EnvStripeWebhookSecretARN]
+			readsStripe := contains(f.Secrets, resources.EnvStripeWebhookSecretARN)
+			switch {
+			case readsStripe && !(ok && refersTo(arn, stripeSecretID)):
+				t.Errorf("%s = %v; want the Stripe webhook secret's ARN", resources.EnvStripeWebhookSecretARN, arn)
+			case !readsStripe && ok:
+				t.Errorf("%s set on a function whose definition does not list it", resources.EnvStripeWebhookSecretARN)
 			}
 		})
 	}
@@ -423,6 +432,7 @@ func actionsOn(statements []object, id string) []string {
 func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 	s := synthStage(t, dev)
 	secretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "admin-key")})
+	stripeSecretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "stripe-webhook-secret")})
 	for _, f := range resources.Functions {
 		t.Run(f.Name, func(t *testing.T) {
 			fn := props(s.json["Resources"].(object)[functionID(t, s, f.Name)].(object))
@@ -458,6 +468,8 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 					expect(id, wantQueueSend)
 				case resources.Consume:
 					expect(id, wantQueueRecv)
+				case resources.ConsumeAndSend:
+					expect(id, wantQueueRecv, wantQueueSend)
 				default:
 					expect(id)
 				}
@@ -478,6 +490,11 @@ func TestIAM_EachFunctionGetsExactlyItsDefinedAccess(t *testing.T) {
 				expect(secretID, wantSecretRead)
 			} else {
 				expect(secretID)
+			}
+			if contains(f.Secrets, resources.EnvStripeWebhookSecretARN) {
+				expect(stripeSecretID, wantSecretRead)
+			} else {
+				expect(stripeSecretID)
 			}
 			for id, actions := range want {
 				if got := actionsOn(statements, id); strings.Join(got, " ") != strings.Join(actions, " ") {
@@ -766,15 +783,105 @@ func TestAlarms_EmailSubscriptionOnlyWhenConfigured(t *testing.T) {
 	})
 }
 
+// stackCreatedSecrets are the secrets the stack owns: the operator key and the Stripe webhook
+// signing secret.
+const stackCreatedSecrets = 2
+
 func TestSecret_GeneratedOperatorKey(t *testing.T) {
 	s := synthStage(t, dev)
 	check(t, func() {
-		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(1))
+		s.tmpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(stackCreatedSecrets))
 		s.tmpl.HasResourceProperties(jsii.String("AWS::SecretsManager::Secret"), like(object{
 			"Name":                 resources.PhysicalName(s.cfg.Prefix(), "admin-key"),
 			"GenerateSecretString": like(object{"PasswordLength": adminKeyLength, "ExcludePunctuation": true}),
 		}))
 	})
+}
+
+// The Stripe webhook signing secret lives in Secrets Manager, created by the stack with a random
+// value (which verifies no Stripe signature) for the operator to replace, and only the webhooks
+// function may read it.
+func TestSecret_StripeWebhookSecretForTheOperatorToFill(t *testing.T) {
+	s := synthStage(t, prod)
+	check(t, func() {
+		s.tmpl.HasResource(jsii.String("AWS::SecretsManager::Secret"), like(object{
+			"Properties": like(object{
+				"Name":                 resources.PhysicalName(s.cfg.Prefix(), "stripe-webhook-secret"),
+				"GenerateSecretString": like(object{"ExcludePunctuation": true}),
+			}),
+			"DeletionPolicy": "Retain",
+		}))
+	})
+	id := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "stripe-webhook-secret")})
+	var readers []string
+	for _, f := range resources.Functions {
+		fn := props(s.json["Resources"].(object)[functionID(t, s, f.Name)].(object))
+		if len(actionsOn(s.roleStatements(refs(fn["Role"])[0]), id)) > 0 {
+			readers = append(readers, f.Name)
+		}
+	}
+	if strings.Join(readers, " ") != resources.FunctionWebhooks {
+		t.Errorf("functions that may read the Stripe webhook secret: %v; want only %s", readers, resources.FunctionWebhooks)
+	}
+	if _, ok := s.json["Outputs"].(object)["StripeWebhookSecretArn"]; !ok {
+		t.Error("no StripeWebhookSecretArn output to tell the operator where the secret goes")
+	}
+}
+
+// The webhook routes have no authorizer: the provider's signature is their authentication, and
+// the function checks it before anything is stored. No route of the API has one.
+func TestAPI_WebhookRoutesHaveNoAuthorizer(t *testing.T) {
+	s := synthStage(t, dev)
+	check(t, func() {
+		s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Authorizer"), jsii.Number(0))
+	})
+	found := 0
+	for id, r := range s.resourcesOfType("AWS::ApiGatewayV2::Route") {
+		p := props(r)
+		key, _ := p["RouteKey"].(string)
+		if !strings.Contains(key, "/v1/webhooks/") {
+			continue
+		}
+		found++
+		if auth, ok := p["AuthorizationType"]; ok && auth != "NONE" {
+			t.Errorf("route %s (%s): AuthorizationType %v; want none", id, key, auth)
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d webhook routes in the template; want 2 (Kinde, Stripe)", found)
+	}
+}
+
+// The webhooks function gets Kinde's key URL from kindeWebhookJwksUrl, or derives it from
+// kindeDomain; the inbox worker gets the re-fetch settings only when stripeRefetch is on.
+func TestFunctions_InboxSettingsFromContext(t *testing.T) {
+	envOf := func(s *synthesized, name string) object {
+		fn := props(s.json["Resources"].(object)[functionID(t, s, name)].(object))
+		return fn["Environment"].(object)["Variables"].(object)
+	}
+	s := synthStage(t, dev)
+	if v, ok := envOf(s, resources.FunctionWebhooks)[resources.EnvKindeWebhookJWKSURL]; ok {
+		t.Errorf("%s = %v with nothing configured", resources.EnvKindeWebhookJWKSURL, v)
+	}
+	if _, ok := envOf(s, resources.FunctionInbox)[resources.EnvStripeRefetch]; ok {
+		t.Errorf("%s set with stripeRefetch off", resources.EnvStripeRefetch)
+	}
+	s = synthStage(t, map[string]any{ctxKindeWebhookJWKSURL: "https://acme.kinde.com/.well-known/jwks",
+		ctxStripeRefetch: "true", ctxStripeAPIKeySecretARN: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:stripe-key-AbCdEf"})
+	for _, f := range resources.Functions {
+		env := envOf(s, f.Name)
+		_, jwks := env[resources.EnvKindeWebhookJWKSURL]
+		if jwks != contains(f.Settings, resources.EnvKindeWebhookJWKSURL) {
+			t.Errorf("%s: %s set %v; want it only where the definition lists it", f.Name, resources.EnvKindeWebhookJWKSURL, jwks)
+		}
+	}
+	if v := envOf(s, resources.FunctionWebhooks)[resources.EnvKindeWebhookJWKSURL]; v != "https://acme.kinde.com/.well-known/jwks" {
+		t.Errorf("%s = %v", resources.EnvKindeWebhookJWKSURL, v)
+	}
+	inbox := envOf(s, resources.FunctionInbox)
+	if inbox[resources.EnvStripeRefetch] != "true" || inbox[resources.EnvStripeAPIKeySecretARN] == nil {
+		t.Errorf("the inbox worker's re-fetch settings: %v", inbox)
+	}
 }
 
 func TestOutputs_APIURLTopicAndTables(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: ferry bench <holds|pipeline> [flags]")
+		return errors.New("usage: ferry bench <holds|pipeline|inbox> [flags]")
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -42,8 +42,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		return bench.Holds(ctx, o, stdout, stderr)
+	case "inbox":
+		o := bench.DefaultInbox
+		fs.IntVar(&o.Accounts, "accounts", o.Accounts, "accounts, each sent one payment and one plan change")
+		fs.IntVar(&o.Copies, "copies", o.Copies, "extra deliveries of each payment (the provider's retries)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Inbox(ctx, o, stdout, stderr)
 	}
-	return fmt.Errorf("unknown benchmark %q (have holds, pipeline)", args[0])
+	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox)", args[0])
 }
 
 func runEmulators(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,7 +68,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, "usage: ferry lab <name> [--url URL] [flags]")
 		fmt.Fprintln(stdout)
 		for _, l := range lab.Labs {
-			fmt.Fprintf(stdout, "  %-11s %s\n", l.Name, l.Summary)
+			fmt.Fprintf(stdout, "  %-13s %s\n", l.Name, l.Summary)
 		}
 		fmt.Fprintln(stdout, "\nThe operator key comes from FERRY_ADMIN_KEY (default dev-admin-key).")
 		return nil
@@ -89,6 +97,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		res, err = lab.HoldsLoad(ctx, cfg(), p)
+	case "webhooks-nine":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		res, err = lab.WebhooksNine(ctx, cfg())
 	default:
 		return fmt.Errorf("unknown lab %q (try ferry lab --help)", args[0])
 	}

@@ -41,27 +41,40 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	stack, err := devstack.Start(ctx, devstack.StackOptions{
+	// The webhook tooling: a local Kinde signer and a dev Stripe secret unless the environment
+	// names real ones, and the apply-crash injector the webhooks lab kills one apply with.
+	webhooks, err := devstack.NewInboxDev(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer webhooks.Close()
+	opts := devstack.StackOptions{
 		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
 		Limits: limits,
-	})
+	}
+	webhooks.Apply(&opts)
+	stack, err := devstack.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
+	webhooks.Serve(stack)
 	e := stack.Emulators.Endpoints
 	if err := operate.WriteDevEnv(operate.DevEnvFile, e, stack.Names); err != nil {
 		return err
 	}
 	defer os.Remove(operate.DevEnvFile)
-	fmt.Fprint(stdout, joinLines(
-		"Ferry is running on "+stack.URL,
-		"  operator key: "+operatorKey+"   (Authorization: Bearer "+operatorKey+")",
-		"  health:       "+stack.URL+"/healthz",
+	lines := []string{
+		"Ferry is running on " + stack.URL,
+		"  operator key: " + operatorKey + "   (Authorization: Bearer " + operatorKey + ")",
+		"  health:       " + stack.URL + "/healthz",
+	}
+	lines = append(lines, webhooks.Banner(stack.URL)...)
+	fmt.Fprint(stdout, joinLines(append(lines,
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
 		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",
 		"Press Ctrl-C to stop.",
-	))
+	)...))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "stopping…")
 	return nil

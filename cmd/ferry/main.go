@@ -23,11 +23,12 @@ type command struct {
 
 var commands = map[string]command{
 	"dev":       {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
-	"bench":     {"measure Ferry: `ferry bench pipeline` (cost per event) or `ferry bench holds` (admissions)", runBench},
+	"bench":     {"measure Ferry: `ferry bench pipeline` (cost per event), `ferry bench holds` (admissions) or `ferry bench inbox` (webhooks)", runBench},
 	"emulators": {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
 	"inspect":   {"show an event's ledger entry, archive object and analytics row (--account, --event)", runInspect},
-	"lab":       {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load)", runLab},
+	"lab":       {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load, webhooks-nine)", runLab},
 	"redrive":   {"queue an UNINSERTABLE event again from the archive once its cause is fixed", runRedrive},
+	"webhooks":  {"sign and post a billing webhook: `ferry webhooks send kinde|stripe --customer <id> …`", runWebhooks},
 }
 
 func main() {

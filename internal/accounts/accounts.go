@@ -76,6 +76,11 @@ type Account struct {
 	// StatusChangedAtMs is the provider's event time of the last status change applied from a
 	// billing event (a failed payment, an overdue invoice, a payment).
 	StatusChangedAtMs int64
+	// PlanChangeKey and StatusChangeKey order the billing events that changed the plan and the
+	// status: the exact event time (nanoseconds) and the event's identity, comparable as
+	// strings (see the inbox). A billing event changes either only if its key is greater.
+	PlanChangeKey   string
+	StatusChangeKey string
 	// Known is false for an account Ferry has no record of (it is billed on the default plan).
 	Known bool
 }
@@ -123,10 +128,15 @@ func (a Account) Limit(feature string, catalog plans.Catalog) plans.Limit {
 	return p.Limit(feature)
 }
 
-// EffectiveLimits returns the effective limit of every feature in the catalog.
+// EffectiveLimits returns the effective limit of every feature in the catalog but the
+// allowance features, whose limit is per cycle, the sum of the cycle's grant rows (GET
+// /v1/usage shows it).
 func (a Account) EffectiveLimits(catalog plans.Catalog) map[string]plans.Limit {
 	out := map[string]plans.Limit{}
 	for _, f := range catalog.Features() {
+		if catalog.Allowance(f) {
+			continue
+		}
 		out[f] = a.Limit(f, catalog)
 	}
 	return out
@@ -334,8 +344,11 @@ func validLimits(limits map[string]plans.Limit, catalog plans.Catalog) []string 
 	}
 	sort.Strings(features)
 	for _, f := range features {
-		if !catalog.HasFeature(f) {
+		switch {
+		case !catalog.HasFeature(f):
 			problems = append(problems, fmt.Sprintf("limits.%s: unknown feature (known: %s)", f, strings.Join(catalog.Features(), ", ")))
+		case catalog.Allowance(f):
+			problems = append(problems, fmt.Sprintf("limits.%s: an allowance's limit is the sum of its cycle's grant rows and cannot be overridden", f))
 		}
 	}
 	return problems

@@ -54,7 +54,9 @@ type accountItem struct {
 	KindeAgreementID string            `dynamodbav:"kindeAgreementId,omitempty"`
 	PlanChangedAtMs  int64             `dynamodbav:"planChangedAtMs,omitempty"`
 	// StatusChangedAtMs: see Account.
-	StatusChangedAtMs int64 `dynamodbav:"statusChangedAtMs,omitempty"`
+	StatusChangedAtMs int64  `dynamodbav:"statusChangedAtMs,omitempty"`
+	PlanChangeKey     string `dynamodbav:"planChangeKey,omitempty"`
+	StatusChangeKey   string `dynamodbav:"statusChangeKey,omitempty"`
 }
 
 // linkItem maps one provider id to its account.
@@ -94,6 +96,7 @@ func (it accountItem) account() Account {
 		CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs, UsageStartedAtMs: it.UsageStartedAtMs,
 		KindeCustomerID: it.KindeCustomerID, StripeCustomerID: it.StripeCustomerID, KindeAgreementID: it.KindeAgreementID,
 		PlanChangedAtMs: it.PlanChangedAtMs, StatusChangedAtMs: it.StatusChangedAtMs,
+		PlanChangeKey: it.PlanChangeKey, StatusChangeKey: it.StatusChangeKey,
 		Known: true,
 	}
 	if len(it.Limits) > 0 {

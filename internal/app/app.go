@@ -41,6 +41,9 @@ type Config struct {
 	MaxQuarantines int
 	// Limits selects where usage holds read limits from; the zero value reads the plans.
 	Limits LimitsConfig
+	// Inbox is where the webhook inbox's verification keys come from, and whether its worker
+	// re-fetches Stripe objects.
+	Inbox InboxConfig
 }
 
 // DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
@@ -67,6 +70,12 @@ func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Conf
 		}
 		cfg.Limits = limits
 	}
+	// Only the functions the deployment gives the inbox's variables read anything here.
+	inboxCfg, err := InboxConfigFromEnv(ctx)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Inbox = inboxCfg
 	if !needOperatorKey {
 		return cfg, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/cloud"
@@ -123,7 +124,7 @@ func (d Definitions) Kinds(fn resources.Function) []Kind {
 func Consumes(fn resources.Function) []string {
 	var queues []string
 	for q, access := range fn.Queues {
-		if access == resources.Consume {
+		if access.Consumes() {
 			queues = append(queues, q)
 		}
 	}
@@ -214,6 +215,9 @@ type Services struct {
 	Holds       *holds.Service
 	Limits      limits.Source
 	Idempotency *idempotency.Service
+	// Allowances are the allowance features' grant rows; Inbox is the webhook inbox.
+	Allowances *allowance.Service
+	Inbox      *Inbox
 }
 
 // Env is what functions are built in: where the resources are, the clients, the configuration,
@@ -374,7 +378,9 @@ func (c *Composer) Serve(fn *Function, on any, auth httpapi.Authentication) *Fun
 		}
 		return false
 	}
-	if auth.Accounts == nil && needs(func(r httpapi.Route) bool { return r.Auth == httpapi.Account }) {
+	if auth.Accounts == nil && needs(func(r httpapi.Route) bool {
+		return r.Auth == httpapi.Account || r.Auth == httpapi.AccountOrOperator
+	}) {
 		if fn.Accounts == nil {
 			fn.Accounts = c.accounts(resources.Read, resources.Read, "")
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -30,7 +31,7 @@ var (
 
 // Builders lists every builder. Capabilities add theirs here.
 func Builders() []Builder {
-	return []Builder{BuildIngest, BuildAPI, BuildWorker, BuildHolds, BuildSweeper}
+	return []Builder{BuildIngest, BuildAPI, BuildWorker, BuildHolds, BuildSweeper, BuildWebhooks, BuildInbox, BuildInboxSweep}
 }
 
 func buildAPI(c *Composer) (*Function, error) {
@@ -39,8 +40,15 @@ func buildAPI(c *Composer) (*Function, error) {
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite, resources.ReadWrite)
 	fn.Usage = c.usage(resources.Read)
 	fn.Ledger = c.ledger(resources.Read, resources.Read)
+	// GET /v1/usage shows an allowance's grant rows; the billing-events routes read the inbox
+	// and replay (a write and a nudge).
+	fn.Allowances = c.allowances(resources.Read)
+	store := c.inboxStore(resources.ReadWrite, &Function{})
+	reader := &inbox.Reader{Store: store, Nudger: c.nudger(), Log: c.Log, Now: c.Now}
+	fn.Inbox = &Inbox{Store: store, Reader: reader}
 	api := httpapi.New(httpapi.Deps{
 		Accounts: fn.Accounts, Events: fn.Ledger, Usage: fn.Usage, Catalog: c.Config.Catalog, Now: c.Now,
+		Allowances: fn.Allowances, BillingEvents: reader,
 	})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil
 }
@@ -80,12 +88,15 @@ func buildHolds(c *Composer) (*Function, error) {
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.Read, "")
 	fn.Usage = c.usage(resources.ReadWrite)
 	fn.Limits = NewLimits(c.Config, c.Log, c.Metrics, c.Now)
+	// An allowance feature's limit is the sum of its grant rows; the first admission of a cycle
+	// writes the cycle's opening row.
+	fn.Allowances = c.allowances(resources.ReadWrite)
 	fn.Holds = &holds.Service{
 		Store: &holds.DynamoStore{
 			DB: c.DynamoDB(), Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: fn.Usage,
 			RateLimits: ratelimit.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableRateLimits, resources.ReadWrite)},
 		},
-		Accounts: fn.Accounts, Limits: fn.Limits, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
+		Accounts: fn.Accounts, Limits: fn.Limits, Allowances: fn.Allowances, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	api := httpapi.New(httpapi.Deps{Holds: fn.Holds})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil

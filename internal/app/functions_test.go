@@ -9,6 +9,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
@@ -40,6 +41,15 @@ func TestEveryFunction_BuildsFromItsEntry_AndServesItsKind(t *testing.T) {
 			switch fn.Kind() {
 			case app.HTTP:
 				for _, r := range fn.HTTP.Routes() {
+					if r.Auth == httpapi.WebhookSignature {
+						// Authenticated by the provider's signature: a real-shaped signed delivery.
+						provider := strings.TrimPrefix(r.Path, "/v1/webhooks/")
+						path, body, headers := h.Webhook(t, provider, webhookFixtures[provider])
+						if resp := h.Do(t, r.Method, path, "", body, headers...); resp.Status != http.StatusOK {
+							t.Errorf("%s: %d %s", r.Key(), resp.Status, resp.Body)
+						}
+						continue
+					}
 					bearer := key
 					if r.Auth == httpapi.Operator {
 						bearer = apptest.AdminKey
@@ -60,6 +70,10 @@ func TestEveryFunction_BuildsFromItsEntry_AndServesItsKind(t *testing.T) {
 					}
 				}
 			case app.Consumer:
+				if f.Name == resources.FunctionInbox {
+					consumeInboxNudge(t, h, fn)
+					break
+				}
 				batch := apptest.SQSEvent(t, "sqs/worker-batch.json")
 				out, err := fn.Consume(context.Background(), batch)
 				if err != nil || len(out.BatchItemFailures) != 0 {
@@ -81,6 +95,30 @@ func TestEveryFunction_BuildsFromItsEntry_AndServesItsKind(t *testing.T) {
 		if driven[k] == 0 {
 			t.Errorf("no %v function was driven", k)
 		}
+	}
+}
+
+// webhookFixtures are the deliveries the webhook routes are driven with, by provider.
+var webhookFixtures = map[string]string{"kinde": "plan_changed", "stripe": "invoice_paid_basil"}
+
+// consumeInboxNudge stores a delivery and hands the inbox worker the nudge for it, as its queue's
+// event source does: the event is decided (its customer links no account: IGNORED, with why).
+func consumeInboxNudge(t *testing.T, h *apptest.Harness, fn *app.Function) {
+	t.Helper()
+	path, body, headers := h.Webhook(t, "stripe", webhookFixtures["stripe"])
+	resp := h.Do(t, http.MethodPost, path, "", body, headers...)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("store the delivery: %d %s", resp.Status, resp.Body)
+	}
+	id, _ := resp.JSON(t)["id"].(string)
+	batch := apptest.SQSEvent(t, "sqs/inbox-batch.json")
+	batch.Records[0].Body = `{"id":"` + id + `"}`
+	out, err := fn.Consume(context.Background(), batch)
+	if err != nil || len(out.BatchItemFailures) != 0 {
+		t.Fatalf("consume: %+v, %v", out, err)
+	}
+	if e, err := fn.Inbox.Store.Get(context.Background(), id); err != nil || e.Status != inbox.Ignored || e.Reason == "" {
+		t.Errorf("the stored event: %+v, %v; want it IGNORED with its reason", e, err)
 	}
 }
 

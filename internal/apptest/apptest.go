@@ -29,6 +29,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/provider/kinde/webhook/signer"
+	"github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -101,7 +103,18 @@ type Harness struct {
 
 	config app.Config
 	opts   Options
+	kinde  *kindeSigner
 }
+
+// kindeSigner is a harness's Kinde signer, started on first use and kept across restarts.
+type kindeSigner struct {
+	once sync.Once
+	s    *signer.Signer
+	url  string
+}
+
+// StripeSecret is the Stripe signing secret every harness verifies Stripe deliveries with.
+const StripeSecret = "whsec_ferry_test_secret"
 
 // New builds a harness on fresh resources.
 func New(t testing.TB, opts ...Options) *Harness {
@@ -120,6 +133,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets})
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey = AdminKey
+	cfg.Inbox.Webhooks.StripeSecret = StripeSecret
 	if o.Catalog != nil {
 		cfg.Catalog = *o.Catalog
 	}
@@ -128,7 +142,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 	}
 	h := &Harness{
 		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
-		config: cfg, opts: o,
+		config: cfg, opts: o, kinde: &kindeSigner{},
 	}
 	h.serve(t)
 	return h
@@ -140,7 +154,7 @@ func (h *Harness) Restart(t testing.TB) *Harness {
 	t.Helper()
 	next := &Harness{
 		Env: h.Env, Definitions: h.Definitions, Clock: h.Clock, Counter: metrics.NewCounter(), Log: h.Log,
-		config: h.config, opts: h.opts,
+		config: h.config, opts: h.opts, kinde: h.kinde,
 	}
 	next.serve(t)
 	return next
@@ -157,6 +171,11 @@ func (h *Harness) serve(t testing.TB) {
 		t.Fatal(err)
 	}
 	h.Functions = fns
+	for _, fn := range fns {
+		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+			t.Cleanup(fn.Inbox.Receiver.Close)
+		}
+	}
 	if h.opts.Configure != nil {
 		h.opts.Configure(h)
 	}
@@ -174,6 +193,32 @@ func (h *Harness) serve(t testing.TB) {
 	if len(h.Sources) > 0 {
 		h.Source = h.Sources[0]
 	}
+}
+
+// Signer is the harness's Kinde webhook signer: a stand-in whose JWKS (on a loopback test
+// server) the webhooks function verifies Kinde deliveries against. It starts on first use; the
+// function's configuration is the one it would read from FERRY_KINDE_WEBHOOK_JWKS_URL.
+func (h *Harness) Signer(t testing.TB) *signer.Signer {
+	t.Helper()
+	h.kinde.once.Do(func() {
+		s, err := signer.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(srv.Close)
+		h.kinde.s, h.kinde.url = s, srv.URL+signer.JWKSPath
+	})
+	if h.kinde.s == nil {
+		t.Fatal("the Kinde signer did not start")
+	}
+	h.config.Inbox.Webhooks.KindeJWKSURL = h.kinde.url
+	for _, fn := range h.Functions {
+		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+			fn.Inbox.Receiver.SetKindeJWKSURL(h.kinde.url)
+		}
+	}
+	return h.kinde.s
 }
 
 // Fn returns the harness's composed function of that name; a name no entry has fails the test
@@ -312,4 +357,33 @@ func (h *Harness) Drain(t testing.TB, wait time.Duration) {
 			return
 		}
 	}
+}
+
+// Webhook is a real-shaped delivery of the fixture testdata/webhooks/<provider>/<name>.json to
+// the provider's route, signed now as the provider signs it (a Kinde token from the harness's
+// signer, with its timestamp moved to the harness's now; a Stripe body under StripeSecret, at the
+// wall clock's now, which stripe-go's verification reads). It returns the
+// route's path, the body and the headers (pairs, for Do).
+func (h *Harness) Webhook(t testing.TB, provider, name string) (string, []byte, []string) {
+	t.Helper()
+	raw := Fixture(t, "webhooks/"+provider+"/"+name+".json")
+	now := h.Clock.Now()
+	switch provider {
+	case "kinde":
+		var claims map[string]any
+		if err := json.Unmarshal(raw, &claims); err != nil {
+			t.Fatalf("fixture %s: %v", name, err)
+		}
+		claims["timestamp"] = now.Format(time.RFC3339Nano)
+		token, err := h.Signer(t).Sign(claims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "/v1/webhooks/kinde", []byte(token), []string{"Content-Type", "application/jwt", "webhook-id", "msg_" + name}
+	case "stripe":
+		sig := webhook.Sign(raw, StripeSecret, time.Now())
+		return "/v1/webhooks/stripe", raw, []string{"Content-Type", "application/json; charset=utf-8", "Stripe-Signature", sig}
+	}
+	t.Fatalf("no provider %q", provider)
+	return "", nil, nil
 }

@@ -1,8 +1,8 @@
 // Package bench holds Ferry's benchmark programs (make bench; ferry bench pipeline, ferry bench
-// holds). Each composes Ferry's own functions through their builders on emulators or on the
-// endpoints FERRY_*_ENDPOINT names, measures machine-independent counts at the clients (round
-// trips, request units per operation) and prints them beside a naive or plain alternative run in
-// the same process, so ratios compare like with like.
+// holds, ferry bench inbox). Each composes Ferry's own functions through their builders on
+// emulators or on the endpoints FERRY_*_ENDPOINT names, measures machine-independent counts at
+// the clients (round trips, request units per operation) and prints them beside a naive or plain
+// alternative run in the same process, so ratios compare like with like.
 package bench
 
 import (

@@ -52,6 +52,8 @@ type StackOptions struct {
 	Catalog           *plans.Catalog
 	// Limits is where the functions that read limits read them (default: the plans).
 	Limits app.LimitsConfig
+	// Inbox is the webhook inbox's verification keys and re-fetch (see InboxFromEnv).
+	Inbox app.InboxConfig
 	// Definitions replace app.DefaultDefinitions (a capability under test).
 	Definitions *app.Definitions
 	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
@@ -131,7 +133,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	s.Names = names
 	cfg := app.DefaultConfig()
-	cfg.OperatorKey, cfg.Limits = opts.OperatorKey, opts.Limits
+	cfg.OperatorKey, cfg.Limits, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Inbox
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}
@@ -238,6 +240,11 @@ func (s *Stack) Close() {
 		_ = s.server.Shutdown(ctx)
 		s.cancel()
 		s.wg.Wait()
+		for _, fn := range s.Functions {
+			if fn.Inbox != nil && fn.Inbox.Receiver != nil {
+				fn.Inbox.Receiver.Close()
+			}
+		}
 		s.Emulators.Stop()
 	})
 }

@@ -21,6 +21,11 @@ import (
 // which; the service reads durable state to find out.
 var ErrCancelled = errors.New("transaction cancelled")
 
+// Allowances gives the limit of an allowance feature in a cycle (allowance.Service).
+type Allowances interface {
+	Limit(ctx context.Context, acct accounts.Account, feature, cycleLabel string) (plans.Limit, error)
+}
+
 // Reservation is the durable state that explains a cancelled reservation.
 type Reservation struct {
 	// Hold is the hold the job key already names, if any.
@@ -54,10 +59,12 @@ type Service struct {
 	Store    Store
 	Accounts *accounts.Service
 	Limits   limits.Source
-	Catalog  plans.Catalog
-	Metrics  metrics.Recorder
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Allowances gives an allowance feature's limit: the sum of the cycle's grant rows.
+	Allowances Allowances
+	Catalog    plans.Catalog
+	Metrics    metrics.Recorder
+	Log        *slog.Logger
+	Now        func() time.Time
 	// RatePerMinute is how many new holds one account may open per minute; 0 means
 	// DefaultRatePerMinute.
 	RatePerMinute int64
@@ -98,25 +105,33 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		log.Info("hold refused: the account is inactive", "feature", in.Feature, "amount", in.Amount)
 		return Hold{}, false, err
 	}
-	limit, err := s.Limits.Limit(ctx, acct, in.Feature)
-	if err != nil {
-		// A job that already holds capacity keeps its hold, whatever the provider says now.
-		if existing, gerr := s.Store.Get(ctx, acct.ID, id); gerr == nil {
-			return sameHold(existing, in)
+	// An allowance feature's limit is the sum of its cycle's grant rows (read below, once the
+	// cycle is fixed); every other feature's comes from the limit source.
+	allowance := s.Catalog.Allowance(in.Feature)
+	var limit plans.Limit
+	if !allowance {
+		if limit, err = s.Limits.Limit(ctx, acct, in.Feature); err != nil {
+			return s.refuseNew(ctx, acct, id, in, err)
 		}
-		if limits.IsUnknown(err) {
-			log.Warn("limit unknown; admission refused (fail closed)", "feature", in.Feature, "err", err)
-		}
-		return Hold{}, false, err
 	}
 	// The first usage fixes the account's billing cycle; after it, the cycle of an instant can
 	// no longer change under a running hold.
 	if acct, err = s.Accounts.EnsureUsageStarted(ctx, acct, now); err != nil {
 		return Hold{}, false, err
 	}
+	cycleLabel := acct.CycleAt(now).Label()
+	if allowance {
+		// Read strongly consistent just before the admission's own transaction. Grant rows only
+		// ever add, so this limit is never more generous than the rows when the hold commits.
+		if limit, err = s.Allowances.Limit(ctx, acct, in.Feature, cycleLabel); err != nil {
+			log.Warn("allowance unreadable; admission refused (fail closed)", "feature", in.Feature, "err", err)
+			return s.refuseNew(ctx, acct, id, in, &limits.UnknownError{CustomerID: acct.ID,
+				Reason: fmt.Sprintf("The %s allowance of this cycle cannot be read; new holds are refused until it can be.", in.Feature)})
+		}
+	}
 	nowMs := now.UnixMilli()
 	h = Hold{
-		ID: id, AccountID: acct.ID, Key: in.Key, Feature: in.Feature, Cycle: acct.CycleAt(now).Label(),
+		ID: id, AccountID: acct.ID, Key: in.Key, Feature: in.Feature, Cycle: cycleLabel,
 		Amount: in.Amount, Limit: limit, Status: Running, LeaseExpiresAtMs: nowMs + LeaseDuration.Milliseconds(),
 		CreatedAtMs: nowMs, UpdatedAtMs: nowMs, Rev: 1,
 	}
@@ -163,6 +178,18 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 	case errors.Is(err, ErrBusy):
 		log.Warn("reservation still contended after bounded retries", "tries", retry.Contended.Tries)
 		return Hold{}, false, ErrBusy
+	}
+	return Hold{}, false, err
+}
+
+// refuseNew refuses a new admission with err (its limit cannot be known, the account is
+// inactive); a job that already holds capacity keeps its hold, whatever holds now.
+func (s *Service) refuseNew(ctx context.Context, acct accounts.Account, id string, in ReserveInput, err error) (Hold, bool, error) {
+	if existing, gerr := s.Store.Get(ctx, acct.ID, id); gerr == nil {
+		return sameHold(existing, in)
+	}
+	if limits.IsUnknown(err) {
+		s.Log.Warn("limit unknown; admission refused (fail closed)", "account", acct.ID, "hold", id, "feature", in.Feature, "err", err)
 	}
 	return Hold{}, false, err
 }

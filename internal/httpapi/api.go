@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/ledger"
@@ -51,7 +53,17 @@ type Deps struct {
 	Catalog  plans.Catalog
 	// Holds serves the usage holds routes.
 	Holds *holds.Service
-	Now   func() time.Time
+	// Allowances shows an allowance feature's grant rows in GET /v1/usage.
+	Allowances *allowance.Service
+	// Webhooks stores verified provider deliveries; BillingEvents reads and replays them.
+	Webhooks      WebhookStore
+	BillingEvents *inbox.Reader
+	Now           func() time.Time
+}
+
+// WebhookStore stores a provider's delivery once it is verified (webhooks.Receiver does).
+type WebhookStore interface {
+	Store(ctx context.Context, provider string, header http.Header, body []byte) (inbox.Stored, error)
 }
 
 // API is the value Ferry's own route handlers run on (Handle((*API).createAccount)).
@@ -73,11 +85,11 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, key string) (accounts.Account, error)
 }
 
-// SignatureVerifier authenticates a billing provider's webhook delivery by its signature over the
-// body, and names the provider. Its errors should carry a problem kind (Unauthenticated, Invalid);
-// any other is a 500.
+// SignatureVerifier authenticates a billing provider's webhook delivery to route by its signature
+// over the body, and names the provider. Its errors should carry a problem kind
+// (SignatureInvalid, Invalid, TooLarge, UnsupportedMediaType, Unavailable); any other is a 500.
 type SignatureVerifier interface {
-	Verify(ctx context.Context, header http.Header, body []byte) (provider string, err error)
+	Verify(ctx context.Context, route Route, header http.Header, body []byte) (provider string, err error)
 }
 
 // Authentication is what a function's server checks callers against, by each route's Auth.
@@ -153,7 +165,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		for i := len(s.middleware) - 1; i >= 0; i-- {
 			h = s.middleware[i](route, h)
 		}
-		byPath[route.Path][route.Method] = s.authenticate(route.Auth, h)
+		byPath[route.Path][route.Method] = s.authenticate(route, h)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -205,6 +217,10 @@ func (a Authentication) covers(route Route) error {
 		if a.Signatures == nil {
 			return fmt.Errorf("route %s verifies webhook signatures, and the function has no verifier", route.Key())
 		}
+	case AccountOrOperator:
+		if a.OperatorKey == "" || a.Accounts == nil {
+			return fmt.Errorf("route %s takes the operator key or account keys, and the function lacks one of them", route.Key())
+		}
 	default:
 		return fmt.Errorf("route %s has no Auth", route.Key())
 	}
@@ -240,14 +256,15 @@ func (p Principal) Scope() string {
 }
 
 // authenticate checks the caller the route's Auth asks for.
-func (s *Server) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
+func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
+	auth := route.Auth
 	if auth == WebhookSignature {
 		return func(w http.ResponseWriter, r *http.Request) error {
 			body, err := readBody(r, maxSignedBodyBytes)
 			if err != nil {
 				return err
 			}
-			provider, err := s.auth.Signatures.Verify(r.Context(), r.Header, body)
+			provider, err := s.auth.Signatures.Verify(r.Context(), route, r.Header, body)
 			if err != nil {
 				return err
 			}
@@ -261,13 +278,13 @@ func (s *Server) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
 			return unauthorized("Send the API key as Authorization: Bearer <key>.")
 		}
 		var p Principal
-		switch auth {
-		case Operator:
-			if subtle.ConstantTimeCompare([]byte(key), []byte(s.auth.OperatorKey)) != 1 {
+		switch {
+		case auth == Operator || (auth == AccountOrOperator && s.isOperatorKey(key)):
+			if !s.isOperatorKey(key) {
 				return unauthorized("This route needs the operator key.")
 			}
 			p.Operator = true
-		case Account:
+		default:
 			acct, err := s.auth.Accounts.Authenticate(r.Context(), key)
 			if err != nil {
 				return err
@@ -276,6 +293,11 @@ func (s *Server) authenticate(auth Auth, next HandlerFunc) HandlerFunc {
 		}
 		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
+}
+
+// isOperatorKey compares in constant time; a function without the operator key matches nothing.
+func (s *Server) isOperatorKey(key string) bool {
+	return s.auth.OperatorKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.auth.OperatorKey)) == 1
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -125,4 +125,6 @@ type usageBody struct {
 	Used      int64       `json:"used"`
 	Held      int64       `json:"held"`
 	Remaining *int64      `json:"remaining"`
+	// Grants are an allowance feature's grant rows in the cycle (allowance features only).
+	Grants []grantBody `json:"grants,omitempty"`
 }

@@ -667,7 +667,10 @@ func TestIdempotency_EveryMutatingRouteGoesThroughTheMiddleware(t *testing.T) {
 				bearer = apptest.AdminKey
 				first = h.Do(t, route.Method, path, bearer, body, keyHeader, k)
 			}
-			if first.Status >= 500 || first.Status == http.StatusUnauthorized {
+			// A webhook route takes no bearer key: its 401 is the provider signature missing,
+			// which is its answer to an empty object (and it is not a mutating route).
+			signed := first.Status == http.StatusUnauthorized && strings.Contains(string(first.Body), "problem:invalid-signature")
+			if first.Status >= 500 || (first.Status == http.StatusUnauthorized && !signed) {
 				t.Fatalf("first: %d %s", first.Status, first.Body)
 			}
 			repeat := h.Do(t, route.Method, path, bearer, body, keyHeader, k)

@@ -70,6 +70,9 @@ var answers = map[problem.Kind]answer{
 	problem.OutcomeUnknown: {slug: "outcome-unknown", title: "Outcome unknown", status: http.StatusBadGateway, retryAfter: retryAfterUnavailable},
 	// A request head HTTP refuses; RequestHeadProblem answers 431, 501 and 505 with the same kind.
 	problem.InvalidHeader: {slug: "invalid-header", title: "Invalid request head", status: http.StatusBadRequest},
+	// A billing provider's delivery whose signature does not verify: nothing was stored. No
+	// WWW-Authenticate: the provider authenticates by signature, not by a bearer key.
+	problem.SignatureInvalid: {slug: "invalid-signature", title: "Signature not verified", status: http.StatusUnauthorized},
 }
 
 // internalDetail is the whole detail of a 500: its cause is logged, never shown.

@@ -22,6 +22,9 @@ const (
 	// WebhookSignature routes take a billing provider's delivery, authenticated by its signature
 	// over the body (the function's SignatureVerifier) rather than by a bearer key.
 	WebhookSignature
+	// AccountOrOperator routes take either key: an account's (the caller is that account, which
+	// sees its own resources) or the operator's (which sees every account's).
+	AccountOrOperator
 )
 
 func (a Auth) String() string {
@@ -32,6 +35,8 @@ func (a Auth) String() string {
 		return "account"
 	case WebhookSignature:
 		return "webhook signature"
+	case AccountOrOperator:
+		return "account or operator"
 	}
 	return fmt.Sprintf("Auth(%d)", int(a))
 }
@@ -109,6 +114,18 @@ var Routes = []Route{
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).chargeHold)},
 	{Method: "POST", Path: "/v1/holds/{id}/settle", Function: resources.FunctionHolds, Auth: Account,
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).settleHold)},
+	// The webhook inbox. A delivery's provider signature authenticates it, and the provider's
+	// signed event id keys it (a copy is counted, never applied twice): no Idempotency-Key.
+	{Method: "POST", Path: "/v1/webhooks/kinde", Function: resources.FunctionWebhooks, Auth: WebhookSignature,
+		Handler: Handle((*API).kindeWebhook)},
+	{Method: "POST", Path: "/v1/webhooks/stripe", Function: resources.FunctionWebhooks, Auth: WebhookSignature,
+		Handler: Handle((*API).stripeWebhook)},
+	{Method: "GET", Path: "/v1/billing-events", Function: resources.FunctionAPI, Auth: AccountOrOperator,
+		Handler: Handle((*API).listBillingEvents)},
+	{Method: "GET", Path: "/v1/billing-events/{id}", Function: resources.FunctionAPI, Auth: AccountOrOperator,
+		Handler: Handle((*API).getBillingEvent)},
+	{Method: "POST", Path: "/v1/billing-events/{id}/replay", Function: resources.FunctionAPI, Auth: AccountOrOperator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).replayBillingEvent)},
 }
 
 // DefaultRouteFunction serves API Gateway's $default route: requests no route matches (unknown
@@ -131,11 +148,11 @@ func Serves(table []Route, function string) bool {
 	return function == DefaultRouteFunction || len(RoutesOf(table, function)) > 0
 }
 
-// NeedsOperatorKey reports whether function serves an Operator route, and so must read the
-// operator key. No other function reads it.
+// NeedsOperatorKey reports whether function serves a route the operator key may call (Operator,
+// AccountOrOperator), and so must read the operator key. No other function reads it.
 func NeedsOperatorKey(table []Route, function string) bool {
 	for _, r := range RoutesOf(table, function) {
-		if r.Auth == Operator {
+		if r.Auth == Operator || r.Auth == AccountOrOperator {
 			return true
 		}
 	}

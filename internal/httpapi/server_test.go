@@ -16,17 +16,17 @@ import (
 // signatures is a verifier that accepts a body signed "ok", as a provider's signature check would.
 type signatures struct{}
 
-func (signatures) Verify(_ context.Context, header http.Header, body []byte) (string, error) {
+func (signatures) Verify(_ context.Context, _ Route, header http.Header, body []byte) (string, error) {
 	if header.Get("Provider-Signature") != "ok" {
 		return "", problem.New(problem.Unauthenticated, "bad signature", "The delivery's signature is not valid.")
 	}
 	return "stripe", nil
 }
 
-// inbox is a handler value a webhook capability would compose.
-type inbox struct{ got []string }
+// hookbox is a handler value a webhook capability would compose.
+type hookbox struct{ got []string }
 
-func (i *inbox) receive(w http.ResponseWriter, r *http.Request) error {
+func (i *hookbox) receive(w http.ResponseWriter, r *http.Request) error {
 	body, _ := io.ReadAll(r.Body)
 	p, _ := PrincipalFrom(r.Context())
 	i.got = append(i.got, p.Scope()+" "+string(body))
@@ -34,12 +34,12 @@ func (i *inbox) receive(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-var webhookRoute = Route{Method: "POST", Path: "/v1/webhooks/stripe", Function: "inbox", Auth: WebhookSignature, Handler: Handle((*inbox).receive)}
+var webhookRoute = Route{Method: "POST", Path: "/v1/webhooks/stripe", Function: "inbox", Auth: WebhookSignature, Handler: Handle((*hookbox).receive)}
 
 // A WebhookSignature route is authenticated by the function's verifier over the body, not by a
 // bearer key: the handler sees the provider as its caller and the whole body.
 func TestServer_AWebhookSignatureRouteIsAuthenticatedByItsVerifier(t *testing.T) {
-	box := &inbox{}
+	box := &hookbox{}
 	srv := NewServer("inbox", []Route{webhookRoute}, box, Authentication{Signatures: signatures{}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h, err := srv.Handler()
 	if err != nil {
@@ -74,11 +74,11 @@ func TestServer_RefusesToBuildWithoutWhatItsRoutesNeed(t *testing.T) {
 		auth  Authentication
 		want  string
 	}{
-		{"a webhook route without a verifier", webhookRoute, &inbox{}, Authentication{}, "verifies webhook signatures, and the function has no verifier"},
-		{"an operator route without the operator key", Route{Method: "GET", Path: "/x", Function: "inbox", Auth: Operator, Handler: Handle((*inbox).receive)}, &inbox{}, Authentication{}, "needs the operator key"},
-		{"an account route without accounts", Route{Method: "GET", Path: "/x", Function: "inbox", Auth: Account, Handler: Handle((*inbox).receive)}, &inbox{}, Authentication{}, "authenticates account keys"},
-		{"a route without auth", Route{Method: "GET", Path: "/x", Function: "inbox", Handler: Handle((*inbox).receive)}, &inbox{}, Authentication{}, "has no Auth"},
-		{"a handler on another value", webhookRoute, New(Deps{}), Authentication{Signatures: signatures{}}, "runs on a *httpapi.inbox; function inbox composed a *httpapi.API"},
+		{"a webhook route without a verifier", webhookRoute, &hookbox{}, Authentication{}, "verifies webhook signatures, and the function has no verifier"},
+		{"an operator route without the operator key", Route{Method: "GET", Path: "/x", Function: "inbox", Auth: Operator, Handler: Handle((*hookbox).receive)}, &hookbox{}, Authentication{}, "needs the operator key"},
+		{"an account route without accounts", Route{Method: "GET", Path: "/x", Function: "inbox", Auth: Account, Handler: Handle((*hookbox).receive)}, &hookbox{}, Authentication{}, "authenticates account keys"},
+		{"a route without auth", Route{Method: "GET", Path: "/x", Function: "inbox", Handler: Handle((*hookbox).receive)}, &hookbox{}, Authentication{}, "has no Auth"},
+		{"a handler on another value", webhookRoute, New(Deps{}), Authentication{Signatures: signatures{}}, "runs on a *httpapi.hookbox; function inbox composed a *httpapi.API"},
 	}
 	for _, c := range cases {
 		_, err := NewServer("inbox", []Route{c.route}, c.on, c.auth, log).Handler()

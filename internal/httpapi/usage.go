@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
 )
@@ -40,9 +41,27 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	limit := acct.Limit(feature, a.deps.Catalog)
+	var grants []grantBody
+	if a.deps.Catalog.Allowance(feature) {
+		// An allowance's limit is the sum of the cycle's grant rows. The rows the account's plan
+		// still needs (a cycle's opening, the top-up of a plan the operator set) show as pending.
+		view, err := a.deps.Allowances.Show(r.Context(), acct, feature, c.Label())
+		if err != nil {
+			return err
+		}
+		limit = view.Limit
+		grants = make([]grantBody, 0, len(view.Grants)+len(view.Pending))
+		for i, g := range append(append([]allowance.Grant(nil), view.Grants...), view.Pending...) {
+			b := grantBody{Plan: g.Plan, Amount: g.Amount, Reason: string(g.Reason), EventID: g.EventID, Pending: i >= len(view.Grants)}
+			if g.GrantedAtMs != 0 {
+				b.GrantedAt = rfc3339(g.GrantedAtMs)
+			}
+			grants = append(grants, b)
+		}
+	}
 	return writeJSON(w, http.StatusOK, usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
-		Remaining: limit.Remaining(totals.Used + totals.Held),
+		Remaining: limit.Remaining(totals.Used + totals.Held), Grants: grants,
 	})
 }
 
@@ -59,4 +78,16 @@ func queryParam(q url.Values, name string) (value string, sent bool, err error) 
 		return "", true, badRequest(fmt.Sprintf("%s is empty; leave it out for the default", name))
 	}
 	return values[0], true, nil
+}
+
+// grantBody is one grant row of an allowance's cycle.
+type grantBody struct {
+	Plan      string `json:"plan"`
+	Amount    int64  `json:"amount"`
+	Reason    string `json:"reason"`
+	EventID   string `json:"eventId,omitempty"`
+	GrantedAt string `json:"grantedAt,omitempty"`
+	// Pending marks a row the account's plan needs that is not stored yet (it counts; the next
+	// admission writes it).
+	Pending bool `json:"pending,omitempty"`
 }

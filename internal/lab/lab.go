@@ -45,6 +45,7 @@ type Lab struct {
 var Labs = []Lab{
 	{Name: "holds-five", Summary: "five jobs of 40,000 start at once against 100,000: a plain check vs holds"},
 	{Name: "holds-load", Summary: "many jobs, some at a time, against room for a fixed number: admissions and latency"},
+	{Name: "webhooks-nine", Summary: "nine Kinde deliveries of three events, one stopped half way: Ferry's inbox vs a naive handler (needs ferry dev)"},
 }
 
 // Result is what one lab measured.
@@ -52,8 +53,13 @@ type Result struct {
 	Lab string
 	// Intro says what ran, against what.
 	Intro string
+	// Columns, when set, head the figure columns (default "seed (Earmark)", "Ferry").
+	Columns []string
 	// Rows set Ferry's figures beside the write-up's.
 	Rows []Row
+	// More, when set, holds each row's figures (More[i] for Rows[i]) of the columns past the
+	// second.
+	More [][]string
 	// Notes explain the figures.
 	Notes []string
 	// Failures are the errors of jobs that neither ran nor were refused.
@@ -92,9 +98,20 @@ const shownFailures = 5
 func (r Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n\n", r.Intro)
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tseed (Earmark)\tFerry\t")
-	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Name, row.Seed, row.Ferry)
+	columns := r.Columns
+	if len(columns) == 0 {
+		columns = []string{"seed (Earmark)", "Ferry"}
+	}
+	fmt.Fprintf(tw, "\t%s\t\n", strings.Join(columns, "\t"))
+	for i, row := range r.Rows {
+		cells := []string{row.Name, row.Seed, row.Ferry}
+		if i < len(r.More) {
+			cells = append(cells, r.More[i]...)
+		}
+		for len(cells) < len(columns)+1 {
+			cells = append(cells, "")
+		}
+		fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 	for _, n := range r.Notes {

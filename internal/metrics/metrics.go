@@ -41,6 +41,19 @@ const (
 	LimitsUnknown    = "LimitsUnknown"    // limits: no usable limit; an admission failed closed (503)
 )
 
+// Metric names of the webhook inbox.
+const (
+	WebhooksStored    = "WebhooksStored"    // webhooks: a new billing event was stored
+	WebhooksDuplicate = "WebhooksDuplicate" // webhooks: a copy of a stored event was counted
+	WebhooksRefused   = "WebhooksRefused"   // webhooks: 401, the signature could not be verified (nothing stored)
+	WebhooksStoreFail = "WebhooksStoreFail" // webhooks: 503, the delivery could not be stored (the provider retries)
+	InboxApplied      = "InboxApplied"      // inbox worker: an event's effect and its APPLIED mark committed
+	InboxIgnored      = "InboxIgnored"      // inbox worker: an event was IGNORED with its reason
+	InboxFailed       = "InboxFailed"       // inbox worker: an attempt failed; the event waits out its backoff
+	InboxDead         = "InboxDead"         // inbox worker: an event failed its last attempt and is DEAD
+	InboxSweepNudged  = "InboxSweepNudged"  // inbox sweep: due or lease-expired events the sweep nudged
+)
+
 // Alarm describes an alarm on a metric: it fires when the metric's sum over one period reaches
 // Threshold. Every terminal failure state has one.
 type Alarm struct {
@@ -53,6 +66,8 @@ type Alarm struct {
 var Alarms = []Alarm{
 	{EventsUninsertable, 1, "An event's analytics row was refused too many times; it is UNINSERTABLE. Fix the drift, then re-drive it from the archive (ferry redrive)."},
 	{LimitsUnknown, 1, "New holds are being refused (503): the billing provider's entitlements have been unreadable for longer than the stale allowance. Check the provider and its credentials."},
+	{WebhooksRefused, 5, "Webhook deliveries are being refused (401, nothing stored): a provider whose deliveries keep failing gives up on them (Kinde after 36 hours, Stripe after 3 days). Check the Stripe signing secret and the Kinde JWKS URL, or whether someone is sending forged deliveries."},
+	{InboxDead, 1, "A billing event failed all of its attempts and is DEAD: the plan or allowance it carries is not applied. Read its reason (GET /v1/billing-events?status=DEAD), fix the cause, then replay it (POST /v1/billing-events/{id}/replay)."},
 }
 
 // Dimension is one metric dimension.

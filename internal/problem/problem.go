@@ -59,6 +59,9 @@ const (
 	OutcomeUnknown
 	// InvalidHeader: the request's head is not valid HTTP (a control character in a header).
 	InvalidHeader
+	// SignatureInvalid: a billing provider's delivery whose signature cannot be verified;
+	// nothing was stored.
+	SignatureInvalid
 
 	numKinds
 )
@@ -78,7 +81,7 @@ var kindNames = [numKinds]string{
 	Conflict: "conflict", AgreementLocked: "agreement-locked", LimitReached: "limit-reached",
 	LimitUnknown: "limit-unknown", RateLimited: "rate-limited", Unavailable: "unavailable", InFlight: "in-flight",
 	IdempotencyKeyReused: "idempotency-key-reused", HoldNotRunning: "hold-not-running", KeyReused: "key-reused",
-	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header",
+	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header", SignatureInvalid: "signature-invalid",
 }
 
 func (k Kind) String() string {

@@ -14,6 +14,9 @@ type EnvSettings struct {
 	// Secrets are the secrets the deployment provides, by the variable that carries each one's
 	// ARN (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
 	Secrets map[string]string
+	// Settings are the deployment settings functions may list (Function.Settings), by variable,
+	// as the deployment configures them (EnvKindeWebhookJWKSURL, EnvStripeRefetch…).
+	Settings map[string]string
 }
 
 // limitsSourceKinde is the limit source whose client settings functions get.
@@ -21,8 +24,8 @@ const limitsSourceKinde = "kinde"
 
 // FunctionEnv is the environment a deployment gives fn: every resource's physical name (as
 // NamesFromEnv and GrantFromEnv read them), the log level and the plans; for a function that
-// reads limits, the limit source and its Kinde client settings; and the ARN of each secret fn
-// lists that the deployment provides. The CDK app sets exactly this; the Lambda emulator check
+// reads limits, the limit source and its Kinde client settings; the ARN of each secret fn lists
+// that the deployment provides; and each setting fn lists that the deployment configures. The CDK app sets exactly this; the Lambda emulator check
 // (make test-lambda) starts every function with it, pointed at emulator resources.
 func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 	env := names.Env()
@@ -40,6 +43,11 @@ func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 	for _, name := range fn.Secrets {
 		if arn, ok := s.Secrets[name]; ok {
 			env[name] = arn
+		}
+	}
+	for _, name := range fn.Settings {
+		if v, ok := s.Settings[name]; ok {
+			env[name] = v
 		}
 	}
 	return env

@@ -7,9 +7,9 @@ import (
 )
 
 // covers reports whether a resource granted at access a may be used at access need: read-write
-// covers read; send and consume cover only themselves.
+// covers read, consume-send covers consume and send; send and consume cover only themselves.
 func (a Access) covers(need Access) bool {
-	return a == need || (a == ReadWrite && need == Read)
+	return a == need || (a == ReadWrite && need == Read) || (a == ConsumeAndSend && (need == Consume || need == Send))
 }
 
 // Grant is what one function's entry grants: the physical names of exactly the resources it

@@ -35,7 +35,7 @@ func BucketAllows(access Access, action string) bool {
 
 // QueueAllows reports whether a queue granted at access allows action to the function itself.
 func QueueAllows(access Access, action string) bool {
-	return access == Send && contains(QueueSendActions, action)
+	return access.Sends() && contains(QueueSendActions, action)
 }
 
 func contains(list []string, s string) bool {

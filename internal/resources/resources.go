@@ -164,6 +164,28 @@ var Tables = []Table{
 		PartitionKey: Attribute{"pk", String},
 		TTLAttribute: "expiresAt",
 	},
+	{
+		Logical:      TableInbox,
+		Purpose:      "the webhook inbox: one partition per stored billing event (the event, its verified payload, a receipt per delivery), and the provider meter marks",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		// Events, payloads and receipts expire long after every provider's retry horizon
+		// (Kinde about 36 hours, Stripe 3 days, events listable for 30 days).
+		TTLAttribute: InboxTTLAttribute,
+		Indexes: []Index{
+			{Name: IndexInboxAll, PartitionKey: Attribute{InboxAttrListAll, String}, SortKey: &Attribute{InboxAttrListOrder, String}},
+			{Name: IndexInboxStatus, PartitionKey: Attribute{InboxAttrListStatus, String}, SortKey: &Attribute{InboxAttrListOrder, String}},
+			{Name: IndexInboxAccount, PartitionKey: Attribute{InboxAttrListAccount, String}, SortKey: &Attribute{InboxAttrListOrder, String}},
+			{Name: IndexInboxAccountStatus, PartitionKey: Attribute{InboxAttrListAccountStatus, String}, SortKey: &Attribute{InboxAttrListOrder, String}},
+			{Name: IndexInboxDue, PartitionKey: Attribute{InboxAttrDueShard, String}, SortKey: &Attribute{InboxAttrDueAtMs, Number}},
+		},
+	},
+	{
+		Logical:      TableGrants,
+		Purpose:      "allowance grant rows, one per (account, feature, cycle, plan), and per (account, feature, cycle) the head item that versions them; a cycle's allowance limit is the sum of its rows",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+	},
 }
 
 // TableIdempotency is the logical name of the table the idempotency middleware claims keys in.
@@ -180,6 +202,14 @@ var Queues = []Queue{
 		Logical:           QueueEvents,
 		Purpose:           "accepted usage events on their way to the worker",
 		VisibilityTimeout: 6 * WorkerTimeout,
+		Retention:         4 * 24 * time.Hour,
+		MaxReceiveCount:   5,
+		DLQRetention:      14 * 24 * time.Hour,
+	},
+	{
+		Logical:           QueueInbox,
+		Purpose:           "nudges that start the inbox worker on a stored billing event (the sweep finds any nudge that is lost)",
+		VisibilityTimeout: 6 * InboxWorkerTimeout,
 		Retention:         4 * 24 * time.Hour,
 		MaxReceiveCount:   5,
 		DLQRetention:      14 * 24 * time.Hour,
@@ -345,7 +375,16 @@ const (
 	ReadWrite Access = "read-write" // Read plus PutItem, UpdateItem, DeleteItem, BatchWriteItem / PutObject
 	Send      Access = "send"       // SendMessage
 	Consume   Access = "consume"    // ReceiveMessage, DeleteMessage, ChangeMessageVisibility
+	// ConsumeAndSend consumes a queue and may also send to it (a worker that puts a message
+	// back with a delay).
+	ConsumeAndSend Access = "consume-send"
 )
+
+// Consumes reports whether the access consumes a queue (through an event source).
+func (a Access) Consumes() bool { return a == Consume || a == ConsumeAndSend }
+
+// Sends reports whether the access may send to a queue.
+func (a Access) Sends() bool { return a == Send || a == ConsumeAndSend }
 
 // Function describes one Lambda function: its code lives in functions/<Name>.
 type Function struct {
@@ -370,6 +409,10 @@ type Function struct {
 	// deployment's limit source: it gets EnvLimitsSource and, for Kinde, the Kinde domain and
 	// client id. It must also list EnvKindeClientSecretARN in Secrets.
 	ReadsLimits bool
+	// Settings names the deployment settings the function receives as environment variables
+	// (EnvKindeWebhookJWKSURL, EnvStripeRefetch, EnvStripeAPIBase); the CDK app sets each one
+	// the deployment configures.
+	Settings []string
 }
 
 // Function names.
@@ -409,7 +452,11 @@ var Functions = []Function{
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: ReadWrite, TableLedger: Read,
 			TableUsage: Read, TableIdempotency: ReadWrite,
+			// GET /v1/usage shows an allowance's grant rows; the billing-events routes read
+			// events and replay them (a write and a nudge).
+			TableGrants: Read, TableInbox: ReadWrite,
 		},
+		Queues: map[string]Access{QueueInbox: Send},
 	},
 	{
 		Name:     FunctionWorker,
@@ -431,9 +478,12 @@ var Functions = []Function{
 		ReadsLimits: true,
 		Secrets:     []string{EnvKindeClientSecretARN},
 		// Accounts: read, plus the one-time first-usage stamp that fixes the billing cycle.
+		// Grants: an allowance feature's limit is the sum of its grant rows, and the first
+		// admission of a cycle writes the cycle's opening row.
 		Tables: map[string]Access{
 			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
 			TableHolds: ReadWrite, TableRateLimits: ReadWrite, TableIdempotency: ReadWrite,
+			TableGrants: ReadWrite,
 		},
 	},
 	{
@@ -446,6 +496,37 @@ var Functions = []Function{
 		// the hold's revision; capping it at one would turn that overlap into throttle alarms.
 		Tables: map[string]Access{TableHolds: ReadWrite, TableUsage: ReadWrite},
 		Every:  time.Minute,
+	},
+	{
+		Name:     FunctionWebhooks,
+		Purpose:  "POST /v1/webhooks/kinde and /v1/webhooks/stripe: verify the signature, store the event with its receipt, nudge the worker",
+		Timeout:  WebhooksTimeout,
+		MemoryMB: 256,
+		Secrets:  []string{EnvStripeWebhookSecretARN},
+		Settings: []string{EnvKindeWebhookJWKSURL},
+		Tables:   map[string]Access{TableInbox: ReadWrite},
+		Queues:   map[string]Access{QueueInbox: Send},
+	},
+	{
+		Name:     FunctionInbox,
+		Purpose:  "the inbox worker: claim a stored billing event under a lease, apply its effect and mark it in one transaction",
+		Timeout:  InboxWorkerTimeout,
+		MemoryMB: 256,
+		Secrets:  []string{EnvStripeAPIKeySecretARN},
+		Settings: []string{EnvStripeRefetch, EnvStripeAPIBase},
+		// Accounts: the plan and status a billing event changes. Grants: the allowance rows.
+		Tables: map[string]Access{TableInbox: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: Read, TableGrants: ReadWrite},
+		// It consumes nudges and sends one back, delayed, for an event that is not due yet.
+		Queues: map[string]Access{QueueInbox: ConsumeAndSend},
+	},
+	{
+		Name:     FunctionInboxSweep,
+		Purpose:  "every minute: nudge the worker for every billing event that is due or whose lease lapsed, so no stored event is stranded",
+		Timeout:  InboxSweepTimeout,
+		MemoryMB: 256,
+		Tables:   map[string]Access{TableInbox: Read},
+		Queues:   map[string]Access{QueueInbox: Send},
+		Every:    time.Minute,
 	},
 }
 
