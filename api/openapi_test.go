@@ -801,7 +801,7 @@ func inboxTable() []exchange {
 		{name: "billing events, all", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "operator", status: 200},
 		{name: "billing events, one account's", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_hooks&status=APPLIED&limit=1", as: "operator", status: 200},
 		{name: "billing events, an unknown status", route: "GET /v1/billing-events", path: "/v1/billing-events?status=DONE", as: "acct_hooks", status: 400, invalidRequest: true},
-		{name: "billing events, another account's filter", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_1", as: "acct_hooks", status: 400},
+		{name: "billing events, another account's filter", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_1", as: "acct_hooks", status: 404},
 		{name: "billing events, no key", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "none", status: 401, invalidRequest: true},
 		{name: "billing event", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev}", as: "acct_hooks", status: 200},
 		{name: "billing event, as the operator", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev2}", as: "operator", status: 200},

@@ -10,8 +10,9 @@
   the number of distinct events that were accepted in it.
 - Every 422 and every replay answers a key used before, and no claim is left in flight.
 
-Three rules of the document that OpenAPI cannot state shape what is sent: plan and feature
-names are the catalog's, whole numbers are integer literals, and an event uses one content mode.
+Four rules of the document that OpenAPI cannot state shape what is sent: plan and feature
+names are the catalog's, whole numbers are integer literals, an event uses one content mode,
+and a list's cursor is one a list returned.
 
 The run (api/contract/run.py) passes the stack's address and both keys in the environment, and
 runs one worker so that the before-and-after reads see no other request's effect.
@@ -95,9 +96,11 @@ def before_load_schema(context, raw_schema):
         catalog = json.load(f)
     plans = sorted(catalog["plans"])
     features = sorted(catalog["features"])
+    # An allowance's limit is the sum of its cycle's grants: the document says it cannot be set.
+    limited = [f for f in features if not catalog["features"][f].get("allowance")]
     schemas = raw_schema["components"]["schemas"]
     schemas["PlanName"]["enum"] = plans
-    schemas["Limits"]["propertyNames"] = {"enum": features}
+    schemas["Limits"]["propertyNames"] = {"enum": limited}
     schemas["CreateHoldRequest"]["properties"]["feature"]["enum"] = features
     for parameter in raw_schema["paths"]["/v1/usage"]["get"]["parameters"]:
         if parameter["name"] == "feature":
@@ -230,7 +233,21 @@ def before_call(context, case, kwargs):
             case.body = written
     if (case.operation.method.upper(), case.operation.path) == ("POST", "/v1/events"):
         _one_content_mode(case)
+    if case.query and "cursor" in case.query and case.query["cursor"] not in _cursors:
+        # The document's cursor is "the `next` of the page before": one this API returned.
+        del case.query["cursor"]
     _before.clear()
+
+
+_cursors = set()  # every `next` a list answered
+
+
+@schemathesis.check
+def ferry_collect_cursors(ctx, response, case):
+    """Keeps every cursor a list returns, the only cursors a client may send back."""
+    body = _json(response) if response.status_code == 200 else None
+    if isinstance(body, dict) and isinstance(body.get("next"), str):
+        _cursors.add(body["next"])
 
 
 BINARY_REQUIRED = {"ce-specversion": "1.0", "ce-source": "/contract", "ce-type": "contract.binary"}
