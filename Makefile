@@ -17,8 +17,13 @@ RIE_MODULE  := github.com/aws/aws-lambda-runtime-interface-emulator
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(TOOLS_DIR)/bin/aws-lambda-rie
 HOST_ARCH   := $(shell $(GO) env GOARCH)
+# stripe-mock checks Ferry's Stripe requests against Stripe's OpenAPI description (tests only).
+STRIPE_MOCK_MODULE  := github.com/stripe/stripe-mock
+STRIPE_MOCK_VERSION := v0.203.0
+STRIPE_MOCK         := $(TOOLS_DIR)/bin/stripe-mock
 
 export FERRY_FAUXQS_DIR ?= $(CURDIR)/$(TOOLS_DIR)/node_modules/fauxqs
+export FERRY_STRIPE_MOCK ?= $(CURDIR)/$(STRIPE_MOCK)
 # The CDK's jsii runtime runs on the machine's Node.js; keep it quiet and offline.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
@@ -34,7 +39,7 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 	@touch $@
 
 .PHONY: tools
-tools: $(TOOLS_STAMP) ## install the Go modules and the npm tools (fauxqs, the CDK CLI) under _tools/
+tools: $(TOOLS_STAMP) $(STRIPE_MOCK) ## install the Go modules, stripe-mock and the npm tools (fauxqs, the CDK CLI) under _tools/
 	$(GO) mod download
 
 # One virtualenv under _tools/ per lock file in _tools/python/, installed only from the pinned
@@ -51,6 +56,9 @@ python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python 
 	cd $(PY_LOCKS) && for lock in pip-tools moto contract; do \
 		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
 	done
+
+$(STRIPE_MOCK):
+	GOBIN=$(CURDIR)/$(TOOLS_DIR)/bin GOFLAGS= $(GO) install $(STRIPE_MOCK_MODULE)@$(STRIPE_MOCK_VERSION)
 
 # make run builds the CLI, then execs it: the shell is replaced, so the server is make's own
 # child and gets make's signals (GNU make passes SIGTERM on to its children), and `go run`, which

@@ -138,6 +138,17 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 				t.Errorf("answer %s; want null (a run without error)", answer)
 			}
 		}},
+		// Reporting: the reporter finds the fixture account's marked cycle (it is linked to no
+		// provider here, so its marks come off), the drainer finds nothing due, and the meter
+		// API and the nightly reconciler find nothing to prove.
+		{resources.FunctionReporter, "schedule/reporter.json", nil, nullAnswer},
+		{resources.FunctionDrainer, "schedule/drainer.json", nil, nullAnswer},
+		{resources.FunctionReconciler, "schedule/reconciler.json", nil, nullAnswer},
+		{resources.FunctionMeterAPI, "apigw/reconcile.json", nil, func(t *testing.T, answer []byte) {
+			if body := httpAnswer(t, answer, http.StatusOK); body["ok"] != true {
+				t.Errorf("reconcile answer %v; want ok", body)
+			}
+		}},
 		// A Stripe delivery, signed now as Stripe signs it: stored, answered 200 with its id.
 		{resources.FunctionWebhooks, "apigw/stripe-webhook.json", signedNow, func(t *testing.T, answer []byte) {
 			body := httpAnswer(t, answer, http.StatusOK)
@@ -184,6 +195,14 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 		if !invoked[fn.Name] {
 			t.Errorf("function %s is never invoked under the emulator: give it an invocation here", fn.Name)
 		}
+	}
+}
+
+// nullAnswer checks a scheduled run's answer: null, a run without error.
+func nullAnswer(t *testing.T, answer []byte) {
+	t.Helper()
+	if string(bytes.TrimSpace(answer)) != "null" {
+		t.Errorf("answer %s; want null (a run without error)", answer)
 	}
 }
 

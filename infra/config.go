@@ -35,11 +35,15 @@ const (
 	ctxKindeDomain            = "kindeDomain"
 	ctxKindeClientID          = "kindeClientId"
 	ctxKindeClientSecretARN   = "kindeClientSecretArn"
+	// Meter reporting: whether usage is reported to Kinde (with the Kinde settings above).
+	ctxReportToKinde = "reportToKinde"
 	// The webhook inbox: where Kinde's webhook keys are (default: from kindeDomain), and the
 	// optional re-fetch of Stripe objects with its API base and key.
-	ctxKindeWebhookJWKSURL   = "kindeWebhookJwksUrl"
-	ctxStripeRefetch         = "stripeRefetch"
-	ctxStripeAPIBase         = "stripeApiBase"
+	ctxKindeWebhookJWKSURL = "kindeWebhookJwksUrl"
+	ctxStripeRefetch       = "stripeRefetch"
+	ctxStripeAPIBase       = "stripeApiBase"
+	// The Secrets Manager secret holding the Stripe API key: usage is reported to Stripe when it
+	// is set, and the inbox's re-fetch reads with it.
 	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
 )
 
@@ -124,14 +128,20 @@ type Config struct {
 	KindeDomain          string
 	KindeClientID        string
 	KindeClientSecretARN string
+	// ReportToKinde reports usage to Kinde's meters with the same Kinde client (the functions
+	// that report get the domain and client id, and may read the client secret).
+	ReportToKinde bool
 	// KindeWebhookJWKSURL is where the webhooks function fetches Kinde's webhook keys; empty
 	// means https://<KindeDomain>/.well-known/jwks when KindeDomain is set, and otherwise Kinde
 	// deliveries are answered 503 until it is configured.
 	KindeWebhookJWKSURL string
 	// StripeRefetch makes the inbox worker re-read each Stripe event's object from StripeAPIBase
 	// (default Stripe's) with the API key in the secret StripeAPIKeySecretARN names.
-	StripeRefetch         bool
-	StripeAPIBase         string
+	StripeRefetch bool
+	StripeAPIBase string
+	// StripeAPIKeySecretARN names the Secrets Manager secret holding the Stripe API key; when
+	// set, usage is reported to Stripe (the reporting functions may read it), and the inbox's
+	// re-fetch reads with it.
 	StripeAPIKeySecretARN string
 }
 
@@ -159,6 +169,13 @@ func (c Config) Prefix() string { return StackName(c.Stage) }
 
 // Kinde reports whether usage holds read limits from Kinde.
 func (c Config) Kinde() bool { return c.LimitsSource == limits.SourceKinde }
+
+// KindeClient reports whether the deployment talks to Kinde at all (limits or reporting), and
+// so needs the Kinde settings.
+func (c Config) KindeClient() bool { return c.Kinde() || c.ReportToKinde }
+
+// Stripe reports whether usage is reported to Stripe.
+func (c Config) Stripe() bool { return c.StripeAPIKeySecretARN != "" }
 
 // Disposable reports whether the stage's data may be destroyed with the stack.
 func (c Config) Disposable() bool { return c.Stage == defaultStage }
@@ -228,6 +245,19 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 		c.StripeRefetch = refetch == "true"
 	default:
 		errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxStripeRefetch, refetch))
+	}
+	switch v := lookup(ctxReportToKinde).(type) {
+	case nil:
+	case bool:
+		c.ReportToKinde = v
+	case string:
+		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxReportToKinde, v))
+		}
+		c.ReportToKinde = on
+	default:
+		errs = append(errs, fmt.Errorf("context %s: want true or false, got %v", ctxReportToKinde, v))
 	}
 	if path := str(ctxPlansFile, ""); path != "" {
 		plans, err := readPlans(path)
@@ -306,11 +336,12 @@ func (c Config) validateInbox() []error {
 	if c.StripeAPIKeySecretARN != "" && !secretARNPattern.MatchString(c.StripeAPIKeySecretARN) {
 		errs = append(errs, fmt.Errorf("%s %q: want the ARN of a Secrets Manager secret", ctxStripeAPIKeySecretARN, c.StripeAPIKeySecretARN))
 	}
+	// The key alone is valid: it reports usage to Stripe.
 	switch {
 	case c.StripeRefetch && c.StripeAPIKeySecretARN == "":
 		errs = append(errs, fmt.Errorf("%s=true needs %s (the Stripe API key that reads subscriptions and invoices)", ctxStripeRefetch, ctxStripeAPIKeySecretARN))
-	case !c.StripeRefetch && (c.StripeAPIBase != "" || c.StripeAPIKeySecretARN != ""):
-		errs = append(errs, fmt.Errorf("%s and %s: set only with %s=true", ctxStripeAPIBase, ctxStripeAPIKeySecretARN, ctxStripeRefetch))
+	case !c.StripeRefetch && c.StripeAPIBase != "":
+		errs = append(errs, fmt.Errorf("%s: set only with %s=true", ctxStripeAPIBase, ctxStripeRefetch))
 	}
 	return errs
 }
@@ -328,6 +359,9 @@ func (c Config) validateLimitsSource() []error {
 	var errs []error
 	switch c.LimitsSource {
 	case limits.SourcePlan:
+		if c.ReportToKinde {
+			break
+		}
 		var set []string
 		for _, k := range kindeKeys {
 			if k.value != "" {
@@ -335,7 +369,7 @@ func (c Config) validateLimitsSource() []error {
 			}
 		}
 		if len(set) > 0 {
-			errs = append(errs, fmt.Errorf("%s: set only with limitsSource=%s, and limitsSource is %q", strings.Join(set, ", "), limits.SourceKinde, c.LimitsSource))
+			errs = append(errs, fmt.Errorf("%s: set only with limitsSource=%s, and limitsSource is %q and %s is false", strings.Join(set, ", "), limits.SourceKinde, c.LimitsSource, ctxReportToKinde))
 		}
 		return errs
 	case limits.SourceKinde:
@@ -349,7 +383,11 @@ func (c Config) validateLimitsSource() []error {
 		}
 	}
 	if len(missing) > 0 {
-		errs = append(errs, fmt.Errorf("limitsSource %q needs %s", limits.SourceKinde, strings.Join(missing, ", ")))
+		who := fmt.Sprintf("limitsSource %q", limits.SourceKinde)
+		if !c.Kinde() {
+			who = ctxReportToKinde + "=true"
+		}
+		errs = append(errs, fmt.Errorf("%s needs %s", who, strings.Join(missing, ", ")))
 	}
 	if c.KindeDomain != "" {
 		if err := validKindeDomain(c.KindeDomain); err != nil {

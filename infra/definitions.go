@@ -59,7 +59,7 @@ var httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPT
 var stackSecrets = []string{
 	resources.EnvAdminKeySecretARN, resources.EnvKindeClientSecretARN,
 	// The Stripe endpoint's signing secret, which the stack creates for the operator to fill in,
-	// and the Stripe API key the optional re-fetch reads with (stripeApiKeySecretArn).
+	// and the Stripe API key (stripeApiKeySecretArn) reporting and the optional re-fetch use.
 	resources.EnvStripeWebhookSecretARN, resources.EnvStripeAPIKeySecretARN,
 }
 
@@ -149,12 +149,20 @@ func (d Definitions) Validate() error {
 			}
 		}
 		// A function that reads limits from Kinde needs the client secret, and only such a
-		// function has any use for it.
+		// function, or one that reports usage (to Kinde), has any use for it. Only a function
+		// that reports usage, or re-fetches Stripe objects (EnvStripeRefetch), has any use for
+		// the Stripe API key.
 		switch kindeSecret := listed[resources.EnvKindeClientSecretARN]; {
 		case f.ReadsLimits && !kindeSecret:
 			fail("function %q reads limits but does not list secret %s, which limitsSource kinde needs", f.Name, resources.EnvKindeClientSecretARN)
-		case !f.ReadsLimits && kindeSecret:
+		case !f.ReadsLimits && !f.ReportsUsage && kindeSecret:
 			fail("function %q lists secret %s but does not read limits; only functions that read limits may read it", f.Name, resources.EnvKindeClientSecretARN)
+		}
+		switch stripeSecret := listed[resources.EnvStripeAPIKeySecretARN]; {
+		case f.ReportsUsage && !stripeSecret:
+			fail("function %q reports usage but does not list secret %s, which Stripe reporting needs", f.Name, resources.EnvStripeAPIKeySecretARN)
+		case !f.ReportsUsage && !contains(f.Settings, resources.EnvStripeRefetch) && stripeSecret:
+			fail("function %q lists secret %s but neither reports usage nor re-fetches Stripe objects; only those may read it", f.Name, resources.EnvStripeAPIKeySecretARN)
 		}
 		for logical, access := range f.Tables {
 			if !tables[logical] {

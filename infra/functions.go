@@ -80,10 +80,10 @@ func NewFunctions(scope constructs.Construct, id string, props *FunctionsProps) 
 // envSettings are the deployment's settings that reach functions as environment variables.
 func envSettings(cfg Config, secrets map[string]awssecretsmanager.ISecret) resources.EnvSettings {
 	s := resources.EnvSettings{
-		LogLevel: cfg.LogLevel, Plans: cfg.Plans, LimitsSource: cfg.LimitsSource,
+		LogLevel: cfg.LogLevel, Plans: cfg.Plans, LimitsSource: cfg.LimitsSource, ReportToKinde: cfg.ReportToKinde,
 		Secrets: map[string]string{},
 	}
-	if cfg.Kinde() {
+	if cfg.KindeClient() {
 		s.KindeDomain, s.KindeClientID = cfg.KindeDomain, cfg.KindeClientID
 	}
 	s.Settings = cfg.Settings()
@@ -99,13 +99,15 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	// The environment is resources.FunctionEnv's, which the Lambda emulator check also starts
 	// every function with.
 	env := map[string]*string{}
-	for k, v := range resources.FunctionEnv(def, names, envSettings(cfg, props.Secrets)) {
+	settings := envSettings(cfg, props.Secrets)
+	for k, v := range resources.FunctionEnv(def, names, settings) {
 		env[k] = jsii.String(v)
 	}
-	// Secrets in definition order, so the policy reads the same on every synthesis.
+	// Secrets in definition order, so the policy reads the same on every synthesis; each one the
+	// function lists and needs in this deployment.
 	var secrets []awssecretsmanager.ISecret
 	for _, name := range def.Secrets {
-		if secret, ok := props.Secrets[name]; ok {
+		if secret, ok := props.Secrets[name]; ok && resources.NeedsSecret(def, name, settings) {
 			secrets = append(secrets, secret)
 		}
 	}

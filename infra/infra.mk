@@ -7,6 +7,8 @@
 #   make deploy STAGE=prod ALARM_EMAIL=ops@example.com AWS_PROFILE=ferry-prod
 #   make deploy STAGE=prod LIMITS_SOURCE=kinde KINDE_DOMAIN=acme.kinde.com \
 #     KINDE_CLIENT_ID=<id> KINDE_CLIENT_SECRET_ARN=<arn> AWS_PROFILE=ferry-prod
+#   make deploy STAGE=prod REPORT_TO_KINDE=true KINDE_DOMAIN=… KINDE_CLIENT_ID=… \
+#     KINDE_CLIENT_SECRET_ARN=<arn> STRIPE_API_KEY_SECRET_ARN=<arn> AWS_PROFILE=ferry-prod
 #   make test-infra
 
 STAGE ?= dev
@@ -18,6 +20,10 @@ LIMITS_SOURCE ?=
 KINDE_DOMAIN ?=
 KINDE_CLIENT_ID ?=
 KINDE_CLIENT_SECRET_ARN ?=
+# Usage reporting: REPORT_TO_KINDE=true reports to Kinde's meters (with the KINDE_* client);
+# STRIPE_API_KEY_SECRET_ARN names the secret holding the Stripe API key, which reports usage to
+# Stripe (and which the inbox's optional re-fetch reads with).
+REPORT_TO_KINDE ?=
 # The webhook inbox: Kinde's webhook key URL (default from KINDE_DOMAIN) and the optional
 # re-fetch of Stripe objects (STRIPE_REFETCH=true with the API key's secret ARN).
 KINDE_WEBHOOK_JWKS_URL ?=
@@ -35,6 +41,7 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(KINDE_DOMAIN),-c kindeDomain=$(KINDE_DOMAIN)) \
 	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
 	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN)) \
+	$(if $(REPORT_TO_KINDE),-c reportToKinde=$(REPORT_TO_KINDE)) \
 	$(if $(KINDE_WEBHOOK_JWKS_URL),-c kindeWebhookJwksUrl=$(KINDE_WEBHOOK_JWKS_URL)) \
 	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
 	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
@@ -65,7 +72,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, STRIPE_*)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_*)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

@@ -81,7 +81,9 @@ func assertKindeWiring(t *testing.T, s *synthesized, defs Definitions, secretARN
 				want[resources.EnvKindeDomain] = s.cfg.KindeDomain
 				want[resources.EnvKindeClientID] = s.cfg.KindeClientID
 			}
-			listsSecret := contains(f.Secrets, resources.EnvKindeClientSecretARN)
+			// A function gets the secret when it lists it and needs it in this deployment: for
+			// reading limits from Kinde, or for reporting to Kinde.
+			listsSecret := contains(f.Secrets, resources.EnvKindeClientSecretARN) && resources.NeedsSecret(f, resources.EnvKindeClientSecretARN, envSettings(s.cfg, nil))
 			if listsSecret {
 				holders++
 				want[resources.EnvKindeClientSecretARN] = secretARN

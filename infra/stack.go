@@ -74,7 +74,7 @@ func NewFerryStack(scope constructs.Construct, id string, props *FerryStackProps
 		resources.EnvAdminKeySecretARN:      adminKey,
 		resources.EnvStripeWebhookSecretARN: stripeSecret,
 	}
-	if cfg.Kinde() {
+	if cfg.KindeClient() {
 		secrets[resources.EnvKindeClientSecretARN] = importKindeClientSecret(stack, cfg)
 	}
 	if cfg.StripeAPIKeySecretARN != "" {

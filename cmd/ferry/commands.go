@@ -97,6 +97,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		res, err = lab.HoldsLoad(ctx, cfg(), p)
+	case "reconcile":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		res, err = lab.Reconcile(ctx, cfg())
 	case "webhooks-nine":
 		if err := fs.Parse(args[1:]); err != nil {
 			return err

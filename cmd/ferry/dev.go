@@ -7,13 +7,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/operate"
-	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -37,7 +37,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	operatorKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
 	log := app.NewLogger(stderr)
-	limits, err := devstack.LimitsFromEnv(ctx, plans.Default(), log)
+	// The catalog FERRY_PLANS names, as the functions read it.
+	catalog, err := devstack.CatalogFromEnv()
+	if err != nil {
+		return err
+	}
+	limits, err := devstack.LimitsFromEnv(ctx, catalog, log)
+	if err != nil {
+		return err
+	}
+	meters, standIns, err := devstack.MetersFromEnv(ctx, catalog)
 	if err != nil {
 		return err
 	}
@@ -50,13 +59,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer webhooks.Close()
 	opts := devstack.StackOptions{
 		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Limits: limits,
+		Catalog: &catalog, Limits: limits, Meters: meters,
 	}
 	webhooks.Apply(&opts)
 	stack, err := devstack.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
+	standIns.Mount(stack)
 	defer stack.Close()
 	webhooks.Serve(stack)
 	e := stack.Emulators.Endpoints
@@ -73,11 +83,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprint(stdout, joinLines(append(lines,
 		"  DynamoDB "+e.DynamoDB+"   S3 "+e.S3+"   SQS "+e.SQS,
 		"  operator commands: go run ./cmd/ferry inspect --env-file "+operate.DevEnvFile+" --account <id> --event <id>",
+		"  reporting: "+reportingBanner(standIns, stack.URL),
 		"Press Ctrl-C to stop.",
 	)...))
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "stopping…")
 	return nil
+}
+
+// reportingBanner says where ferry dev reports usage.
+func reportingBanner(m *devstack.MeterStandIns, url string) string {
+	if m == nil {
+		return "to the providers the environment configures"
+	}
+	return fmt.Sprintf("to stand-ins (%s; also at %s%s/ and %s%s/)", strings.Join(m.URLs, ", "),
+		url, devstack.KindeStandInPath, url, devstack.StripeStandInPath)
 }
 
 func envOr(name, fallback string) string {

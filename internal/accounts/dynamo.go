@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/plans"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/retry"
 )
 
@@ -57,6 +58,8 @@ type accountItem struct {
 	StatusChangedAtMs int64  `dynamodbav:"statusChangedAtMs,omitempty"`
 	PlanChangeKey     string `dynamodbav:"planChangeKey,omitempty"`
 	StatusChangeKey   string `dynamodbav:"statusChangeKey,omitempty"`
+	// ListKey puts the account in the accounts table's list index, from its creation.
+	ListKey string `dynamodbav:"listKey,omitempty"`
 }
 
 // linkItem maps one provider id to its account.
@@ -120,6 +123,7 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits),
 		CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs,
 		KindeCustomerID: a.KindeCustomerID, StripeCustomerID: a.StripeCustomerID, KindeAgreementID: a.KindeAgreementID,
+		ListKey: resources.AccountsListValue,
 	})
 	if err != nil {
 		return err

@@ -41,6 +41,8 @@ type Config struct {
 	MaxQuarantines int
 	// Limits selects where usage holds read limits from; the zero value reads the plans.
 	Limits LimitsConfig
+	// Meters selects the providers usage is reported to; the zero value reports to none.
+	Meters MetersConfig
 	// Inbox is where the webhook inbox's verification keys come from, and whether its worker
 	// re-fetches Stripe objects.
 	Inbox InboxConfig
@@ -143,7 +145,16 @@ func NewLimits(cfg Config, log *slog.Logger, rec metrics.Recorder, now func() ti
 		log.Error("the Kinde limit source is misconfigured; every admission will be refused", "err", err)
 		return unknownLimits{reason: "The limit source is misconfigured: " + err.Error()}
 	}
-	return &limits.Cached{Fetch: client, Metrics: rec, Log: log, Now: now}
+	return &limits.Cached{Fetch: client, CustomerID: kindeCustomer, Metrics: rec, Log: log, Now: now}
+}
+
+// kindeCustomer is the Kinde customer whose entitlements limit an account: the linked one, or
+// (for accounts created before links) the account id.
+func kindeCustomer(a accounts.Account) string {
+	if a.KindeCustomerID != "" {
+		return a.KindeCustomerID
+	}
+	return a.ID
 }
 
 // unknownLimits is a source that knows no limit.

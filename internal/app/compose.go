@@ -215,6 +215,8 @@ type Services struct {
 	Holds       *holds.Service
 	Limits      limits.Source
 	Idempotency *idempotency.Service
+	// Reporting and reconciliation.
+	Meters
 	// Allowances are the allowance features' grant rows; Inbox is the webhook inbox.
 	Allowances *allowance.Service
 	Inbox      *Inbox
@@ -283,6 +285,9 @@ func (d Definitions) build(b Builder, entry resources.Function, grant resources.
 	}
 	if !entry.ReadsLimits {
 		cfg.Limits = LimitsConfig{}
+	}
+	if !entry.ReportsUsage {
+		cfg.Meters = MetersConfig{}
 	}
 	c := &Composer{
 		Entry: entry, Config: cfg, Clients: clients, Log: log, Metrics: rec, Now: now,

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
@@ -10,6 +12,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/inbox"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/ratelimit"
+	"github.com/ferrymeter/ferry/internal/reconcile"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/worker"
 )
@@ -27,11 +30,20 @@ var (
 	BuildHolds = Builder{Function: resources.FunctionHolds, Build: buildHolds}
 	// BuildSweeper composes the sweeper: settle holds whose lease lapsed.
 	BuildSweeper = Builder{Function: resources.FunctionSweeper, Build: buildSweeper}
+	// BuildReporter composes the reporter: report changed cycles, reconcile marked ones.
+	BuildReporter = Builder{Function: resources.FunctionReporter, Build: buildReporter}
+	// BuildDrainer composes the Stripe outbox's drainer.
+	BuildDrainer = Builder{Function: resources.FunctionDrainer, Build: buildDrainer}
+	// BuildReconciler composes the nightly reconciler.
+	BuildReconciler = Builder{Function: resources.FunctionReconciler, Build: buildReconciler}
+	// BuildMeterAPI composes the operator routes of reporting and reconciliation.
+	BuildMeterAPI = Builder{Function: resources.FunctionMeterAPI, Build: buildMeterAPI}
 )
 
 // Builders lists every builder. Capabilities add theirs here.
 func Builders() []Builder {
-	return []Builder{BuildIngest, BuildAPI, BuildWorker, BuildHolds, BuildSweeper, BuildWebhooks, BuildInbox, BuildInboxSweep}
+	return []Builder{BuildIngest, BuildAPI, BuildWorker, BuildHolds, BuildSweeper,
+		BuildReporter, BuildDrainer, BuildReconciler, BuildMeterAPI, BuildWebhooks, BuildInbox, BuildInboxSweep}
 }
 
 func buildAPI(c *Composer) (*Function, error) {
@@ -40,15 +52,17 @@ func buildAPI(c *Composer) (*Function, error) {
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite, resources.ReadWrite)
 	fn.Usage = c.usage(resources.Read)
 	fn.Ledger = c.ledger(resources.Read, resources.Read)
-	// GET /v1/usage shows an allowance's grant rows; the billing-events routes read the inbox
-	// and replay (a write and a nudge).
+	// GET /v1/usage shows the limit the next admission is held to, from the holds' source, and
+	// an allowance's grant rows; the billing-events routes read the inbox and replay (a write
+	// and a nudge).
+	fn.Limits = NewLimits(c.Config, c.Log, c.Metrics, c.Now)
 	fn.Allowances = c.allowances(resources.Read)
 	store := c.inboxStore(resources.ReadWrite, &Function{})
 	reader := &inbox.Reader{Store: store, Nudger: c.nudger(), Log: c.Log, Now: c.Now}
 	fn.Inbox = &Inbox{Store: store, Reader: reader}
 	api := httpapi.New(httpapi.Deps{
 		Accounts: fn.Accounts, Events: fn.Ledger, Usage: fn.Usage, Catalog: c.Config.Catalog, Now: c.Now,
-		Allowances: fn.Allowances, BillingEvents: reader,
+		Limits: fn.Limits, Allowances: fn.Allowances, BillingEvents: reader,
 	})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil
 }
@@ -119,4 +133,83 @@ func buildSweeper(c *Composer) (*Function, error) {
 		return err
 	}
 	return fn, nil
+}
+
+func buildReporter(c *Composer) (*Function, error) {
+	fn := c.Function()
+	c.reporting(fn)
+	// The cycles to reconcile soon: Ferry's own requests, and the inbox's marks of provider
+	// meters that changed (Kinde's customer.meter_usage_updated).
+	fn.Reconciler.Marks = reconcile.Sources{fn.Requests,
+		reconcile.InboxMarks{Marks: inbox.MeterMarkReader{Store: c.inboxStore(resources.ReadWrite, &Function{})}}}
+	// A cycle it could not report stays marked for the next run; a run fails only when Ferry's
+	// own state could not be read or written (the function's Errors alarm). It then reconciles
+	// the cycles whose provider meter changed.
+	fn.Run = func(ctx context.Context) error {
+		res, err := fn.Reporter.Run(ctx)
+		if res.Found > 0 || err != nil {
+			c.Log.Info("report done", "found", res.Found, "reported", res.Reported, "unchanged", res.Unchanged,
+				"review", res.Review, "retrying", res.Retrying, "failed", res.Failed, "truncated", res.Truncated)
+		}
+		results, merr := fn.Reconciler.RunMarked(ctx)
+		if len(results) > 0 {
+			c.Log.Info("marked cycles reconciled", "cycles", len(results))
+		}
+		return errors.Join(err, merr)
+	}
+	return fn, nil
+}
+
+func buildDrainer(c *Composer) (*Function, error) {
+	fn := c.Function()
+	c.providers(&fn.Meters)
+	c.drainer(&fn.Meters)
+	fn.Run = func(ctx context.Context) error {
+		res, err := fn.Drainer.Run(ctx)
+		if res.Due > 0 || err != nil {
+			c.Log.Info("drain done", "due", res.Due, "sent", res.Sent, "retrying", res.Retrying, "dead", res.Dead,
+				"review", res.Review, "skipped", res.Skipped, "failed", res.Failed)
+		}
+		return err
+	}
+	return fn, nil
+}
+
+// reconcileRunBudget bounds a nightly run when its context carries no deadline.
+const reconcileRunBudget = resources.ReconcilerTimeout - time.Minute
+
+func buildReconciler(c *Composer) (*Function, error) {
+	fn := c.Function()
+	c.reporting(fn)
+	// Every account, 50 a page, 5 at a time, stopping cleanly before the function's timeout; the
+	// run fails when a cycle could not be compared or a repair was not confirmed.
+	fn.Run = func(ctx context.Context) error {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = c.Now().Add(reconcileRunBudget)
+		}
+		pages, accounts := 0, 0
+		done, err := fn.Reconciler.RunAll(ctx, deadline, func(p reconcile.Page) {
+			pages++
+			accounts += p.Accounts
+			c.Log.Info("reconcile page done", "page", pages, "accounts", accounts, "cycles", len(p.Results))
+		})
+		c.Log.Info("reconcile run done", "complete", done, "pages", pages, "accounts", accounts)
+		return err
+	}
+	return fn, nil
+}
+
+func buildMeterAPI(c *Composer) (*Function, error) {
+	fn := c.Function()
+	c.reporting(fn)
+	m := fn.Meters
+	api := httpapi.New(httpapi.Deps{
+		Accounts: fn.Accounts, Catalog: c.Config.Catalog, Now: c.Now,
+		Meters: httpapi.MeterDeps{
+			Corrections: m.Corrections, Reporter: m.Reporter, Reconciler: m.Reconciler, Evidence: m.Evidence,
+			Review: m.Review, Drainer: m.Drainer,
+		},
+	})
+	return c.Serve(fn, api, httpapi.Authentication{}), nil
 }

@@ -49,6 +49,11 @@ func FromEnv(ctx context.Context, b Builder) (*Function, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
+	if entry.ReportsUsage {
+		if cfg.Meters, err = MetersConfigFromEnv(ctx); err != nil {
+			return nil, fmt.Errorf("configuration: %w", err)
+		}
+	}
 	clients, err := cloud.New(ctx, cloud.EndpointsFromEnv(), cloud.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("clients: %w", err)

@@ -3,14 +3,18 @@ package app_test
 import (
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/plans"
+	kindestandin "github.com/ferrymeter/ferry/internal/provider/kinde/standin"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -72,3 +76,28 @@ func TestBuild_MisconfiguredKindeSource_FailsClosed(t *testing.T) {
 		t.Errorf("err = %v, want a fail-closed unknown limit", err)
 	}
 }
+
+// With limits from Kinde, GET /v1/usage shows the limit the next admission is held to: Kinde's
+// entitlement, not the plan's.
+func TestGetUsage_KindeSource_ShowsKindesLimit(t *testing.T) {
+	catalog := plans.Default()
+	stand := apptest.NewStandIns(t, catalog)
+	stand.Kinde.SetEntitlements("kp_cust_1", kindestandin.Limit("tokens", upTo(777)))
+	h := apptest.New(t, apptest.Options{Limits: app.LimitsConfig{Source: limits.SourceKinde, Kinde: *stand.Meters.Kinde}})
+
+	resp := h.Do(t, http.MethodPost, "/v1/accounts", apptest.AdminKey, map[string]any{
+		"id": "acct_k", "plan": "plus", "kindeCustomerId": "kp_cust_1",
+	})
+	if resp.Status != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.Status, resp.Body)
+	}
+	key := resp.JSON(t)["apiKey"].(string)
+	u := h.Do(t, http.MethodGet, "/v1/usage?feature=tokens", key, nil).JSON(t)
+	plus, _ := catalog.Plan("plus")
+	planLimit := plus.Features["tokens"]
+	if u["limit"] != float64(777) || u["remaining"] != float64(777) {
+		t.Errorf("usage = %v, want Kinde's limit 777 (the plan's is %v)", u, planLimit)
+	}
+}
+
+func upTo(n int64) *int64 { return &n }

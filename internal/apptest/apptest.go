@@ -82,6 +82,10 @@ type Options struct {
 	// Configure runs after every function is composed and before any is served: tests swap a
 	// service or add middleware here.
 	Configure func(h *Harness)
+	// Meters are the providers usage is reported to (see NewStandIns).
+	Meters app.MetersConfig
+	// Limits is where admissions and GET /v1/usage read limits (the plans when unset).
+	Limits app.LimitsConfig
 }
 
 // Harness is one test's Ferry: every function composed by its builder from its entry, with its
@@ -139,6 +143,10 @@ func New(t testing.TB, opts ...Options) *Harness {
 	}
 	if o.Schema != nil {
 		cfg.Schema = *o.Schema
+	}
+	cfg.Meters = o.Meters
+	if o.Limits.Source != "" {
+		cfg.Limits = o.Limits
 	}
 	h := &Harness{
 		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),

@@ -52,6 +52,8 @@ type StackOptions struct {
 	Catalog           *plans.Catalog
 	// Limits is where the functions that read limits read them (default: the plans).
 	Limits app.LimitsConfig
+	// Meters are the providers usage is reported to (ferry dev points them at stand-ins).
+	Meters app.MetersConfig
 	// Inbox is the webhook inbox's verification keys and re-fetch (see InboxFromEnv).
 	Inbox app.InboxConfig
 	// Definitions replace app.DefaultDefinitions (a capability under test).
@@ -133,7 +135,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	s.Names = names
 	cfg := app.DefaultConfig()
-	cfg.OperatorKey, cfg.Limits, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Inbox
+	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}

@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -66,6 +67,9 @@ type holdItem struct {
 	Rev         int64  `dynamodbav:"rev"`
 	// ExpiresAt (epoch seconds) is set at settlement; a running hold never expires by TTL.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+	// SettledPartition is present only on a final hold: its usage partition, which puts it in
+	// the settled index the reconciler sums the ledger's holds from.
+	SettledPartition string `dynamodbav:"settledPartition,omitempty"`
 }
 
 func (it holdItem) hold() Hold {
@@ -97,6 +101,7 @@ func itemOf(h Hold) holdItem {
 		it.LeaseShard = LeaseShard(h.ID)
 	} else {
 		it.ExpiresAt = expiresAt(h.SettledAtMs)
+		it.SettledPartition = usage.PartitionKey(h.AccountID, h.Feature, h.Cycle)
 	}
 	return it
 }
@@ -277,7 +282,7 @@ func (s *DynamoStore) Settle(ctx context.Context, h Hold, st Settlement, nowMs i
 	if err != nil {
 		return fmt.Errorf("encode hold %s: %w", h.ID, err)
 	}
-	return s.write(ctx, "settle hold "+h.ID, []types.TransactWriteItem{
+	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName:                aws.String(s.Table),
 			Item:                     item,
@@ -288,7 +293,27 @@ func (s *DynamoStore) Settle(ctx context.Context, h Hold, st Settlement, nowMs i
 			},
 		}},
 		s.Usage.SettleHold(h.AccountID, h.Feature, h.Cycle, h.Amount, st.Charged, nowMs),
-	})
+	}
+	if st.Charged == 0 {
+		// Nothing billed moves: the budget row's used is unchanged, so there is nothing to report.
+		return s.write(ctx, "settle hold "+h.ID, items)
+	}
+	// A settlement that charges moves the billed total, so it marks the budget row for the
+	// reporter: it reads the row's report mark first (settlements are per job, not per event),
+	// checks it in the transaction when it is there, and puts it when it is not (see
+	// usage/marks.go). A mark taken off between the read and the write cancels the transaction;
+	// the mark is read again and the write made once more with the mark put.
+	for try := 0; ; try++ {
+		marked, err := s.Usage.Marked(ctx, h.AccountID, h.Feature, h.Cycle, usage.BudgetSK)
+		if err != nil {
+			return err
+		}
+		err = s.write(ctx, "settle hold "+h.ID, append(items,
+			s.Usage.MarkedItems(h.AccountID, h.Feature, h.Cycle, usage.BudgetSK, marked, nowMs)))
+		if !errors.Is(err, ErrCancelled) || !marked || try > 0 {
+			return err // a cancellation the mark does not explain: the service reads the hold again
+		}
+	}
 }
 
 // LapsedLeases implements Store: the running holds of one lease shard whose lease ran out by

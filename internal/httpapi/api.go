@@ -26,6 +26,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
 	"github.com/ferrymeter/ferry/internal/usage"
@@ -53,6 +54,11 @@ type Deps struct {
 	Catalog  plans.Catalog
 	// Holds serves the usage holds routes.
 	Holds *holds.Service
+	// Limits is where the next admission reads its limit; GET /v1/usage shows that limit (the
+	// plan's when unset).
+	Limits limits.Source
+	// Meters serves the reporting and reconciliation routes.
+	Meters MeterDeps
 	// Allowances shows an allowance feature's grant rows in GET /v1/usage.
 	Allowances *allowance.Service
 	// Webhooks stores verified provider deliveries; BillingEvents reads and replays them.
@@ -71,6 +77,9 @@ type API struct{ deps Deps }
 
 // New builds the handlers' value over deps.
 func New(d Deps) *API { return &API{deps: d} }
+
+// SetLimits replaces the limit source GET /v1/usage reads (ferry dev swaps in a stand-in's).
+func (a *API) SetLimits(src limits.Source) { a.deps.Limits = src }
 
 // HandlerFunc is a route handler: it writes a success answer or returns an error, which the
 // server turns into a problem document.

@@ -125,6 +125,8 @@ type usageBody struct {
 	Used      int64       `json:"used"`
 	Held      int64       `json:"held"`
 	Remaining *int64      `json:"remaining"`
+	// Corrections is the sum of the cycle's correction rows: the meter holds used + corrections.
+	Corrections int64 `json:"corrections"`
 	// Grants are an allowance feature's grant rows in the cycle (allowance features only).
 	Grants []grantBody `json:"grants,omitempty"`
 }

@@ -114,6 +114,17 @@ var Routes = []Route{
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).chargeHold)},
 	{Method: "POST", Path: "/v1/holds/{id}/settle", Function: resources.FunctionHolds, Auth: Account,
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).settleHold)},
+	// Reporting and reconciliation (operator).
+	{Method: "POST", Path: "/v1/usage/corrections", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).postCorrection)},
+	{Method: "POST", Path: "/v1/report", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).postReport)},
+	{Method: "POST", Path: "/v1/reconcile", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).postReconcile)},
+	{Method: "GET", Path: "/v1/reconcile/evidence", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Handler: Handle((*API).getEvidence)},
+	{Method: "GET", Path: "/v1/reconcile/review", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Handler: Handle((*API).getReview)},
 	// The webhook inbox. A delivery's provider signature authenticates it, and the provider's
 	// signed event id keys it (a copy is counted, never applied twice): no Idempotency-Key.
 	{Method: "POST", Path: "/v1/webhooks/kinde", Function: resources.FunctionWebhooks, Auth: WebhookSignature,

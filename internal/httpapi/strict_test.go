@@ -83,6 +83,11 @@ func strictRoutes(hold string) []route {
 			valid: `{"key":"step-v","amount":5}`, first: "key", required: []string{"key", "amount"}, integer: "amount"},
 		{name: "settle", method: "POST", path: "/v1/holds/" + hold + "/settle",
 			valid: `{"used":1}`, first: "used", integer: "used"},
+		{name: "correction", method: "POST", path: "/v1/usage/corrections", operator: true,
+			valid: `{"account":"acct_s","feature":"events","units":-1,"reason":"a bot's click"}`, first: "account",
+			required: []string{"account", "feature", "units", "reason"}, integer: "units"},
+		{name: "reconcile", method: "POST", path: "/v1/reconcile", operator: true,
+			valid: `{"account":"acct_s","cycle":"2026-11"}`, first: "account"},
 	}
 }
 
@@ -198,6 +203,9 @@ func TestStrictDecoder_EveryRoute(t *testing.T) {
 	// An optional body is empty only when it holds nothing but JSON's whitespace: a form feed
 	// is a body, and not JSON (a case the fuzzer found).
 	assertProblem(t, h.Do(t, "POST", "/v1/holds/"+hold+"/settle", key, []byte("\f")), 400, "invalid-request")
+	// The run-now route takes no member at all.
+	assertProblem(t, h.Do(t, "POST", "/v1/report", apptest.AdminKey, []byte(`{"all":true}`)), 400, "invalid-request")
+	assertProblem(t, h.Do(t, "POST", "/v1/report", apptest.AdminKey, []byte("\f")), 400, "invalid-request")
 	h.Drain(t, 0)
 	if after := stored(t, h); after != before {
 		t.Errorf("refused requests changed what is stored:\nbefore %s\nafter  %s", before, after)

@@ -40,7 +40,14 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The limit the next admission is held to: the plan's, or the provider's entitlement when
+	// limits come from the provider (FERRY_LIMITS_SOURCE=kinde).
 	limit := acct.Limit(feature, a.deps.Catalog)
+	if a.deps.Limits != nil {
+		if limit, err = a.deps.Limits.Limit(r.Context(), acct, feature); err != nil {
+			return err
+		}
+	}
 	var grants []grantBody
 	if a.deps.Catalog.Allowance(feature) {
 		// An allowance's limit is the sum of the cycle's grant rows. The rows the account's plan
@@ -61,7 +68,7 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
-		Remaining: limit.Remaining(totals.Used + totals.Held), Grants: grants,
+		Remaining: limit.Remaining(totals.Used + totals.Held), Corrections: totals.Corrections, Grants: grants,
 	})
 }
 

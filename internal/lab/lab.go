@@ -45,6 +45,7 @@ type Lab struct {
 var Labs = []Lab{
 	{Name: "holds-five", Summary: "five jobs of 40,000 start at once against 100,000: a plain check vs holds"},
 	{Name: "holds-load", Summary: "many jobs, some at a time, against room for a fixed number: admissions and latency"},
+	{Name: "reconcile", Summary: "late usage after the last report: under_billed, repaired from the ledger, read back, proven (needs ferry dev's stand-ins)"},
 	{Name: "webhooks-nine", Summary: "nine Kinde deliveries of three events, one stopped half way: Ferry's inbox vs a naive handler (needs ferry dev)"},
 }
 

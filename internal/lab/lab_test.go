@@ -3,11 +3,17 @@ package lab_test
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/lab"
+	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
@@ -42,5 +48,36 @@ func TestLabs_AgainstAFerry_ComeOutAsExpected(t *testing.T) {
 	}
 	if load.Rows[0].Ferry != "10" || load.Rows[1].Ferry != "2" {
 		t.Errorf("holds-load admitted %s, refused %s; want 10 and 2", load.Rows[0].Ferry, load.Rows[1].Ferry)
+	}
+}
+
+// The reconcile lab against a Ferry reporting to stand-ins (mounted at /standin/kinde as ferry
+// dev mounts them) comes out as seed 000's scenario says.
+func TestLabReconcile_AgainstAFerry_ComesOutAsTheSeedSays(t *testing.T) {
+	stand := apptest.NewStandIns(t, plans.Default())
+	h := apptest.New(t, apptest.Options{Meters: stand.Meters})
+	target, err := url.Parse(h.Server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(devstack.KindeStandInPath+"/", http.StripPrefix(devstack.KindeStandInPath, stand.Kinde))
+	mux.Handle("/", httputil.NewSingleHostReverseProxy(target))
+	front := httptest.NewServer(mux)
+	defer front.Close()
+
+	res, err := lab.Reconcile(context.Background(), lab.Config{BaseURL: front.URL, OperatorKey: apptest.AdminKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res.Print(&out)
+	if !res.OK() || res.Err() != nil {
+		t.Fatalf("%v (failures %v)\n%s", res.Problems, res.Failures, out.String())
+	}
+	for _, want := range []string{"seed (Notch)", "under_billed", "8,457", "OK: Ferry's outcome is the expected one."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the lab printed no %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -52,6 +52,9 @@ type entryItem struct {
 	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
 	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
 	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
+	// identity, the key of the ledger's sparse meter index.
+	MeterRow string `dynamodbav:"meterRow,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -158,17 +161,26 @@ func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowM
 		},
 	}}
 	var items []types.TransactWriteItem
+	rowSK := "" // the counter row a metered billing moves
 	switch b.Kind {
 	case BillCapped:
-		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs), checkpoint}
+		rowSK = usage.BudgetSK
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs)}
 	case BillCounted:
-		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, usage.ShardFor(e.EventID), b.Amount, nowMs), checkpoint}
+		shard := usage.ShardFor(e.EventID)
+		rowSK = usage.ShardSK(shard)
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, shard, b.Amount, nowMs)}
 	case BillCheckpointOnly:
 		items = []types.TransactWriteItem{checkpoint}
 	default:
 		return fmt.Errorf("bill event %s: billing kind %d does not bill", e.EventID, b.Kind)
 	}
-	err := s.write(ctx, items)
+	var err error
+	if rowSK == "" {
+		err = s.write(ctx, items)
+	} else {
+		err = s.writeMetered(ctx, e, b, rowSK, items, nowMs)
+	}
 	if dynamo.IsTransactionCanceled(err) || dynamo.IsConditionFailed(err) {
 		return fmt.Errorf("bill event %s: %w", e.EventID, ErrCancelled)
 	}
@@ -176,6 +188,56 @@ func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowM
 		return fmt.Errorf("bill event %s: %w", e.EventID, err)
 	}
 	return nil
+}
+
+// writeMetered writes the billing of an event against a counter row: the meter update, the
+// checkpoint (put whole, carrying the row it moved: the ledger's meter index key) and the row's
+// report mark (see usage/marks.go), in one transaction. In the steady state the mark is there
+// and only checked, so it costs no write. When the transaction is cancelled and a strongly
+// consistent read finds the mark absent (the first write since the last report), the same
+// transaction is written once more with the mark put. Any other cancellation is returned as it
+// is, for AcceptBilling to resolve from durable state.
+func (s *DynamoStore) writeMetered(ctx context.Context, e Entry, b Billing, rowSK string, items []types.TransactWriteItem, nowMs int64) error {
+	put, err := s.meteredCheckpoint(e, b, rowSK, nowMs)
+	if err != nil {
+		return err
+	}
+	items = append(items, put, s.Usage.MarkCheck(e.AccountID, b.Feature, e.Cycle, rowSK))
+	err = s.write(ctx, items)
+	if !dynamo.IsTransactionCanceled(err) {
+		return err
+	}
+	marked, merr := s.Usage.Marked(ctx, e.AccountID, b.Feature, e.Cycle, rowSK)
+	if merr != nil || marked {
+		return err
+	}
+	items[len(items)-1] = s.Usage.MarkPut(e.AccountID, b.Feature, e.Cycle, rowSK, nowMs)
+	return s.write(ctx, items)
+}
+
+// meteredCheckpoint is the checkpoint of an event billed against a counter row: the entry is put
+// whole, at its checkpoint, carrying the counter row it moved. It is put rather than updated so
+// that it enters the sparse meter index the way the local emulator keeps right (an update that
+// adds an index key loses another entry there); its condition is the checkpoint's own, and an
+// INSERTING entry without a checkpoint is exactly the entry its claim wrote, so putting it whole
+// changes nothing else.
+func (s *DynamoStore) meteredCheckpoint(e Entry, b Billing, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(entryItem{
+		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
+		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
+		Tier: string(b.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
+		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, b.Feature, e.Cycle, rowSK),
+	})
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                 aws.String(s.Table),
+		Item:                      item,
+		ConditionExpression:       aws.String(checkpointCondition),
+		ExpressionAttributeNames:  dynamo.Names(checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))},
+	}}, nil
 }
 
 // write sends the billing items: a transaction, or a single conditional update when there is

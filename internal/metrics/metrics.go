@@ -41,6 +41,24 @@ const (
 	LimitsUnknown    = "LimitsUnknown"    // limits: no usable limit; an admission failed closed (503)
 )
 
+// Metric names of meter reporting and reconciliation.
+const (
+	ReportsSent      = "ReportsSent"      // reporter: a cycle's total reached a provider (Kinde written, or a Stripe outbox row committed)
+	ReportFailures   = "ReportFailures"   // reporter: a cycle's report failed and its mark stays for the next run
+	OutboxSent       = "OutboxSent"       // drainer: a Stripe meter event was accepted
+	OutboxRetried    = "OutboxRetried"    // drainer: a send failed and the row backs off
+	OutboxDead       = "OutboxDead"       // drainer: a row failed its last try (or for good) and is DEAD
+	ReviewListed     = "ReviewListed"     // reporter, drainer, reconciler: a new entry on the review list
+	ReconcileChecked = "ReconcileChecked" // reconciler: a (account, feature, cycle, provider) was compared, by verdict
+	// ReconcileUnreadable, ReconcileDrift and ReconcileUnconfirmed alarm: a provider that could
+	// not be read, a closed cycle that drifted, and a repair whose read-back did not match.
+	ReconcileUnreadable  = "ReconcileUnreadable"
+	ReconcileDrift       = "ReconcileDrift"
+	ReconcileRepaired    = "ReconcileRepaired"
+	ReconcileUnconfirmed = "ReconcileUnconfirmed"
+	CountersRebuilt      = "CountersRebuilt" // reconciler: a counter row differed from the ledger rows behind it and was rebuilt
+)
+
 // Metric names of the webhook inbox.
 const (
 	WebhooksStored    = "WebhooksStored"    // webhooks: a new billing event was stored
@@ -66,6 +84,12 @@ type Alarm struct {
 var Alarms = []Alarm{
 	{EventsUninsertable, 1, "An event's analytics row was refused too many times; it is UNINSERTABLE. Fix the drift, then re-drive it from the archive (ferry redrive)."},
 	{LimitsUnknown, 1, "New holds are being refused (503): the billing provider's entitlements have been unreadable for longer than the stale allowance. Check the provider and its credentials."},
+	{OutboxDead, 1, "A Stripe outbox row is DEAD: its meter event failed every try (or was refused for good) and is not retried. Its delta is not on the meter; the reconciler repairs the meter from the ledger (ferry reconcile --account), then check the row's lastError."},
+	{ReconcileUnreadable, 1, "The reconciler could not read a provider's meter back, so a cycle is unproven. Check the provider's credentials and status; the next run retries."},
+	{ReconcileDrift, 1, "A closed billing cycle's meter differs from the ledger. Ferry never writes a closed cycle: see GET /v1/reconcile/review and settle it with the provider."},
+	{ReconcileUnconfirmed, 1, "The reconciler repaired a meter but its read-back did not equal the ledger. See the evidence (GET /v1/reconcile/evidence) and re-run ferry reconcile for the account."},
+	{ReviewListed, 1, "A new entry is on the review list (GET /v1/reconcile/review): a closed cycle changed or drifted, or over-billing can no longer be cancelled. A person must settle it."},
+	{CountersRebuilt, 1, "The reconciler rebuilt a usage counter that differed from the ledger rows behind it; this should never happen. See the reconciler's logs for the rows."},
 	{WebhooksRefused, 5, "Webhook deliveries are being refused (401, nothing stored): a provider whose deliveries keep failing gives up on them (Kinde after 36 hours, Stripe after 3 days). Check the Stripe signing secret and the Kinde JWKS URL, or whether someone is sending forged deliveries."},
 	{InboxDead, 1, "A billing event failed all of its attempts and is DEAD: the plan or allowance it carries is not applied. Read its reason (GET /v1/billing-events?status=DEAD), fix the cause, then replay it (POST /v1/billing-events/{id}/replay)."},
 }

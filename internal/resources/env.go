@@ -11,6 +11,9 @@ type EnvSettings struct {
 	LimitsSource  string
 	KindeDomain   string
 	KindeClientID string
+	// ReportToKinde reports usage to Kinde's meters: the functions that report and may read the
+	// Kinde client secret get EnvReportKinde and the Kinde client's settings.
+	ReportToKinde bool
 	// Secrets are the secrets the deployment provides, by the variable that carries each one's
 	// ARN (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
 	Secrets map[string]string
@@ -25,8 +28,9 @@ const limitsSourceKinde = "kinde"
 // FunctionEnv is the environment a deployment gives fn: every resource's physical name (as
 // NamesFromEnv and GrantFromEnv read them), the log level and the plans; for a function that
 // reads limits, the limit source and its Kinde client settings; the ARN of each secret fn lists
-// that the deployment provides; and each setting fn lists that the deployment configures. The CDK app sets exactly this; the Lambda emulator check
-// (make test-lambda) starts every function with it, pointed at emulator resources.
+// that the deployment provides and fn needs (NeedsSecret); and each setting fn lists that the
+// deployment configures. The CDK app sets exactly this; the Lambda emulator check (make
+// test-lambda) starts every function with it, pointed at emulator resources.
 func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 	env := names.Env()
 	env[EnvLogLevel] = s.LogLevel
@@ -40,8 +44,13 @@ func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 			env[EnvKindeClientID] = s.KindeClientID
 		}
 	}
+	if reportsToKinde(fn, s) {
+		env[EnvReportKinde] = "true"
+		env[EnvKindeDomain] = s.KindeDomain
+		env[EnvKindeClientID] = s.KindeClientID
+	}
 	for _, name := range fn.Secrets {
-		if arn, ok := s.Secrets[name]; ok {
+		if arn, ok := s.Secrets[name]; ok && NeedsSecret(fn, name, s) {
 			env[name] = arn
 		}
 	}
@@ -51,4 +60,33 @@ func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
 		}
 	}
 	return env
+}
+
+// reportsToKinde reports whether fn reports usage to Kinde in a deployment: it reports usage,
+// may read the Kinde client secret, and the deployment reports to Kinde.
+func reportsToKinde(fn Function, s EnvSettings) bool {
+	return s.ReportToKinde && fn.ReportsUsage && listed(fn.Secrets, EnvKindeClientSecretARN)
+}
+
+// NeedsSecret reports whether fn, which lists the secret name, needs it in a deployment: the
+// Kinde client secret to read limits from Kinde or to report to Kinde, the Stripe API key to
+// report to Stripe or to re-fetch Stripe objects (EnvStripeRefetch), any other secret always. A function gets (and is granted) only the secrets
+// it needs.
+func NeedsSecret(fn Function, name string, s EnvSettings) bool {
+	switch name {
+	case EnvKindeClientSecretARN:
+		return (fn.ReadsLimits && s.LimitsSource == limitsSourceKinde) || reportsToKinde(fn, s)
+	case EnvStripeAPIKeySecretARN:
+		return fn.ReportsUsage || (listed(fn.Settings, EnvStripeRefetch) && s.Settings[EnvStripeRefetch] == "true")
+	}
+	return true
+}
+
+func listed(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }

@@ -101,6 +101,71 @@ const (
 	HoldsLeaseShards         = 16
 )
 
+// Logical names of meter reporting and reconciliation's tables.
+const (
+	// TableMeters is the reporter's state per (account, feature, cycle): what was last sent to
+	// each provider, and the lease that keeps two reporters off one cycle.
+	TableMeters = "meters"
+	// TableOutbox is the Stripe outbox: one row per meter event Ferry owes Stripe.
+	TableOutbox = "outbox"
+	// TableEvidence is the reconciler's evidence: one row per distinct set of numbers.
+	TableEvidence = "evidence"
+	// TableReview is the review list: what only a person can settle (closed cycles, over-billing
+	// Stripe no longer lets Ferry cancel).
+	TableReview = "review"
+)
+
+// The usage table's sparse report index: a usage row that changed since its cycle was last
+// reported carries IndexUsageReportBucket (and the time it was first marked), which puts it in
+// the index. A row that is already marked is written with the same two values, so its index entry
+// does not change and the write costs the index nothing. The partition key is spread over
+// UsageReportBuckets values by the usage partition, so every row of one cycle shares a bucket.
+const (
+	IndexUsageReportDue    = "byReportDue"
+	IndexUsageReportBucket = "reportBucket"
+	IndexUsageReportDueAt  = "reportDueAtMs"
+	UsageReportBuckets     = 16
+)
+
+// The accounts table's list index: every account carries IndexAccountsListKey =
+// AccountsListValue from its creation, so the nightly reconciler pages through every account, in
+// id order, with Query (no function may Scan a table).
+const (
+	IndexAccountsList    = "byList"
+	IndexAccountsListKey = "listKey"
+	AccountsListValue    = "accounts"
+)
+
+// The ledger's sparse meter index: an event billed against a usage row carries that row's
+// identity (IndexLedgerMeterRow = "<usage partition>#<usage sort key>"), stamped by the billing
+// transaction itself, so the reconciler can count the events behind every counter row, paged,
+// without scanning the ledger. Keys only: later writes to the entry (the INSERTED mark) change
+// no indexed attribute and cost the index nothing.
+const (
+	IndexLedgerByMeterRow = "byMeterRow"
+	IndexLedgerMeterRow   = "meterRow"
+	IndexLedgerEventID    = "eventId"
+)
+
+// The holds table's sparse settled index: a settled (or expired) hold carries its usage
+// partition (IndexHoldsSettledPartition), so the reconciler sums what the settled holds of one
+// (account, feature, cycle) charged. A final hold is never written again.
+const (
+	IndexHoldsBySettled        = "bySettledPartition"
+	IndexHoldsSettledPartition = "settledPartition"
+	IndexHoldsSettledAt        = "settledAtMs"
+)
+
+// The outbox's sparse due index: a row that still has to be sent (PENDING, or SENDING under a
+// claim) carries IndexOutboxDueShard and the instant it next needs a drainer (IndexOutboxDueAt:
+// its next attempt, or its claim's deadline). A SENT or DEAD row carries neither.
+const (
+	IndexOutboxByDue    = "byDue"
+	IndexOutboxDueShard = "dueShard"
+	IndexOutboxDueAt    = "dueAtMs"
+	OutboxDueShards     = 8
+)
+
 // WorkerTimeout is the event worker's function timeout; the events queue's visibility timeout is
 // six times it, as AWS recommends for SQS event sources.
 const WorkerTimeout = 30 * time.Second
@@ -111,6 +176,11 @@ var Tables = []Table{
 		Logical:      TableAccounts,
 		Purpose:      "accounts: plan, status, limit overrides, agreement start",
 		PartitionKey: Attribute{"id", String},
+		Indexes: []Index{{
+			Name:         IndexAccountsList,
+			PartitionKey: Attribute{IndexAccountsListKey, String},
+			SortKey:      &Attribute{"id", String},
+		}},
 	},
 	{
 		Logical:      TableAPIKeys,
@@ -126,12 +196,22 @@ var Tables = []Table{
 		Logical:      TableLedger,
 		Purpose:      "the event ledger: one item per (account, event id); the claim and the billing checkpoint",
 		PartitionKey: Attribute{"pk", String},
+		Indexes: []Index{{
+			Name:         IndexLedgerByMeterRow,
+			PartitionKey: Attribute{IndexLedgerMeterRow, String},
+			SortKey:      &Attribute{IndexLedgerEventID, String},
+		}},
 	},
 	{
 		Logical:      TableUsage,
-		Purpose:      "usage per (account, feature, cycle): the budget row and the counter shards",
+		Purpose:      "usage per (account, feature, cycle): the budget row, the counter shards and the corrections",
 		PartitionKey: Attribute{"pk", String},
 		SortKey:      &Attribute{"sk", String},
+		Indexes: []Index{{
+			Name:         IndexUsageReportDue,
+			PartitionKey: Attribute{IndexUsageReportBucket, String},
+			SortKey:      &Attribute{IndexUsageReportDueAt, Number},
+		}},
 	},
 	{
 		Logical:      TableAnalytics,
@@ -156,7 +236,41 @@ var Tables = []Table{
 			Name:         IndexHoldsByLease,
 			PartitionKey: Attribute{IndexHoldsLeaseShard, String},
 			SortKey:      &Attribute{IndexHoldsLeaseExpiresAt, Number},
+		}, {
+			Name:         IndexHoldsBySettled,
+			PartitionKey: Attribute{IndexHoldsSettledPartition, String},
+			SortKey:      &Attribute{IndexHoldsSettledAt, Number},
+			// The reconciler sums what each settled hold charged; a final hold is written once.
+			ProjectAll: true,
 		}},
+	},
+	{
+		Logical:      TableMeters,
+		Purpose:      "meter reporting state per (account, feature, cycle): the last total sent to each provider and the reporter's lease",
+		PartitionKey: Attribute{"pk", String},
+	},
+	{
+		Logical:      TableOutbox,
+		Purpose:      "the Stripe outbox: one row per meter event owed, keyed by (account, feature, cycle) and the total it brings the meter to; its key is the identifier Stripe sees",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		Indexes: []Index{{
+			Name:         IndexOutboxByDue,
+			PartitionKey: Attribute{IndexOutboxDueShard, String},
+			SortKey:      &Attribute{IndexOutboxDueAt, Number},
+		}},
+	},
+	{
+		Logical:      TableEvidence,
+		Purpose:      "reconciliation evidence: one row per (account, cycle, feature, provider) and distinct set of numbers (ledger, sent, provider, verdict)",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+	},
+	{
+		Logical:      TableReview,
+		Purpose:      "the review list: closed cycles that drifted, and over-billing that can no longer be cancelled",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
 	},
 	{
 		Logical:      TableRateLimits,
@@ -310,6 +424,11 @@ const (
 	EnvKindeClientID        = "FERRY_KINDE_CLIENT_ID"
 	EnvKindeClientSecret    = "FERRY_KINDE_CLIENT_SECRET"     // the secret itself (local use)
 	EnvKindeClientSecretARN = "FERRY_KINDE_CLIENT_SECRET_ARN" // the Secrets Manager secret (AWS)
+
+	// Meter reporting: whether usage is reported to Kinde (the Kinde client above). Reporting
+	// to Stripe uses the Stripe API settings of inbox.go (EnvStripeAPIKey,
+	// EnvStripeAPIKeySecretARN, EnvStripeAPIBase).
+	EnvReportKinde = "FERRY_REPORT_KINDE" // "true": report usage to Kinde's meters
 )
 
 // Environment kinds for EnvVar.
@@ -409,6 +528,10 @@ type Function struct {
 	// deployment's limit source: it gets EnvLimitsSource and, for Kinde, the Kinde domain and
 	// client id. It must also list EnvKindeClientSecretARN in Secrets.
 	ReadsLimits bool
+	// ReportsUsage marks a function that talks to the providers' meters (reporting, draining,
+	// reconciling): it gets the Kinde domain and client id when usage is reported to Kinde, and
+	// must list EnvKindeClientSecretARN and EnvStripeAPIKeySecretARN in Secrets.
+	ReportsUsage bool
 	// Settings names the deployment settings the function receives as environment variables
 	// (EnvKindeWebhookJWKSURL, EnvStripeRefetch, EnvStripeAPIBase); the CDK app sets each one
 	// the deployment configures.
@@ -428,6 +551,25 @@ const (
 	FunctionSweeper = "sweeper"
 )
 
+// Functions of meter reporting and reconciliation.
+const (
+	FunctionReporter   = "reporter"
+	FunctionDrainer    = "drainer"
+	FunctionReconciler = "reconciler"
+	// FunctionMeterAPI serves the operator routes of reporting and reconciliation.
+	FunctionMeterAPI = "meterapi"
+)
+
+// Timeouts of the reporting functions. The reporter and the drainer run every minute and stop
+// well inside it; the reconciler runs nightly over every account, in pages, and stops cleanly
+// before its timeout.
+const (
+	ReporterTimeout   = 50 * time.Second
+	DrainerTimeout    = 50 * time.Second
+	ReconcilerTimeout = 15 * time.Minute
+	ReconcileEvery    = 24 * time.Hour
+)
+
 // SweeperTimeout is the sweeper's function timeout: well inside its one-minute schedule, so two
 // runs overlap only when one is stuck.
 const SweeperTimeout = 50 * time.Second
@@ -445,10 +587,12 @@ var Functions = []Function{
 	{
 		Name:    FunctionAPI,
 		Purpose: "accounts, event status and usage routes, and every path no route declares",
-		// The operator routes check the operator key.
-		Secrets:  []string{EnvAdminKeySecretARN},
-		Timeout:  10 * time.Second,
-		MemoryMB: 256,
+		// The operator routes check the operator key. GET /v1/usage shows the limit the next
+		// admission is held to, so it reads limits from the same source as the holds.
+		ReadsLimits: true,
+		Secrets:     []string{EnvAdminKeySecretARN, EnvKindeClientSecretARN},
+		Timeout:     10 * time.Second,
+		MemoryMB:    256,
 		Tables: map[string]Access{
 			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: ReadWrite, TableLedger: Read,
 			TableUsage: Read, TableIdempotency: ReadWrite,
@@ -498,6 +642,51 @@ var Functions = []Function{
 		Every:  time.Minute,
 	},
 	{
+		Name:    FunctionReporter,
+		Purpose: "every minute: report up to 100 changed cycles to the providers (Kinde absolute totals, Stripe through the outbox), and reconcile cycles whose provider meter changed",
+		Timeout: ReporterTimeout, MemoryMB: 256,
+		ReportsUsage: true,
+		Secrets:      []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
+		// The inbox: the provider meter marks it reads and clears.
+		Tables: func() map[string]Access {
+			t := reconcileTables()
+			t[TableInbox] = ReadWrite
+			return t
+		}(),
+		Every: time.Minute,
+	},
+	{
+		Name:    FunctionDrainer,
+		Purpose: "every minute: send the Stripe outbox's due rows under claim, back off on failure, dead-letter after a bounded number of tries",
+		Timeout: DrainerTimeout, MemoryMB: 256,
+		ReportsUsage: true,
+		Secrets:      []string{EnvStripeAPIKeySecretARN},
+		Tables:       map[string]Access{TableOutbox: ReadWrite, TableReview: ReadWrite},
+		Every:        time.Minute,
+	},
+	{
+		Name:    FunctionReconciler,
+		Purpose: "nightly: prove every account's provider meter matches the ledger, repair it from the ledger, store the evidence",
+		Timeout: ReconcilerTimeout, MemoryMB: 512,
+		ReportsUsage: true,
+		Secrets:      []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
+		Tables:       reconcileTables(),
+		Every:        ReconcileEvery,
+	},
+	{
+		Name:    FunctionMeterAPI,
+		Purpose: "operator routes of reporting and reconciliation: corrections, report now, reconcile now, evidence, review list",
+		// Under the Idempotency-Key lease (30 s) and API Gateway's 30 s integration timeout.
+		Timeout: 25 * time.Second, MemoryMB: 512,
+		ReportsUsage: true,
+		Secrets:      []string{EnvAdminKeySecretARN, EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
+		Tables: func() map[string]Access {
+			t := reconcileTables()
+			t[TableIdempotency] = ReadWrite
+			return t
+		}(),
+	},
+	{
 		Name:     FunctionWebhooks,
 		Purpose:  "POST /v1/webhooks/kinde and /v1/webhooks/stripe: verify the signature, store the event with its receipt, nudge the worker",
 		Timeout:  WebhooksTimeout,
@@ -528,6 +717,16 @@ var Functions = []Function{
 		Queues:   map[string]Access{QueueInbox: Send},
 		Every:    time.Minute,
 	},
+}
+
+// reconcileTables is what reporting and reconciling read and write: the usage rows (marks,
+// counters, corrections), the ledger's and the holds' indexes (the record the totals are proven
+// from), the accounts, and the reporting tables.
+func reconcileTables() map[string]Access {
+	return map[string]Access{
+		TableAccounts: Read, TableLedger: Read, TableHolds: Read, TableUsage: ReadWrite,
+		TableMeters: ReadWrite, TableOutbox: ReadWrite, TableEvidence: ReadWrite, TableReview: ReadWrite,
+	}
 }
 
 // FunctionByName returns a function's definition.

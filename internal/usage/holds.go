@@ -12,8 +12,8 @@ import (
 // the charged part of the hold to used and gives the rest back, so committed = used + held stays
 // true after every write.
 const (
-	holdUpdate   = "ADD #held :n, #committed :n " + setLabels
-	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased SET #updatedAtMs = :now"
+	holdUpdate   = "ADD #held :n, #committed :n, #rev :one " + setLabels
+	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased, #rev :one SET #updatedAtMs = :now"
 	// settleCondition guards the invariant held ≥ 0: a settlement can only give back a hold the
 	// row still carries. It never fails while holds settle once each; if it does, the transaction
 	// is cancelled and the hold stays RUNNING for a visible, bounded retry.
@@ -42,6 +42,7 @@ func (t Table) SettleHold(accountID, feature, cycleLabel string, held, charged, 
 			":minusReleased": dynamo.N(-(held - charged)),
 			":held":          dynamo.N(held),
 			":now":           dynamo.N(nowMs),
+			":one":           dynamo.N(1),
 		},
 	}}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -23,13 +24,18 @@ import (
 // second per (account, feature, cycle), and a read still fits in one Query page.
 const NumShards = 64
 
-// maxQueryPages bounds the paging of one usage read (NumShards+1 small items fit in one page).
-const maxQueryPages = 4
+// maxQueryPages bounds the paging of one usage read: NumShards+1 small items fit in one page,
+// and the rest of the bound is room for correction rows (thousands fit in a page).
+const maxQueryPages = 8
 
 // Sort keys within a usage partition.
 const (
 	budgetSK    = "budget"
 	shardPrefix = "shard#"
+	// CorrectionPrefix starts the sort key of a correction row (see marks.go).
+	CorrectionPrefix = "correction#"
+	// MarkPrefix starts the sort key of a counter row's report mark (see marks.go).
+	MarkPrefix = "mark#"
 )
 
 // Attribute names. Holds maintain committed = used + held on the budget row.
@@ -43,10 +49,11 @@ const (
 // exports). Every name goes through an alias: "cycle" is a DynamoDB reserved word.
 const setLabels = "SET #accountId = :account, #feature = :feature, #cycle = :cycle, #updatedAtMs = :now"
 
-// Expressions. Every attribute name is written as an alias (see dynamo.Names).
+// Expressions. Every attribute name is written as an alias (see dynamo.Names). Every write adds
+// one to the row's rev (see marks.go).
 const (
-	consumeUpdate    = "ADD #used :n, #committed :n " + setLabels
-	shardUpdate      = "ADD #used :n " + setLabels
+	consumeUpdate    = "ADD #used :n, #committed :n, #rev :one " + setLabels
+	shardUpdate      = "ADD #used :n, #rev :one " + setLabels
 	budgetProjection = "#used, #held, #committed"
 )
 
@@ -95,6 +102,7 @@ func (t Table) capped(updateExpr, accountID, feature, cycleLabel string, amount 
 		":account": dynamo.S(accountID),
 		":feature": dynamo.S(feature),
 		":cycle":   dynamo.S(cycleLabel),
+		":one":     dynamo.N(1),
 	}
 	update := &types.Update{
 		TableName:                 aws.String(t.Name),
@@ -129,6 +137,7 @@ func (t Table) AddToShard(accountID, feature, cycleLabel string, shard int, amou
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":n": dynamo.N(amount), ":now": dynamo.N(nowMs),
 			":account": dynamo.S(accountID), ":feature": dynamo.S(feature), ":cycle": dynamo.S(cycleLabel),
+			":one": dynamo.N(1),
 		},
 	}}
 }
@@ -143,11 +152,25 @@ type Totals struct {
 	Committed int64
 	// Shards is how many counter shards carried usage.
 	Shards int
+	// Corrections is the sum of the partition's correction rows (±): they change what is
+	// billed, never what a limit admitted.
+	Corrections int64
 }
+
+// Billed is the total the provider's meter should hold: final usage plus corrections.
+func (t Totals) Billed() int64 { return t.Used + t.Corrections }
 
 // Read sums a usage partition with strongly consistent reads.
 func (t Table) Read(ctx context.Context, accountID, feature, cycleLabel string) (Totals, error) {
+	tot, _, err := t.ReadRows(ctx, accountID, feature, cycleLabel)
+	return tot, err
+}
+
+// ReadRows sums a usage partition with strongly consistent reads and returns its rows as read:
+// each row's values and its rev come from the same read of that row.
+func (t Table) ReadRows(ctx context.Context, accountID, feature, cycleLabel string) (Totals, []map[string]types.AttributeValue, error) {
 	var tot Totals
+	var rows []map[string]types.AttributeValue
 	var start map[string]types.AttributeValue
 	for range maxQueryPages {
 		out, err := t.DB.Query(ctx, &dynamodb.QueryInput{
@@ -159,24 +182,31 @@ func (t Table) Read(ctx context.Context, accountID, feature, cycleLabel string) 
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
-			return Totals{}, fmt.Errorf("read usage %s %s %s: %w", accountID, feature, cycleLabel, err)
+			return Totals{}, nil, fmt.Errorf("read usage %s %s %s: %w", accountID, feature, cycleLabel, err)
 		}
 		for _, item := range out.Items {
-			used := dynamo.Int(item, AttrUsed)
-			tot.Used += used
-			if dynamo.Str(item, "sk") == budgetSK {
+			rows = append(rows, item)
+			sk := dynamo.Str(item, "sk")
+			switch {
+			case sk == budgetSK:
+				tot.Used += dynamo.Int(item, AttrUsed)
 				tot.Held = dynamo.Int(item, AttrHeld)
 				tot.Committed = dynamo.Int(item, AttrCommitted)
-			} else {
+			case strings.HasPrefix(sk, CorrectionPrefix):
+				tot.Corrections += dynamo.Int(item, AttrUnits)
+			case strings.HasPrefix(sk, MarkPrefix):
+				// A report mark, not usage.
+			default:
+				tot.Used += dynamo.Int(item, AttrUsed)
 				tot.Shards++
 			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {
-			return tot, nil
+			return tot, rows, nil
 		}
 		start = out.LastEvaluatedKey
 	}
-	return Totals{}, fmt.Errorf("read usage %s %s %s: more than %d pages", accountID, feature, cycleLabel, maxQueryPages)
+	return Totals{}, nil, fmt.Errorf("read usage %s %s %s: more than %d pages", accountID, feature, cycleLabel, maxQueryPages)
 }
 
 // ReadBudget reads only the budget row; consistent selects a strongly consistent read. The

@@ -55,6 +55,7 @@ type Server struct {
 	counts       Counts
 	now          func() time.Time
 	mux          *http.ServeMux
+	meters       meterState
 }
 
 // Counts are the calls the stand-in has answered, by endpoint.
@@ -63,6 +64,11 @@ type Counts struct {
 	Entitlements int
 	// Refused counts calls answered with a failure or a 429 on purpose.
 	Refused int
+	// MeterWrites and MeterReads count meter-usage calls, answered or refused;
+	// MeterWritesApplied counts the writes that changed (or set) a total.
+	MeterWrites        int
+	MeterWritesApplied int
+	MeterReads         int
 }
 
 // New returns a stand-in that accepts one client's credentials.
@@ -70,10 +76,15 @@ func New(clientID, clientSecret string) *Server {
 	s := &Server{
 		clientID: clientID, clientSecret: clientSecret, mode: OK,
 		tokens: map[string]time.Time{}, customers: map[string][]kinde.Entitlement{}, now: time.Now,
-		mux: http.NewServeMux(),
+		mux: http.NewServeMux(), meters: newMeterState(),
 	}
 	s.mux.HandleFunc("POST "+kinde.TokenPath, s.token)
 	s.mux.HandleFunc("GET "+kinde.EntitlementsPath, s.entitlements)
+	s.mux.HandleFunc("POST "+kinde.MeterUsagePath, s.recordMeterUsage)
+	s.mux.HandleFunc("GET "+kinde.MeterUsagePath, s.readMeterUsage)
+	s.mux.HandleFunc("PUT /standin/meter-faults", s.putMeterFaults)
+	s.mux.HandleFunc("PUT /standin/meter-usage/{agreement}/{feature}", s.putMeterTotal)
+	s.mux.HandleFunc("GET /standin/meter-usage/{agreement}/{feature}", s.getMeterTotal)
 	s.mux.HandleFunc("PUT /standin/mode", s.putMode)
 	s.mux.HandleFunc("PUT /standin/entitlements/{customer}", s.putEntitlements)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -169,7 +180,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"access_token": tok, "token_type": "bearer", "expires_in": int(tokenTTL / time.Second),
-		"scope": kinde.ScopeEntitlements,
+		"scope": kinde.ScopeEntitlements + " " + kinde.ScopeMeterUsageWrite + " " + kinde.ScopeMeterUsageRead,
 	})
 }
 
@@ -180,17 +191,7 @@ func (s *Server) entitlements(w http.ResponseWriter, r *http.Request) {
 	if s.refuse(w) {
 		return
 	}
-	const prefix = "Bearer "
-	auth := r.Header.Get("Authorization")
-	s.mu.Lock()
-	expiry, ok := time.Time{}, false
-	if len(auth) > len(prefix) {
-		expiry, ok = s.tokens[auth[len(prefix):]]
-	}
-	now := s.now()
-	s.mu.Unlock()
-	if !ok || now.After(expiry) {
-		writeErrors(w, http.StatusUnauthorized, "INVALID_TOKEN", "The token is missing, unknown or expired.")
+	if !s.authorized(w, r) {
 		return
 	}
 	q := r.URL.Query()
@@ -230,6 +231,24 @@ func (s *Server) entitlements(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, kinde.EntitlementsResponse{
 		Code: "OK", Message: "Success", HasMore: more, Entitlements: append([]kinde.Entitlement{}, ents...),
 	})
+}
+
+// authorized checks the bearer token; it answers 401 and reports false when it is not valid.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	const prefix = "Bearer "
+	auth := r.Header.Get("Authorization")
+	s.mu.Lock()
+	expiry, ok := time.Time{}, false
+	if len(auth) > len(prefix) {
+		expiry, ok = s.tokens[auth[len(prefix):]]
+	}
+	now := s.now()
+	s.mu.Unlock()
+	if !ok || now.After(expiry) {
+		writeErrors(w, http.StatusUnauthorized, "INVALID_TOKEN", "The token is missing, unknown or expired.")
+		return false
+	}
+	return true
 }
 
 func (s *Server) putMode(w http.ResponseWriter, r *http.Request) {
