@@ -30,6 +30,7 @@ import schemathesis
 BASE_URL = os.environ["FERRY_CONTRACT_URL"].rstrip("/")
 OPERATOR = {"Authorization": "Bearer " + os.environ["FERRY_CONTRACT_OPERATOR_KEY"]}
 ACCOUNT = {"Authorization": "Bearer " + os.environ["FERRY_CONTRACT_ACCOUNT_KEY"]}
+ACCOUNT_ID = os.environ["FERRY_CONTRACT_ACCOUNT_ID"]
 PROBLEM_TYPE = re.compile(r"^tag:ferrymeter\.dev,2026:problem:[a-z-]+$")
 # How long the final check waits for the worker to finish the accepted events.
 SETTLE_SECONDS = 60
@@ -102,9 +103,81 @@ def before_load_schema(context, raw_schema):
     schemas["PlanName"]["enum"] = plans
     schemas["Limits"]["propertyNames"] = {"enum": limited}
     schemas["CreateHoldRequest"]["properties"]["feature"]["enum"] = features
+    schemas["CorrectionRequest"]["properties"]["feature"]["enum"] = features
+    # The reporting routes name an account in the body or the query; valid data names the
+    # account the run made (any other valid id is a 404, as the document says, and stops there).
+    schemas["CorrectionRequest"]["properties"]["account"] = {"enum": [ACCOUNT_ID]}
+    schemas["ReconcileRequest"]["properties"]["account"] = {"enum": [ACCOUNT_ID]}
+    for parameter in raw_schema["paths"]["/v1/reconcile/evidence"]["get"]["parameters"]:
+        if parameter["name"] == "account":
+            parameter["schema"] = {"enum": [ACCOUNT_ID]}
     for parameter in raw_schema["paths"]["/v1/usage"]["get"]["parameters"]:
         if parameter["name"] == "feature":
             parameter["schema"]["enum"] = features
+
+
+# --- credentials: each operation with the keys it documents, and no other ---------------------
+
+KEYS = {"operatorKey": OPERATOR["Authorization"], "accountKey": ACCOUNT["Authorization"]}
+_turns = {}  # operation label -> cases that took a key
+
+
+def _schemes(operation):
+    """The security schemes of Ferry's keys that the operation documents, in its order."""
+    security = operation.definition.raw.get("security", operation.schema.raw_schema.get("security", []))
+    return [name for requirement in security if isinstance(requirement, dict) for name in requirement if name in KEYS]
+
+
+@schemathesis.auth(refresh_interval=None, retry_on=[])
+class FerryKeys:
+    """Gives each case the key its operation documents.
+
+    An operation that takes either key (the billing-events routes: an account sees its own
+    events, the operator every event) gets them in turn, so both are exercised; schemathesis's
+    own choice would be the first alternative every time. The webhook routes, /healthz and
+    /openapi.yaml document no key and get none.
+    """
+
+    def get(self, case, context):
+        schemes = _schemes(case.operation)
+        if not schemes:
+            return None
+        turn = _turns.get(case.operation.label, 0)
+        _turns[case.operation.label] = turn + 1
+        return KEYS[schemes[turn % len(schemes)]]
+
+    def set(self, case, data, context):
+        case.headers = case.headers or {}
+        case.headers["Authorization"] = data
+
+
+_other_key_tried = set()  # operation labels whose answer to the other key was checked
+
+
+@schemathesis.check
+def ferry_other_key_refused(ctx, response, case):
+    """The key of the other kind is a 401 on an operation that takes one kind only.
+
+    schemathesis tries no key and made-up keys; this tries a real key of the wrong kind (the
+    account's key on an operator route, the operator key on an account route), which must be a
+    401, as the document says of a wrong key. It sends the request that was just answered 2xx
+    once more, once per operation.
+    """
+    label = case.operation.label
+    schemes = _schemes(case.operation)
+    if len(schemes) != 1 or not 200 <= response.status_code < 300 or label in _other_key_tried:
+        return None
+    _other_key_tried.add(label)
+    other = KEYS["accountKey" if schemes[0] == "operatorKey" else "operatorKey"]
+    request = response.request.copy()
+    request.headers["Authorization"] = other
+    answer = _http.send(request, timeout=10)
+    if answer.status_code != 401:
+        raise AssertionError(
+            f"{case.operation.method.upper()} {case.operation.path} answered the {'account' if schemes[0] == 'operatorKey' else 'operator'} "
+            f"key, which it does not take, with {answer.status_code}, not 401"
+        )
+    return None
 
 
 # --- keys: refusals and replays only where the key was used before ---------------------------
@@ -237,6 +310,27 @@ def before_call(context, case, kwargs):
         # The document's cursor is "the `next` of the page before": one this API returned.
         del case.query["cursor"]
     _before.clear()
+    _read_before(case)
+
+
+def _read_before(case):
+    """What a read shows before a write that must leave it alone if it is refused."""
+    op = case.operation
+    body = case.body if isinstance(case.body, dict) else {}
+    key = (op.method.upper(), op.path)
+    if key == ("POST", "/v1/holds") and isinstance(body.get("feature"), str) and body["feature"]:
+        _before["usage"] = _usage(body["feature"])
+    elif key in {("POST", "/v1/holds/{id}/charges"), ("POST", "/v1/holds/{id}/settle")}:
+        hold_id = (case.path_parameters or {}).get("id")
+        if isinstance(hold_id, str) and hold_id:
+            _before["hold"] = _hold(hold_id)
+    elif key == ("POST", "/v1/accounts") and isinstance(body.get("id"), str) and body["id"]:
+        _before["account"] = _account(body["id"])
+    elif key == ("PATCH", "/v1/accounts/{id}"):
+        account_id = (case.path_parameters or {}).get("id")
+        if isinstance(account_id, str) and account_id:
+            _before["account"] = _account(account_id)
+    _before["route"] = key
 
 
 _cursors = set()  # every `next` a list answered
@@ -281,22 +375,6 @@ def _one_content_mode(case):
     if "ce-id" not in present:
         headers["ce-id"] = "contract-" + os.urandom(8).hex()
     case.headers = headers
-    op = case.operation
-    body = case.body if isinstance(case.body, dict) else {}
-    key = (op.method.upper(), op.path)
-    if key == ("POST", "/v1/holds") and isinstance(body.get("feature"), str) and body["feature"]:
-        _before["usage"] = _usage(body["feature"])
-    elif key in {("POST", "/v1/holds/{id}/charges"), ("POST", "/v1/holds/{id}/settle")}:
-        hold_id = (case.path_parameters or {}).get("id")
-        if isinstance(hold_id, str) and hold_id:
-            _before["hold"] = _hold(hold_id)
-    elif key == ("POST", "/v1/accounts") and isinstance(body.get("id"), str) and body["id"]:
-        _before["account"] = _account(body["id"])
-    elif key == ("PATCH", "/v1/accounts/{id}"):
-        account_id = (case.path_parameters or {}).get("id")
-        if isinstance(account_id, str) and account_id:
-            _before["account"] = _account(account_id)
-    _before["route"] = key
 
 
 @schemathesis.check

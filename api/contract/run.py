@@ -112,6 +112,7 @@ def main():
             FERRY_CONTRACT_URL=url,
             FERRY_CONTRACT_OPERATOR_KEY=operator_key,
             FERRY_CONTRACT_ACCOUNT_KEY=account_key,
+            FERRY_CONTRACT_ACCOUNT_ID=account_id,
             PYTHONPATH=HERE,
             FERRY_CONTRACT_CATALOG=os.path.join(ROOT, "internal", "plans", "plans.json"),
         )
