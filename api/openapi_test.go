@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/golang-jwt/jwt/v5"
@@ -25,12 +27,14 @@ import (
 
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/corrections"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/plans"
 	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
@@ -103,6 +107,34 @@ func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
 		max := schemas[field.schema].Value.Properties[field.property].Value.Max
 		if max == nil || *max != float64(holds.MaxAmount) {
 			t.Errorf("%s.%s maximum %v, want %d", field.schema, field.property, max, int64(holds.MaxAmount))
+		}
+	}
+	units := schemas["CorrectionRequest"].Value.Properties["units"].Value
+	if units.Min == nil || units.Max == nil || *units.Min != -corrections.MaxUnits || *units.Max != corrections.MaxUnits {
+		t.Errorf("CorrectionRequest.units from %v to %v, want ±%d", units.Min, units.Max, int64(corrections.MaxUnits))
+	}
+	if reason := schemas["CorrectionRequest"].Value.Properties["reason"].Value; reason.MaxLength == nil || *reason.MaxLength != corrections.MaxReasonLength {
+		t.Errorf("CorrectionRequest.reason maxLength %v, want %d", reason.MaxLength, corrections.MaxReasonLength)
+	}
+}
+
+// A correction's reason is refused by the document exactly when the handler refuses it: blank
+// (Go's white space, the Unicode set) or holding a control character other than the line feed.
+func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	reason := doc.Components.Schemas["CorrectionRequest"].Value.Properties["reason"].Value
+	pattern := regexp.MustCompile(reason.Pattern)
+	candidates := []string{"ok", "a\nb", "\ufeff", "x y", "é"}
+	for r := rune(0); r <= 0x3000; r++ {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			candidates = append(candidates, string(r), "x"+string(r), string(r)+"x")
+		}
+	}
+	for _, text := range candidates {
+		in := corrections.Input{Account: "acct_1", Feature: "events", Units: 1, Reason: text, IdempotencyKey: "k"}
+		handler := in.Validate(plans.Default()) == nil
+		if document := pattern.MatchString(text); document != handler {
+			t.Errorf("reason %q: the document accepts it %v, the handler %v", text, document, handler)
 		}
 	}
 }
