@@ -696,6 +696,10 @@ func conformanceTable() []exchange {
 		{name: "evidence", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&cycle=2026-11", as: "operator", status: 200},
 		{name: "evidence, no account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence", as: "operator", status: 400, invalidRequest: true},
 		{name: "evidence, unknown account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=nobody", as: "operator", status: 404},
+		{name: "evidence, cycle empty", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&cycle=", as: "operator", status: 400, invalidRequest: true},
+		{name: "evidence, account twice", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&account=nobody", as: "operator", status: 400, unmodelled: true},
+		{name: "evidence, unknown parameter", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&colour=red", as: "operator", status: 400, unmodelled: true},
+		{name: "review list, a parameter", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review?cursor=x", as: "operator", status: 400, unmodelled: true},
 		{name: "review list", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "operator", status: 200},
 		{name: "review list, an account's key", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "acct_1", status: 401},
 
