@@ -29,8 +29,8 @@ START_LIMIT = 120  # seconds for the stack to print its address and answer /heal
 STOP_LIMIT = 20
 
 
-def start_stack(binary, workdir, operator_key):
-    env = dict(os.environ, FERRY_ADMIN_KEY=operator_key)
+def start_stack(binary, workdir, operator_key, stripe_secret):
+    env = dict(os.environ, FERRY_ADMIN_KEY=operator_key, FERRY_STRIPE_WEBHOOK_SECRET=stripe_secret)
     env.setdefault("FERRY_FAUXQS_DIR", os.path.join(ROOT, "_tools", "node_modules", "fauxqs"))
     for name in ("FERRY_DYNAMODB_ENDPOINT", "FERRY_S3_ENDPOINT", "FERRY_SQS_ENDPOINT"):
         env.pop(name, None)  # the embedded stack, always
@@ -99,12 +99,13 @@ def main():
     extra = sys.argv[2:]
     workdir = tempfile.mkdtemp(prefix="ferry-contract-")
     operator_key = "op_" + secrets.token_urlsafe(24)
+    stripe_secret = "whsec_" + secrets.token_urlsafe(24)
     proc = None
     code = 1
     # A SIGTERM (CI's timeout, a Ctrl-C'd make) still stops the stack.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        proc, url = start_stack(binary, workdir, operator_key)
+        proc, url = start_stack(binary, workdir, operator_key, stripe_secret)
         account_id, account_key = create_account(url, operator_key)
         print(f"ferry dev on {url}; account {account_id}; stack log {workdir}/ferry.log", flush=True)
         env = dict(
@@ -113,6 +114,7 @@ def main():
             FERRY_CONTRACT_OPERATOR_KEY=operator_key,
             FERRY_CONTRACT_ACCOUNT_KEY=account_key,
             FERRY_CONTRACT_ACCOUNT_ID=account_id,
+            FERRY_CONTRACT_STRIPE_SECRET=stripe_secret,
             PYTHONPATH=HERE,
             FERRY_CONTRACT_CATALOG=os.path.join(ROOT, "internal", "plans", "plans.json"),
         )
