@@ -7,6 +7,8 @@ TOOLS_DIR := _tools
 TOOLS_STAMP := $(TOOLS_DIR)/node_modules/.ferry-installed
 FUNCTIONS := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 TEST_TIMEOUT ?= 45m
+PYTHON    ?= python3
+PY_LOCKS  := $(TOOLS_DIR)/python
 # make build's target architecture (Lambda runs the functions on Graviton) and folder.
 BUILD_ARCH ?= arm64
 BUILD_DIR ?= build
@@ -29,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := 1
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
 $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is required (Node.js 20 or later)"; exit 1; }
@@ -39,6 +41,21 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 .PHONY: tools
 tools: $(TOOLS_STAMP) $(STRIPE_MOCK) ## install the Go modules, stripe-mock and the npm tools (fauxqs, the CDK CLI) under _tools/
 	$(GO) mod download
+
+# One virtualenv under _tools/ per lock file in _tools/python/, installed only from the pinned
+# wheels whose hashes the lock lists (no resolution, no builds).
+$(TOOLS_DIR)/venv-%/.ferry-installed: $(PY_LOCKS)/%.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (Python 3.11 or later)"; exit 1; }
+	rm -rf $(TOOLS_DIR)/venv-$*
+	$(PYTHON) -m venv $(TOOLS_DIR)/venv-$*
+	$(TOOLS_DIR)/venv-$*/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: -r $<
+	@touch $@
+
+.PHONY: python-locks
+python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python tools (_tools/python/*.in) into hashed locks
+	cd $(PY_LOCKS) && for lock in pip-tools moto contract; do \
+		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
+	done
 
 $(STRIPE_MOCK):
 	GOBIN=$(CURDIR)/$(TOOLS_DIR)/bin GOFLAGS= $(GO) install $(STRIPE_MOCK_MODULE)@$(STRIPE_MOCK_VERSION)
@@ -56,6 +73,14 @@ run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-moto
+test-moto: tools $(TOOLS_DIR)/venv-moto/.ferry-installed ## run the Go packages' tests against moto (a second DynamoDB, S3 and SQS) on loopback
+	TEST_TIMEOUT=$(TEST_TIMEOUT) scripts/test-moto.sh
+
+.PHONY: test-contract
+test-contract: tools $(TOOLS_DIR)/venv-contract/.ferry-installed ## fuzz every operation of api/openapi.yaml against ferry dev with schemathesis
+	scripts/test-contract.sh
 
 .PHONY: test-race
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
