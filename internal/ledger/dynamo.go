@@ -25,9 +25,23 @@ const (
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
 	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
-	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
-	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	reopenUpdate        = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs"
+	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
+	// only for a billed entry (after the bill step, or in scenario rows that match billed
+	// entries alone), so the entry carries its checkpoint here.
+	markCondition    = "#status = :inserting"
+	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
+	// reopenUpdate takes the entry out of the failure index in the write that reopens it.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs"
+	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
+	// UNINSERTABLE end) from touching an entry another delivery finished.
+	insertingCondition = "#status = :inserting"
+	// uninsertableCondition: only an UNINSERTABLE entry is reopened for a redrive.
+	uninsertableCondition = "#status = :uninsertable"
+	// finalUpdate and insertedUpdate end an entry (UNINSERTABLE, INSERTED); an UNINSERTABLE end
+	// also puts the entry in the failure index.
+	finalUpdate        = "SET #status = :status, #updatedAtMs = :now"
+	insertedUpdate     = finalUpdate + ", #insertedAtMs = :now"
+	uninsertableUpdate = finalUpdate + ", " + failureSet
 	// failureSet puts a REJECTED or UNINSERTABLE entry in the sparse failure index (see
 	// resources.IndexLedgerByFailure), in the same write that gives it the status.
 	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
@@ -292,8 +306,8 @@ func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
 		UpdateExpression:         aws.String(quarantineUpdate),
-		ConditionExpression:      aws.String("#status = :inserting"),
-		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, "#status"),
+		ConditionExpression:      aws.String(insertingCondition),
+		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, insertingCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":one": dynamo.N(1), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
 		},
@@ -311,7 +325,7 @@ func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason
 // MarkUninsertable ends an INSERTING entry as UNINSERTABLE: its payload is archived, its row
 // cannot be written, and an operator re-drives it once the cause is fixed.
 func (s *DynamoStore) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
-	return s.setFinal(ctx, accountID, eventID, Uninsertable, "#status = :inserting", nowMs)
+	return s.setFinal(ctx, accountID, eventID, Uninsertable, insertingCondition, nowMs)
 }
 
 // MarkInserted ends a billed INSERTING entry as INSERTED. It is idempotent: an entry some other
@@ -331,15 +345,15 @@ func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID strin
 }
 
 func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
-	update := "SET #status = :status, #updatedAtMs = :now"
+	update := finalUpdate
 	values := map[string]types.AttributeValue{
 		":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
 	}
 	switch status {
 	case Inserted:
-		update += ", #insertedAtMs = :now"
+		update = insertedUpdate
 	case Uninsertable:
-		update += ", " + failureSet
+		update = uninsertableUpdate
 		values[":failureKey"] = dynamo.S(FailureKey(accountID, Uninsertable))
 	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -366,8 +380,8 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
 		UpdateExpression:         aws.String(reopenUpdate),
-		ConditionExpression:      aws.String("#status = :uninsertable"),
-		ExpressionAttributeNames: dynamo.Names(reopenUpdate, "#status"),
+		ConditionExpression:      aws.String(uninsertableCondition),
+		ExpressionAttributeNames: dynamo.Names(reopenUpdate, uninsertableCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
 			":zero": dynamo.N(0),
