@@ -72,6 +72,11 @@ run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS 
 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
+	@[ -x "$${FERRY_CHROMIUM:-/usr/bin/chromium}" ] || { \
+		echo "**************************************************************************"; \
+		echo "* No Chromium at $${FERRY_CHROMIUM:-/usr/bin/chromium}: the console's browser test is SKIPPED."; \
+		echo "* Install it (apt-get install chromium) or set FERRY_CHROMIUM to run it."; \
+		echo "**************************************************************************"; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-moto

@@ -43,6 +43,10 @@ import (
 func TestMain(m *testing.M) {
 	// Kinde's webhooks are application/jwt: a text body to the validator.
 	openapi3filter.RegisterBodyDecoder("application/jwt", openapi3filter.PlainBodyDecoder)
+	// The console's page and files.
+	for _, ct := range []string{"text/html", "text/javascript", "text/css", "image/svg+xml"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
 	testenv.Main(m)
 }
 
@@ -917,7 +921,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		served[k] = true
 	}
 	exercised := map[string]bool{}
-	for _, x := range append(conformanceTable(), inboxTable()...) {
+	for _, x := range append(append(conformanceTable(), inboxTable()...), consoleTable()...) {
 		if !served[x.route] {
 			t.Errorf("%s: %s is in the conformance table but not served", x.name, x.route)
 			continue
@@ -982,3 +986,40 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 }
 
 func routeMethod(route string) string { return route[:strings.IndexByte(route, ' ')] }
+
+// consoleTable exercises the console's routes: its page and files, signing in and out, its
+// lists, redrive and labs. (Sessions themselves are tested in internal/httpapi; the document
+// declares the cookie, the table calls with the operator key.)
+func consoleTable() []exchange {
+	return []exchange{
+		{name: "console page", route: "GET /console", path: "/console", as: "none", status: 200},
+		{name: "console page, a query", route: "GET /console", path: "/console?x=1", as: "none", status: 400},
+		{name: "console script", route: "GET /console/{asset}", path: "/console/console.js", as: "none", status: 200},
+		{name: "console file, unknown", route: "GET /console/{asset}", path: "/console/nothing.js", as: "none", status: 404},
+		{name: "sign in", route: "POST /v1/sessions", path: "/v1/sessions", as: "operator", status: 201},
+		{name: "sign in, an account's key", route: "POST /v1/sessions", path: "/v1/sessions", as: "acct_1", status: 401},
+		{name: "current session, by key", route: "GET /v1/sessions/current", path: "/v1/sessions/current", as: "operator", status: 404},
+		{name: "current session, none", route: "GET /v1/sessions/current", path: "/v1/sessions/current", as: "none", status: 401, invalidRequest: true},
+		{name: "sign out, by key", route: "DELETE /v1/sessions/current", path: "/v1/sessions/current", as: "operator", status: 404},
+		{name: "accounts", route: "GET /v1/accounts", path: "/v1/accounts?prefix=acct_&limit=2", as: "operator", status: 200},
+		{name: "accounts, a limit too large", route: "GET /v1/accounts", path: "/v1/accounts?limit=101", as: "operator", status: 400, invalidRequest: true},
+		{name: "accounts, an account's key", route: "GET /v1/accounts", path: "/v1/accounts", as: "acct_1", status: 401},
+		{name: "standing", route: "GET /v1/accounts/{id}/standing", path: "/v1/accounts/acct_1/standing?cycles=2", as: "operator", status: 200},
+		{name: "standing, unknown", route: "GET /v1/accounts/{id}/standing", path: "/v1/accounts/nobody/standing", as: "operator", status: 404},
+		{name: "failed events, own", route: "GET /v1/events", path: "/v1/events?status=REJECTED", as: "acct_1", status: 200},
+		{name: "failed events, the operator names the account", route: "GET /v1/events", path: "/v1/events?status=UNINSERTABLE&account=acct_1", as: "operator", status: 200},
+		{name: "failed events, no account", route: "GET /v1/events", path: "/v1/events?status=REJECTED", as: "operator", status: 400},
+		{name: "failed events, not a failure status", route: "GET /v1/events", path: "/v1/events?status=INSERTED", as: "acct_1", status: 400, invalidRequest: true},
+		{name: "redrive, unknown event", route: "POST /v1/events/{id}/redrive", path: "/v1/events/evt_none/redrive", as: "operator", idemKey: "redrive-1",
+			body: `{"account":"acct_1"}`, status: 404},
+		{name: "redrive, no account", route: "POST /v1/events/{id}/redrive", path: "/v1/events/evt_none/redrive", as: "operator", idemKey: "redrive-2",
+			body: `{}`, status: 400, invalidRequest: true},
+		{name: "holds, own", route: "GET /v1/holds", path: "/v1/holds?status=SETTLED", as: "acct_1", status: 200},
+		{name: "holds, the operator names the account", route: "GET /v1/holds", path: "/v1/holds?status=RUNNING&account=acct_1", as: "operator", status: 200},
+		{name: "holds, unknown status", route: "GET /v1/holds", path: "/v1/holds?status=LOST", as: "acct_1", status: 400, invalidRequest: true},
+		{name: "outbox", route: "GET /v1/outbox", path: "/v1/outbox?account=acct_1", as: "operator", status: 200},
+		{name: "outbox, no account", route: "GET /v1/outbox", path: "/v1/outbox", as: "operator", status: 400, invalidRequest: true},
+		{name: "lab, unknown", route: "POST /v1/labs/{lab}/runs", path: "/v1/labs/nothing/runs", as: "operator", idemKey: "lab-1", status: 404},
+		{name: "lab, on a stack without its own URL", route: "POST /v1/labs/{lab}/runs", path: "/v1/labs/holds-five/runs", as: "operator", idemKey: "lab-2", status: 501},
+	}
+}

@@ -42,6 +42,12 @@ const (
 	ctxKindeWebhookJWKSURL = "kindeWebhookJwksUrl"
 	ctxStripeRefetch       = "stripeRefetch"
 	ctxStripeAPIBase       = "stripeApiBase"
+	// The stack's public base URL (a custom domain, or the ApiUrl output of an earlier deploy),
+	// which the console's labs drive the stack through. The api function cannot be given its own
+	// API's URL in the same deploy (a circular reference), and never takes it from a request's
+	// Host header (which would send the operator key wherever a caller pointed it): unset, the
+	// console's labs answer 501.
+	ctxAPIURL = "apiUrl"
 	// The Secrets Manager secret holding the Stripe API key: usage is reported to Stripe when it
 	// is set, and the inbox's re-fetch reads with it.
 	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
@@ -143,6 +149,8 @@ type Config struct {
 	// set, usage is reported to Stripe (the reporting functions may read it), and the inbox's
 	// re-fetch reads with it.
 	StripeAPIKeySecretARN string
+	// APIURL is the stack's public base URL the console's labs use (empty: no labs in AWS).
+	APIURL string
 }
 
 // Settings are the deployment settings functions may list (resources.Function.Settings), by
@@ -154,6 +162,9 @@ func (c Config) Settings() map[string]string {
 		out[resources.EnvKindeWebhookJWKSURL] = c.KindeWebhookJWKSURL
 	case c.KindeDomain != "":
 		out[resources.EnvKindeWebhookJWKSURL] = kindewebhook.JWKSURLFor(c.KindeDomain)
+	}
+	if c.APIURL != "" {
+		out[resources.EnvAPIURL] = c.APIURL
 	}
 	if c.StripeRefetch {
 		out[resources.EnvStripeRefetch] = "true"
@@ -239,6 +250,7 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.KindeClientSecretARN = str(ctxKindeClientSecretARN, "")
 	c.KindeWebhookJWKSURL = str(ctxKindeWebhookJWKSURL, "")
 	c.StripeAPIBase = str(ctxStripeAPIBase, "")
+	c.APIURL = str(ctxAPIURL, "")
 	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
 	switch refetch := strings.ToLower(str(ctxStripeRefetch, "false")); refetch {
 	case "true", "false":
@@ -280,6 +292,11 @@ func (c Config) Validate() error {
 	var errs []error
 	if !stagePattern.MatchString(c.Stage) || len(c.Stage) > maxStageLen {
 		errs = append(errs, fmt.Errorf("stage %q: want lowercase letters, digits and hyphens, starting with a letter, at most %d characters", c.Stage, maxStageLen))
+	}
+	if c.APIURL != "" {
+		if err := provider.CheckEndpoint(ctxAPIURL, c.APIURL); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
 		errs = append(errs, fmt.Errorf("alarmEmail %q is not an e-mail address", c.AlarmEmail))

@@ -30,6 +30,8 @@ KINDE_WEBHOOK_JWKS_URL ?=
 STRIPE_REFETCH ?=
 STRIPE_API_BASE ?=
 STRIPE_API_KEY_SECRET_ARN ?=
+# The stack's public URL (its ApiUrl output, or a custom domain), for the console's labs.
+API_URL ?=
 CDK_FLAGS ?=
 
 CDK := _tools/node_modules/.bin/cdk
@@ -45,7 +47,8 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(KINDE_WEBHOOK_JWKS_URL),-c kindeWebhookJwksUrl=$(KINDE_WEBHOOK_JWKS_URL)) \
 	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
 	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
-	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN))
+	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN)) \
+	$(if $(API_URL),-c apiUrl=$(API_URL))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \

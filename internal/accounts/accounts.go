@@ -211,6 +211,9 @@ func (e *LinkTakenError) Public() problem.Public {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
+// prefixPattern is what the start of an account id may look like (a search).
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
 // ValidID reports whether id can name an account: 1–64 letters, digits, '_' or '-', starting with
 // a letter or digit. Event ledger keys rely on ids never containing '#'.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
@@ -367,6 +370,8 @@ type Store interface {
 	// It is called only for an account that was read (Known), and accounts are never deleted,
 	// so it carries no condition that the account exists.
 	MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error)
+	// List returns a page of accounts in id order, those whose id starts with prefix.
+	List(ctx context.Context, prefix, cursor string, limit int) (Page, error)
 }
 
 // Service is the accounts use cases.

@@ -46,6 +46,9 @@ type Config struct {
 	// Inbox is where the webhook inbox's verification keys come from, and whether its worker
 	// re-fetches Stripe objects.
 	Inbox InboxConfig
+	// APIURL is the stack's own public base URL (FERRY_API_URL): the console's labs drive the
+	// stack through it, and a plain-http loopback URL makes the session cookie non-Secure.
+	APIURL string
 }
 
 // DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
@@ -78,6 +81,7 @@ func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Conf
 		return Config{}, err
 	}
 	cfg.Inbox = inboxCfg
+	cfg.APIURL = os.Getenv(resources.EnvAPIURL)
 	if !needOperatorKey {
 		return cfg, nil
 	}

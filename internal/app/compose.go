@@ -391,6 +391,16 @@ func (c *Composer) Serve(fn *Function, on any, auth httpapi.Authentication) *Fun
 		}
 		auth.Accounts = fn.Accounts
 	}
+	if auth.Sessions == nil && needs(func(r httpapi.Route) bool { return r.Auth.TakesSession() }) {
+		// The operator's console session authenticates the operator routes of every function,
+		// as the operator key does: each reads the session table.
+		access := resources.Read
+		if c.Entry.Name == resources.FunctionAPI {
+			access = resources.ReadWrite
+		}
+		auth.Sessions = c.sessions(access)
+		auth.Cookie = c.cookie()
+	}
 	fn.HTTP = httpapi.NewServer(c.Entry.Name, c.routes, on, auth, c.Log)
 	if needs(httpapi.Route.Mutating) {
 		fn.Idempotency = &idempotency.Service{

@@ -51,7 +51,16 @@ func buildAPI(c *Composer) (*Function, error) {
 	// The operator routes create accounts with their keys and link provider ids to them.
 	fn.Accounts = c.accounts(resources.ReadWrite, resources.ReadWrite, resources.ReadWrite)
 	fn.Usage = c.usage(resources.Read)
-	fn.Ledger = c.ledger(resources.Read, resources.Read)
+	// The ledger: event status, the failed-event lists, and an operator's redrive (which reopens
+	// an UNINSERTABLE entry and queues its archived payload again).
+	fn.Ledger = c.ledger(resources.ReadWrite, resources.Read)
+	fn.Archive = &archive.S3{Client: c.Clients.S3, Bucket: c.Bucket(resources.BucketArchive, resources.Read)}
+	redrive := &worker.Redrive{
+		Ledger: fn.Ledger, Archive: fn.Archive,
+		Queue: &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send)},
+		NowMs: func() int64 { return c.Now().UnixMilli() },
+	}
+	holdLister := &holds.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableHolds, resources.Read)}
 	// GET /v1/usage shows the limit the next admission is held to, from the holds' source, and
 	// an allowance's grant rows; the billing-events routes read the inbox and replay (a write
 	// and a nudge).
@@ -63,6 +72,8 @@ func buildAPI(c *Composer) (*Function, error) {
 	api := httpapi.New(httpapi.Deps{
 		Accounts: fn.Accounts, Events: fn.Ledger, Usage: fn.Usage, Catalog: c.Config.Catalog, Now: c.Now,
 		Limits: fn.Limits, Allowances: fn.Allowances, BillingEvents: reader,
+		FailedEvents: fn.Ledger, Redrive: redrive, HoldLister: holdLister,
+		Console: c.console(),
 	})
 	return c.Serve(fn, api, httpapi.Authentication{Accounts: fn.Accounts}), nil
 }
@@ -208,7 +219,7 @@ func buildMeterAPI(c *Composer) (*Function, error) {
 		Accounts: fn.Accounts, Catalog: c.Config.Catalog, Now: c.Now,
 		Meters: httpapi.MeterDeps{
 			Corrections: m.Corrections, Reporter: m.Reporter, Reconciler: m.Reconciler, Evidence: m.Evidence,
-			Review: m.Review, Drainer: m.Drainer,
+			Review: m.Review, Drainer: m.Drainer, Outbox: m.Outbox,
 		},
 	})
 	return c.Serve(fn, api, httpapi.Authentication{}), nil

@@ -61,8 +61,11 @@ type StackOptions struct {
 	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
 	// also gets an IAM guard on its own.
 	Clients cloud.Options
-	Log     *slog.Logger
-	Now     func() time.Time
+	// Configure adjusts the functions' configuration before they are composed (a test's
+	// stricter analytics schema, say).
+	Configure func(*app.Config)
+	Log       *slog.Logger
+	Now       func() time.Time
 }
 
 // Stack is a running local Ferry: emulators, resources, every function composed by its builder
@@ -136,6 +139,11 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	s.Names = names
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
+	// The console's labs drive the stack through its own address, as ferry lab does.
+	cfg.APIURL = "http://" + listener.Addr().String()
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}

@@ -109,7 +109,13 @@ var testAblations = []struct{ guards, target string }{
 // dead (implied by another guard or a fact) or untested (no test yet reaches the window it
 // closes). Today every guard has a run that needs it; the clauses found dead were removed from
 // the code, each with its argument (see the history of internal/*/guards.go).
-var untestedGuards = map[string]string{}
+var untestedGuards = map[string]string{
+	"session.put.new": "untested: a collision of two 256-bit random session tokens cannot be provoked",
+	"console.slot.free": "tested directly by internal/console TestSlots_BoundTheLabsThatRunAtOnce (a held slot refuses a run until " +
+		"its lease lapses), not yet by the ablation table",
+	"console.slot.holder": "tested directly by internal/console TestSlots_BoundTheLabsThatRunAtOnce (a stale release frees nothing), " +
+		"not yet by the ablation table",
+}
 
 // Each guard a test of its package needs fails that test when it is removed at the wire.
 func TestGuardAblation_EachRemovedGuardFailsTheTestThatNeedsIt(t *testing.T) {

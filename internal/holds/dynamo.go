@@ -71,6 +71,9 @@ type holdItem struct {
 	Rev         int64  `dynamodbav:"rev"`
 	// ExpiresAt (epoch seconds) is set at settlement; a running hold never expires by TTL.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+	// AccountStatus ("<account>#<status>") puts the hold in the account index, beside its
+	// creation time. A charge changes neither; a settlement, which writes the hold whole, moves it.
+	AccountStatus string `dynamodbav:"accountStatus"`
 	// SettledPartition is present only on a final hold: its usage partition, which puts it in
 	// the settled index the reconciler sums the ledger's holds from.
 	SettledPartition string `dynamodbav:"settledPartition,omitempty"`
@@ -97,6 +100,7 @@ func itemOf(h Hold) holdItem {
 		Feature: h.Feature, Cycle: h.Cycle, Amount: h.Amount, Used: h.Used, Status: string(h.Status),
 		LeaseExpiresAtMs: h.LeaseExpiresAtMs, Charged: h.Charged, Released: h.Released,
 		SettledAtMs: h.SettledAtMs, CreatedAtMs: h.CreatedAtMs, UpdatedAtMs: h.UpdatedAtMs, Rev: h.Rev,
+		AccountStatus: AccountStatusKey(h.AccountID, h.Status),
 	}
 	if !h.Limit.Unlimited {
 		it.LimitMax = aws.Int64(h.Limit.Max)

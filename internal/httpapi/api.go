@@ -30,6 +30,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/session"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
@@ -65,7 +66,14 @@ type Deps struct {
 	// Webhooks stores verified provider deliveries; BillingEvents reads and replays them.
 	Webhooks      WebhookStore
 	BillingEvents *inbox.Reader
-	Now           func() time.Time
+	// FailedEvents lists an account's REJECTED and UNINSERTABLE events; Redrive queues an
+	// UNINSERTABLE one again from the archive; HoldLister lists an account's holds.
+	FailedEvents FailedEventLister
+	Redrive      Redriver
+	HoldLister   HoldLister
+	// Console serves the operator console's page, its sessions and its labs.
+	Console ConsoleDeps
+	Now     func() time.Time
 }
 
 // WebhookStore stores a provider's delivery once it is verified (webhooks.Receiver does).
@@ -110,6 +118,15 @@ type Authentication struct {
 	Accounts Authenticator
 	// Signatures authenticates WebhookSignature routes.
 	Signatures SignatureVerifier
+	// Sessions authenticates the operator's console sessions on Operator and AccountOrOperator
+	// routes, by the Cookie (session.Service does).
+	Sessions SessionVerifier
+	Cookie   session.Cookie
+}
+
+// SessionVerifier returns the live console session a token names (or session.ErrNoSession).
+type SessionVerifier interface {
+	Verify(ctx context.Context, token string) (session.Session, error)
 }
 
 // Server serves one function's share of a route table: each of its routes on the value its
@@ -231,6 +248,14 @@ func (a Authentication) covers(route Route) error {
 		if a.OperatorKey == "" || a.Accounts == nil {
 			return fmt.Errorf("route %s takes the operator key or account keys, and the function lacks one of them", route.Key())
 		}
+	case OperatorKey:
+		if a.OperatorKey == "" {
+			return fmt.Errorf("route %s needs the operator key, and the function has none", route.Key())
+		}
+	case Public:
+		if route.Mutating() {
+			return fmt.Errorf("route %s is public and changes state; a public route only serves what carries no data", route.Key())
+		}
 	default:
 		return fmt.Errorf("route %s has no Auth", route.Key())
 	}
@@ -246,6 +271,10 @@ type Principal struct {
 	Account  accounts.Account
 	// Provider names the billing provider whose signed delivery this is (WebhookSignature).
 	Provider string
+	// Session is the console session the operator called through; nil for a bearer key.
+	Session *session.Session
+	// SessionToken is the session's token, from its cookie (signing out ends it).
+	SessionToken string
 }
 
 // PrincipalFrom returns the caller of an authenticated request.
@@ -268,6 +297,11 @@ func (p Principal) Scope() string {
 // authenticate checks the caller the route's Auth asks for.
 func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 	auth := route.Auth
+	if auth == Public {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, Principal{})))
+		}
+	}
 	if auth == WebhookSignature {
 		return func(w http.ResponseWriter, r *http.Request) error {
 			body, err := readBody(r, maxSignedBodyBytes)
@@ -284,12 +318,21 @@ func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
 		key, ok := bearer(r)
+		if !ok && auth.TakesSession() && s.auth.Sessions != nil {
+			if token, ok := s.auth.Cookie.Token(r); ok {
+				p, err := s.sessionPrincipal(r, token)
+				if err != nil {
+					return err
+				}
+				return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+			}
+		}
 		if !ok {
 			return unauthorized("Send the API key as Authorization: Bearer <key>.")
 		}
 		var p Principal
 		switch {
-		case auth == Operator || (auth == AccountOrOperator && s.isOperatorKey(key)):
+		case auth == Operator || auth == OperatorKey || (auth == AccountOrOperator && s.isOperatorKey(key)):
 			if !s.isOperatorKey(key) {
 				return unauthorized("This route needs the operator key.")
 			}
@@ -303,6 +346,32 @@ func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 		}
 		return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
+}
+
+// sessionPrincipal authenticates a request by its console session: the operator, as long as the
+// session lives. A request that may change something must also come from the console's own
+// origin and carry the session's CSRF token: the SameSite=Strict cookie already keeps other
+// sites' pages from sending it, and the token is a second lock that does not depend on the
+// browser getting SameSite right.
+func (s *Server) sessionPrincipal(r *http.Request, token string) (Principal, error) {
+	sess, err := s.auth.Sessions.Verify(r.Context(), token)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !safeMethod(r.Method) {
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+			return Principal{}, failure(problem.Forbidden, "A console request that changes something must come from the console's own page; this one came from "+site+".")
+		}
+		if !sess.CSRFMatches(r.Header.Get(session.HeaderCSRF)) {
+			return Principal{}, failure(problem.Forbidden, "A console request that changes something must carry the session's "+session.HeaderCSRF+" header; this one did not carry the right one. Nothing was done.")
+		}
+	}
+	return Principal{Operator: true, Session: &sess, SessionToken: token}, nil
+}
+
+// safeMethod reports whether an HTTP method only reads (RFC 9110 §9.2.1).
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
 // isOperatorKey compares in constant time; a function without the operator key matches nothing.

@@ -98,24 +98,24 @@ type eventBody struct {
 	Reason            string        `json:"reason,omitempty"`
 }
 
+// getEvent is GET /v1/events/{id}: an account's event (its own; the operator names the account
+// with account=). Another account's event answers exactly as an unknown id does.
 func (a *API) getEvent(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	acct := a.account(r)
-	e, err := a.deps.Events.Get(r.Context(), acct.ID, id)
+	if err := strictQuery(r, []string{"account"}); err != nil {
+		return err
+	}
+	accountID, err := eventScope(r)
+	if err != nil {
+		return err
+	}
+	e, err := a.deps.Events.Get(r.Context(), accountID, r.PathValue("id"))
 	if errors.Is(err, ledger.ErrNotFound) {
-		return notFound("No event with this id has been processed for this account (a queued event appears once the worker claims it).")
+		return errNoEvent
 	}
 	if err != nil {
 		return err
 	}
-	body := eventBody{ID: e.EventID, Status: e.Status, Cycle: e.Cycle, ReceivedAt: rfc3339(e.ReceivedAtMs), Reason: e.Reason}
-	if e.Billed() {
-		body.BillingAcceptedAt = rfc3339(e.BillingAcceptedAtMs)
-	}
-	if e.Status != ledger.Rejected && e.Status != ledger.Uninsertable {
-		body.Reason = ""
-	}
-	return writeJSON(w, http.StatusOK, body)
+	return writeJSON(w, http.StatusOK, newEventBody(e))
 }
 
 type usageBody struct {

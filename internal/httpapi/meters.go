@@ -22,6 +22,8 @@ type MeterDeps struct {
 	Evidence    *reconcile.EvidenceStore
 	Review      *review.DynamoStore
 	Drainer     *outbox.Drainer
+	// Outbox reads a cycle's rows (GET /v1/outbox).
+	Outbox *outbox.DynamoStore
 }
 
 type correctionRequest struct {
@@ -275,4 +277,87 @@ func (a *API) getReview(w http.ResponseWriter, r *http.Request) error {
 		})
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+}
+
+// outboxRow is one row of the Stripe outbox as the API shows it.
+type outboxRow struct {
+	Feature       string `json:"feature"`
+	Cycle         string `json:"cycle"`
+	Key           string `json:"key"`
+	Kind          string `json:"kind"`
+	Status        string `json:"status"`
+	Total         int64  `json:"total"`
+	Delta         int64  `json:"delta"`
+	Attempts      int    `json:"attempts"`
+	NextAttemptAt string `json:"nextAttemptAt,omitempty"`
+	LastError     string `json:"lastError,omitempty"`
+	SentAt        string `json:"sentAt,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	// Identifier is the meter event's identifier as Stripe sees it.
+	Identifier string `json:"identifier"`
+}
+
+// outboxState groups a row as an operator reads the outbox: still to send and never tried
+// (pending), tried and failed or being sent (retrying), out of attempts (dead), or done.
+func outboxState(r outbox.Row) string {
+	switch {
+	case r.Status == outbox.Pending && r.Attempts == 0:
+		return "pending"
+	case r.Status.Due():
+		return "retrying"
+	case r.Status == outbox.Dead:
+		return "dead"
+	}
+	return "done"
+}
+
+// getOutbox is GET /v1/outbox?account=&cycle=: the account's Stripe outbox rows of one cycle
+// (its current one by default), for every feature, grouped pending, retrying, dead and done.
+func (a *API) getOutbox(w http.ResponseWriter, r *http.Request) error {
+	if err := strictQuery(r, []string{"account", "cycle"}); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	id := q.Get("account")
+	if id == "" {
+		return badRequest("account is required: GET /v1/outbox?account=<id>&cycle=YYYY-MM.")
+	}
+	if !accounts.ValidID(id) {
+		return badRequest("account is not an account id.")
+	}
+	acct, err := a.deps.Accounts.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	label := acct.CycleAt(a.deps.Now()).Label()
+	if v := q.Get("cycle"); v != "" {
+		c, err := cycle.Parse(v, acct.AgreementDay)
+		if err != nil {
+			return badRequest(err.Error())
+		}
+		label = c.Label()
+	}
+	groups := map[string][]outboxRow{"pending": {}, "retrying": {}, "dead": {}, "done": {}}
+	for _, feature := range a.deps.Catalog.Features() {
+		rows, err := a.deps.Meters.Outbox.Cycle(r.Context(), acct.ID, feature, label)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			b := outboxRow{
+				Feature: row.Feature, Cycle: row.Cycle, Key: row.Key, Kind: string(row.Kind), Status: string(row.Status),
+				Total: row.Total, Delta: row.Delta, Attempts: row.Attempts, LastError: row.LastError,
+				CreatedAt: rfc3339(row.CreatedAtMs), Identifier: row.Identifier(),
+			}
+			if row.Status.Due() && row.NextAttemptAtMs != 0 {
+				b.NextAttemptAt = rfc3339(row.NextAttemptAtMs)
+			}
+			if row.SentAtMs != 0 {
+				b.SentAt = rfc3339(row.SentAtMs)
+			}
+			state := outboxState(row)
+			groups[state] = append(groups[state], b)
+		}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"account": acct.ID, "cycle": label, "rows": groups})
 }

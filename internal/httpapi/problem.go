@@ -28,6 +28,8 @@ const (
 	// retryAfterLimitUnknown is what a fail-closed 503 asks clients to wait: about the time the
 	// provider is given between attempts.
 	retryAfterLimitUnknown = 5 * time.Second
+	// retryAfterBusy is what a busy answer asks clients to wait: about a short lab's run.
+	retryAfterBusy = 10 * time.Second
 )
 
 // answer is how one kind of error is answered.
@@ -73,6 +75,12 @@ var answers = map[problem.Kind]answer{
 	// A billing provider's delivery whose signature does not verify: nothing was stored. No
 	// WWW-Authenticate: the provider authenticates by signature, not by a bearer key.
 	problem.SignatureInvalid: {slug: "invalid-signature", title: "Signature not verified", status: http.StatusUnauthorized},
+	// A console request refused as sent: no CSRF token, or another site's.
+	problem.Forbidden: {slug: "forbidden", title: "Forbidden", status: http.StatusForbidden},
+	// What the stack cannot do at all (a lab that needs ferry dev's stand-ins).
+	problem.Unsupported: {slug: "unsupported", title: "Not supported here", status: http.StatusNotImplemented},
+	// As many runs as may run at once are running (the console's labs).
+	problem.Busy: {slug: "busy", title: "Too many at once", status: http.StatusTooManyRequests, retryAfter: retryAfterBusy},
 }
 
 // internalDetail is the whole detail of a 500: its cause is logged, never shown.

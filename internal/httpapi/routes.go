@@ -15,7 +15,9 @@ type Auth int
 
 // Auth kinds.
 const (
-	// Operator routes take the operator key as Authorization: Bearer.
+	// Operator routes take the operator key as Authorization: Bearer, or a console session's
+	// cookie (which the operator key signed in), with the session's CSRF token on every request
+	// that changes something.
 	Operator Auth = iota + 1
 	// Account routes take an account's API key as Authorization: Bearer.
 	Account
@@ -23,9 +25,25 @@ const (
 	// over the body (the function's SignatureVerifier) rather than by a bearer key.
 	WebhookSignature
 	// AccountOrOperator routes take either key: an account's (the caller is that account, which
-	// sees its own resources) or the operator's (which sees every account's).
+	// sees its own resources) or the operator's, or a console session as Operator routes do
+	// (which sees every account's).
 	AccountOrOperator
+	// OperatorKey routes take the operator key itself as Authorization: Bearer, never a console
+	// session: signing in, which exchanges the key for a session.
+	OperatorKey
+	// Public routes take no credentials: the console's page and its static assets, which carry
+	// no data (every datum the page shows comes from an authenticated route).
+	Public
 )
+
+// TakesOperator reports whether the operator may call routes of this kind (with the operator
+// key, or for Operator and AccountOrOperator also with a console session).
+func (a Auth) TakesOperator() bool {
+	return a == Operator || a == AccountOrOperator || a == OperatorKey
+}
+
+// TakesSession reports whether a console session authenticates routes of this kind.
+func (a Auth) TakesSession() bool { return a == Operator || a == AccountOrOperator }
 
 func (a Auth) String() string {
 	switch a {
@@ -37,6 +55,10 @@ func (a Auth) String() string {
 		return "webhook signature"
 	case AccountOrOperator:
 		return "account or operator"
+	case OperatorKey:
+		return "operator key"
+	case Public:
+		return "public"
 	}
 	return fmt.Sprintf("Auth(%d)", int(a))
 }
@@ -98,18 +120,32 @@ var Routes = []Route{
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).updateAccount)},
 	{Method: "GET", Path: "/v1/accounts/{id}", Function: resources.FunctionAPI, Auth: Operator,
 		Handler: Handle((*API).getAccount)},
+	{Method: "GET", Path: "/v1/accounts", Function: resources.FunctionAPI, Auth: Operator,
+		Handler: Handle((*API).listAccounts)},
+	{Method: "GET", Path: "/v1/accounts/{id}/standing", Function: resources.FunctionAPI, Auth: Operator,
+		Handler: Handle((*API).getStanding)},
 	{Method: "POST", Path: "/v1/events", Function: resources.FunctionIngest, Auth: Account,
 		Idempotency: idempotency.EventRetention, Handler: Handle((*API).postEvent)},
 	{Method: "POST", Path: "/v1/events/batch", Function: resources.FunctionIngest, Auth: Account,
 		Idempotency: idempotency.EventRetention, Handler: Handle((*API).postBatch)},
-	{Method: "GET", Path: "/v1/events/{id}", Function: resources.FunctionAPI, Auth: Account,
+	{Method: "GET", Path: "/v1/events/{id}", Function: resources.FunctionAPI, Auth: AccountOrOperator,
 		Handler: Handle((*API).getEvent)},
+	// An account's events that ended without being stored (REJECTED, UNINSERTABLE), and the
+	// operator's way back for an UNINSERTABLE one.
+	{Method: "GET", Path: "/v1/events", Function: resources.FunctionAPI, Auth: AccountOrOperator,
+		Handler: Handle((*API).listEvents)},
+	{Method: "POST", Path: "/v1/events/{id}/redrive", Function: resources.FunctionAPI, Auth: Operator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).redriveEvent)},
 	{Method: "GET", Path: "/v1/usage", Function: resources.FunctionAPI, Auth: Account,
 		Handler: Handle((*API).getUsage)},
 	{Method: "POST", Path: "/v1/holds", Function: resources.FunctionHolds, Auth: Account,
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).reserveHold)},
 	{Method: "GET", Path: "/v1/holds/{id}", Function: resources.FunctionHolds, Auth: Account,
 		Handler: Handle((*API).getHold)},
+	// Listing reads the holds' account index only; the api function serves it, beside the
+	// operator's other reads.
+	{Method: "GET", Path: "/v1/holds", Function: resources.FunctionAPI, Auth: AccountOrOperator,
+		Handler: Handle((*API).listHolds)},
 	{Method: "POST", Path: "/v1/holds/{id}/charges", Function: resources.FunctionHolds, Auth: Account,
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).chargeHold)},
 	{Method: "POST", Path: "/v1/holds/{id}/settle", Function: resources.FunctionHolds, Auth: Account,
@@ -125,6 +161,9 @@ var Routes = []Route{
 		Handler: Handle((*API).getEvidence)},
 	{Method: "GET", Path: "/v1/reconcile/review", Function: resources.FunctionMeterAPI, Auth: Operator,
 		Handler: Handle((*API).getReview)},
+	// The Stripe outbox of one account's cycle: what is still to send, retrying, or dead.
+	{Method: "GET", Path: "/v1/outbox", Function: resources.FunctionMeterAPI, Auth: Operator,
+		Handler: Handle((*API).getOutbox)},
 	// The webhook inbox. A delivery's provider signature authenticates it, and the provider's
 	// signed event id keys it (a copy is counted, never applied twice): no Idempotency-Key.
 	{Method: "POST", Path: "/v1/webhooks/kinde", Function: resources.FunctionWebhooks, Auth: WebhookSignature,
@@ -137,6 +176,24 @@ var Routes = []Route{
 		Handler: Handle((*API).getBillingEvent)},
 	{Method: "POST", Path: "/v1/billing-events/{id}/replay", Function: resources.FunctionAPI, Auth: AccountOrOperator,
 		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).replayBillingEvent)},
+	// The operator console: its page and static files (no data, no credential), signing in and
+	// out, and its live labs. Every datum the console shows comes from the routes above, through
+	// the same authentication and middleware as any client's.
+	{Method: "GET", Path: "/console", Function: resources.FunctionAPI, Auth: Public,
+		Handler: Handle((*API).consolePage)},
+	{Method: "GET", Path: "/console/{asset}", Function: resources.FunctionAPI, Auth: Public,
+		Handler: Handle((*API).consoleAsset)},
+	// A sign-in mints a new session each time and its answer carries the session's CSRF token,
+	// which the idempotency table must not keep: no Idempotency-Key.
+	{Method: "POST", Path: "/v1/sessions", Function: resources.FunctionAPI, Auth: OperatorKey,
+		Handler: Handle((*API).createSession)},
+	{Method: "GET", Path: "/v1/sessions/current", Function: resources.FunctionAPI, Auth: Operator,
+		Handler: Handle((*API).getSession)},
+	// Signing out deletes the session; doing it twice finds no session (401), which is signed out.
+	{Method: "DELETE", Path: "/v1/sessions/current", Function: resources.FunctionAPI, Auth: Operator,
+		Handler: Handle((*API).deleteSession)},
+	{Method: "POST", Path: "/v1/labs/{lab}/runs", Function: resources.FunctionAPI, Auth: Operator,
+		Idempotency: idempotency.DefaultRetention, Handler: Handle((*API).runLab)},
 }
 
 // DefaultRouteFunction serves API Gateway's $default route: requests no route matches (unknown
@@ -163,7 +220,7 @@ func Serves(table []Route, function string) bool {
 // AccountOrOperator), and so must read the operator key. No other function reads it.
 func NeedsOperatorKey(table []Route, function string) bool {
 	for _, r := range RoutesOf(table, function) {
-		if r.Auth == Operator || r.Auth == AccountOrOperator {
+		if r.Auth.TakesOperator() {
 			return true
 		}
 	}

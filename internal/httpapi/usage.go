@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
+	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -36,25 +38,34 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 		}
 		c = parsed
 	}
-	totals, err := a.deps.Usage.Read(r.Context(), acct.ID, feature, c.Label())
+	body, err := a.usageOf(r.Context(), acct, feature, c)
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, body)
+}
+
+// usageOf is an account's usage of a feature in a cycle, as GET /v1/usage shows it.
+func (a *API) usageOf(ctx context.Context, acct accounts.Account, feature string, c cycle.Cycle) (usageBody, error) {
+	totals, err := a.deps.Usage.Read(ctx, acct.ID, feature, c.Label())
+	if err != nil {
+		return usageBody{}, err
 	}
 	// The limit the next admission is held to: the plan's, or the provider's entitlement when
 	// limits come from the provider (FERRY_LIMITS_SOURCE=kinde).
 	limit := acct.Limit(feature, a.deps.Catalog)
 	if a.deps.Limits != nil {
-		if limit, err = a.deps.Limits.Limit(r.Context(), acct, feature); err != nil {
-			return err
+		if limit, err = a.deps.Limits.Limit(ctx, acct, feature); err != nil {
+			return usageBody{}, err
 		}
 	}
 	var grants []grantBody
 	if a.deps.Catalog.Allowance(feature) {
 		// An allowance's limit is the sum of the cycle's grant rows. The rows the account's plan
 		// still needs (a cycle's opening, the top-up of a plan the operator set) show as pending.
-		view, err := a.deps.Allowances.Show(r.Context(), acct, feature, c.Label())
+		view, err := a.deps.Allowances.Show(ctx, acct, feature, c.Label())
 		if err != nil {
-			return err
+			return usageBody{}, err
 		}
 		limit = view.Limit
 		grants = make([]grantBody, 0, len(view.Grants)+len(view.Pending))
@@ -66,10 +77,10 @@ func (a *API) getUsage(w http.ResponseWriter, r *http.Request) error {
 			grants = append(grants, b)
 		}
 	}
-	return writeJSON(w, http.StatusOK, usageBody{
+	return usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
 		Remaining: limit.Remaining(totals.Used + totals.Held), Corrections: totals.Corrections, Grants: grants,
-	})
+	}, nil
 }
 
 // queryParam reads an optional query parameter that may be sent once. Sent empty or twice, it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/allowance"
+	"github.com/ferrymeter/ferry/internal/console"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/idempotency"
@@ -26,6 +27,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/report"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/review"
+	"github.com/ferrymeter/ferry/internal/session"
 	"github.com/ferrymeter/ferry/internal/usage"
 )
 
@@ -33,7 +35,7 @@ import (
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
 	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards,
-		report.Guards, outbox.Guards, reconcile.Guards, review.Guards} {
+		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards} {
 		all = append(all, g...)
 	}
 	return all

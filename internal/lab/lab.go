@@ -35,6 +35,10 @@ type Config struct {
 	Progress io.Writer
 }
 
+// ErrNeedsDev: the lab steers one of ferry dev's local stand-ins (the Kinde signer, the crash
+// injector), which the stack it was run against does not have.
+var ErrNeedsDev = errors.New("the lab needs ferry dev's local stand-ins")
+
 // Lab is one reference scenario.
 type Lab struct {
 	Name    string
@@ -71,6 +75,50 @@ type Result struct {
 	// AccountID and APIKey name the lab's account, for a closer look.
 	AccountID string
 	APIKey    string
+	// Limit is the limit the lab's jobs ran against (holds-five).
+	Limit int64
+	// Jobs are each job's outcome, plain check and holds side by side (holds-five).
+	Jobs []Job
+	// Steps are the deliveries one by one, with what each left behind (webhooks-nine).
+	Steps []Step
+}
+
+// Job is one job of holds-five: what the plain check let it do, and what holds did.
+type Job struct {
+	Key string
+	// PlainRan and PlainSpent are the plain check's: it saw room and ran, spending its estimate.
+	PlainRan   bool
+	PlainSpent int64
+	// Outcome is what the hold came to ("admitted", "refused" or "failed"), Spent what the job
+	// was charged at settlement, and Detail what Ferry answered a refused or failed job.
+	Outcome string
+	Spent   int64
+	Detail  string
+}
+
+// Step is one delivery of webhooks-nine and the account as it stood once the delivery was
+// answered and Ferry's worker had done what it would do with it, beside the naive handler's.
+type Step struct {
+	N int
+	// Event is the delivery's event (PC, PAY or CAN), Type its Kinde type.
+	Event string
+	Type  string
+	// BillingEventID is the stored event the delivery landed on; Duplicate is true for a copy.
+	BillingEventID string
+	Duplicate      bool
+	// Note says what is special about the delivery (the killed apply, the late cancellation).
+	Note string
+	// Ferry is Ferry's account after the delivery; Naive the naive handler's.
+	Ferry Standing
+	Naive Standing
+	// Status is the stored event's status once Ferry's worker settled it (or stopped on it).
+	Status string
+}
+
+// Standing is an account's plan and credits balance (the cycle's credits limit).
+type Standing struct {
+	Plan    string
+	Credits int64
 }
 
 // Row is one figure, the write-up's and Ferry's.
@@ -404,10 +452,12 @@ func HoldsFive(ctx context.Context, cfg Config) (Result, error) {
 	var mu sync.Mutex
 	plainStarted, plainSpent := 0, int64(0)
 	var plainErr error
-	start(seedFiveJobs, func(int) {
+	jobs := make([]Job, seedFiveJobs)
+	start(seedFiveJobs, func(i int) {
 		u, err := c.usage(ctx, apiKey)
 		mu.Lock()
 		defer mu.Unlock()
+		jobs[i].Key = fmt.Sprintf("five-job-%d", i)
 		if err != nil {
 			plainErr = err
 			return
@@ -415,6 +465,7 @@ func HoldsFive(ctx context.Context, cfg Config) (Result, error) {
 		if u.body["remaining"] == nil || u.num("remaining") >= seedFiveEstimate {
 			plainStarted++
 			plainSpent += seedFiveEstimate
+			jobs[i].PlainRan, jobs[i].PlainSpent = true, seedFiveEstimate
 		}
 	})
 	if plainErr != nil {
@@ -431,14 +482,18 @@ func HoldsFive(ctx context.Context, cfg Config) (Result, error) {
 		switch r.outcome {
 		case jobAdmitted:
 			admitted++
+			jobs[i].Outcome, jobs[i].Spent = "admitted", seedFiveEstimate
 		case jobRefused:
 			refused++
 			refusals = append(refusals, r.refusal)
+			jobs[i].Outcome, jobs[i].Detail = "refused", r.refusal
 		default:
 			failed++
 			res.Failures = append(res.Failures, r.err.Error())
+			jobs[i].Outcome, jobs[i].Detail = "failed", r.err.Error()
 		}
 	})
+	res.Jobs, res.Limit = jobs, seedFiveLimit
 	u, err := c.usage(ctx, apiKey)
 	if err != nil {
 		return Result{}, err

@@ -50,7 +50,7 @@ func Reconcile(ctx context.Context, cfg Config) (Result, error) {
 	c := newLabClient(cfg, 4)
 	res := Result{Lab: "reconcile", Columns: []string{"seed (Notch)", "Ferry"}}
 	if a, err := c.do(ctx, http.MethodGet, kindeStandIn+"/standin/meter-usage/probe/"+labFeature, "", nil); err != nil || a.status != http.StatusOK {
-		return res, fmt.Errorf("this lab steers ferry dev's Kinde stand-in at %s%s, which does not answer (%v): run it against ferry dev (make run) with no provider configured", c.base, kindeStandIn, err)
+		return res, fmt.Errorf("%w: it steers ferry dev's Kinde stand-in at %s%s, which does not answer (%v): run it against ferry dev (make run) with no provider configured", ErrNeedsDev, c.base, kindeStandIn, err)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])

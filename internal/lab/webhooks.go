@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,6 +36,19 @@ const (
 	// nineGrants is the grant rows the seed's outcome comes to.
 	nineGrants = "free 10 + plus 490"
 )
+
+// nineNotes say what each delivery of the nine is, by its number.
+var nineNotes = map[int]string{
+	1: "the payment arrives before the plan change it paid for",
+	2: "the plan change; Ferry's worker is killed after deciding, before its transaction commits",
+	3: "a copy of the plan change; once the dead worker's 30 s lease lapses, the worker runs it to the end",
+	4: "a copy of the payment: counted, not applied again",
+	5: "a copy of the payment: counted, not applied again",
+	6: "a copy of the payment: counted, not applied again",
+	7: "the cancellation, three minutes older than the plan change, arrives late",
+	8: "a copy of the payment: counted, not applied again",
+	9: "a copy of the plan change: counted, not applied again",
+}
 
 // nineEvent is one of the scenario's three events.
 type nineEvent struct {
@@ -168,10 +180,10 @@ func WebhooksNine(ctx context.Context, cfg Config) (Result, error) {
 	hooks := deliver.NewClient(cfg.BaseURL, requestTimeout)
 	info, err := hooks.DevInfo(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("the lab signs Kinde deliveries with ferry dev's local signer: %w", err)
+		return Result{}, fmt.Errorf("%w: it signs Kinde deliveries with ferry dev's local signer, and %s has none (%v)", ErrNeedsDev, cfg.BaseURL, err)
 	}
 	if info.Kinde == nil || !info.CrashInjector {
-		return Result{}, errors.New("the lab needs ferry dev's local Kinde signer and its crash injector (start ferry dev without FERRY_KINDE_WEBHOOK_JWKS_URL)")
+		return Result{}, fmt.Errorf("%w: its local Kinde signer and its crash injector (start ferry dev without FERRY_KINDE_WEBHOOK_JWKS_URL)", ErrNeedsDev)
 	}
 
 	suffix := deliver.RandomID("")[:8]
@@ -222,6 +234,7 @@ func WebhooksNine(ctx context.Context, cfg Config) (Result, error) {
 	var ferryPlan2, ferryPlan7 string
 	var ferryCredits2, ferryCredits7 int64
 	seen := map[string]bool{}
+	var steps []Step
 	for i, e := range nine {
 		n := i + 1
 		if n == 2 {
@@ -245,6 +258,7 @@ func WebhooksNine(ctx context.Context, cfg Config) (Result, error) {
 		if status != http.StatusOK || json.Unmarshal(body, &stored) != nil || stored.ID != e.label || stored.Duplicate != seen[e.id] {
 			return Result{}, fmt.Errorf("delivery %d (%s): %d %s; want 200 with id %s and duplicate %v", n, e.name, status, body, e.label, seen[e.id])
 		}
+		duplicate := seen[e.id]
 		seen[e.id] = true
 		naiveApply(&naive, e, n == 2)
 		intro = append(intro, fmt.Sprintf("  delivery %d %-3s -> 200 %s", n, e.name, strings.TrimSpace(string(body))))
@@ -280,6 +294,21 @@ func WebhooksNine(ctx context.Context, cfg Config) (Result, error) {
 				return Result{}, err
 			}
 		}
+		// The step as the Engine Room shows it: Ferry's account once its worker has done what
+		// it does with this delivery (the waits above), beside the naive handler's.
+		plan, credits, err := standing()
+		if err != nil {
+			return Result{}, err
+		}
+		now, _, err := c.billingEvent(ctx, e.label)
+		if err != nil {
+			return Result{}, err
+		}
+		steps = append(steps, Step{
+			N: n, Event: e.name, Type: e.typ, BillingEventID: e.label, Duplicate: duplicate, Note: nineNotes[n],
+			Ferry: Standing{Plan: plan, Credits: credits}, Naive: Standing{Plan: naive.plan, Credits: naive.balance},
+			Status: now.Status,
+		})
 	}
 
 	// Ferry's figures, as the API shows them.
@@ -324,6 +353,7 @@ func WebhooksNine(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{
 		Lab: "webhooks-nine", AccountID: accountID, APIKey: apiKey, Intro: strings.Join(intro, "\n"),
 		Columns: []string{"seed (Bottle)", "Ferry", "seed: naive", "naive, this run"},
+		Steps:   steps,
 	}
 	add := func(name, seed, ferry, seedNaive, naiveRun string) {
 		res.Rows = append(res.Rows, Row{Name: name, Seed: seed, Ferry: ferry})

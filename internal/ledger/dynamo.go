@@ -24,21 +24,27 @@ const (
 	claimCondition      = "attribute_not_exists(#pk)"
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
-	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
+	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
 	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
 	// only for a billed entry (after the bill step, or in scenario rows that match billed
 	// entries alone), so the entry carries its checkpoint here.
 	markCondition    = "#status = :inserting"
 	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	reopenUpdate     = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now"
+	// reopenUpdate takes the entry out of the failure index in the write that reopens it.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs"
 	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
 	// UNINSERTABLE end) from touching an entry another delivery finished.
 	insertingCondition = "#status = :inserting"
 	// uninsertableCondition: only an UNINSERTABLE entry is reopened for a redrive.
 	uninsertableCondition = "#status = :uninsertable"
-	// finalUpdate and insertedUpdate end an entry (UNINSERTABLE, INSERTED).
-	finalUpdate    = "SET #status = :status, #updatedAtMs = :now"
-	insertedUpdate = finalUpdate + ", #insertedAtMs = :now"
+	// finalUpdate and insertedUpdate end an entry (UNINSERTABLE, INSERTED); an UNINSERTABLE end
+	// also puts the entry in the failure index.
+	finalUpdate        = "SET #status = :status, #updatedAtMs = :now"
+	insertedUpdate     = finalUpdate + ", #insertedAtMs = :now"
+	uninsertableUpdate = finalUpdate + ", " + failureSet
+	// failureSet puts a REJECTED or UNINSERTABLE entry in the sparse failure index (see
+	// resources.IndexLedgerByFailure), in the same write that gives it the status.
+	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
 )
 
 // DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
@@ -63,6 +69,10 @@ type entryItem struct {
 	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
 	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
 	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+	// FailureKey and FailedAtMs are present only while the entry is REJECTED or UNINSERTABLE:
+	// they put it in the failure index.
+	FailureKey string `dynamodbav:"failureKey,omitempty"`
+	FailedAtMs int64  `dynamodbav:"failedAtMs,omitempty"`
 	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
 	// identity, the key of the ledger's sparse meter index.
 	MeterRow string `dynamodbav:"meterRow,omitempty"`
@@ -278,7 +288,7 @@ func (s *DynamoStore) Reject(ctx context.Context, accountID, eventID, reason str
 		ExpressionAttributeNames: dynamo.Names(rejectUpdate, checkpointCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":rejected": dynamo.S(string(Rejected)), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs),
-			":inserting": dynamo.S(string(Inserting)),
+			":inserting": dynamo.S(string(Inserting)), ":failureKey": dynamo.S(FailureKey(accountID, Rejected)),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {
@@ -336,18 +346,23 @@ func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID strin
 
 func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
 	update := finalUpdate
-	if status == Inserted {
+	values := map[string]types.AttributeValue{
+		":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+	}
+	switch status {
+	case Inserted:
 		update = insertedUpdate
+	case Uninsertable:
+		update = uninsertableUpdate
+		values[":failureKey"] = dynamo.S(FailureKey(accountID, Uninsertable))
 	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(s.Table),
-		Key:                      s.key(accountID, eventID),
-		UpdateExpression:         aws.String(update),
-		ConditionExpression:      aws.String(cond),
-		ExpressionAttributeNames: dynamo.Names(update, cond),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
-		},
+		TableName:                 aws.String(s.Table),
+		Key:                       s.key(accountID, eventID),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(update, cond),
+		ExpressionAttributeValues: values,
 	})
 	if dynamo.IsConditionFailed(err) {
 		return ErrNotInserting

@@ -28,7 +28,7 @@ var Guards = []dynamo.Guard{
 		Keeps: "a REJECTED or UNINSERTABLE event is never marked INSERTED"},
 	{Name: "ledger.quarantine.inserting", Kind: "Update", Table: resources.TableLedger, Update: quarantineUpdate, Clause: insertingCondition,
 		Keeps: "a refused row is counted only against an unfinished event"},
-	{Name: "ledger.uninsertable.inserting", Kind: "Update", Table: resources.TableLedger, Update: finalUpdate, Clause: insertingCondition,
+	{Name: "ledger.uninsertable.inserting", Kind: "Update", Table: resources.TableLedger, Update: uninsertableUpdate, Clause: insertingCondition,
 		Keeps: "an INSERTED or REJECTED event never ends UNINSERTABLE"},
 	{Name: "ledger.reopen.uninsertable", Kind: "Update", Table: resources.TableLedger, Update: reopenUpdate, Clause: uninsertableCondition,
 		Keeps: "a redrive reopens only an UNINSERTABLE event, never a finished or rejected one"},

@@ -62,6 +62,16 @@ const (
 	// SignatureInvalid: a billing provider's delivery whose signature cannot be verified;
 	// nothing was stored.
 	SignatureInvalid
+	// Forbidden: the caller is who it says, and the request may still not run as sent (a console
+	// request that changes something without its session's CSRF token, or sent from another
+	// site).
+	Forbidden
+	// Unsupported: the stack lacks what the request needs (a lab that needs ferry dev's
+	// stand-ins, asked of a deployed stack); nothing was done, and retrying will not help.
+	Unsupported
+	// Busy: the operation is bounded in how many may run at once, and that many are running;
+	// nothing was done, and a retry later can run.
+	Busy
 
 	numKinds
 )
@@ -82,6 +92,7 @@ var kindNames = [numKinds]string{
 	LimitUnknown: "limit-unknown", RateLimited: "rate-limited", Unavailable: "unavailable", InFlight: "in-flight",
 	IdempotencyKeyReused: "idempotency-key-reused", HoldNotRunning: "hold-not-running", KeyReused: "key-reused",
 	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header", SignatureInvalid: "signature-invalid",
+	Forbidden: "forbidden", Unsupported: "unsupported", Busy: "busy",
 }
 
 func (k Kind) String() string {

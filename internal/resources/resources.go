@@ -197,6 +197,10 @@ var Tables = []Table{
 		Purpose:      "the event ledger: one item per (account, event id); the claim and the billing checkpoint",
 		PartitionKey: Attribute{"pk", String},
 		Indexes: []Index{{
+			Name:         IndexLedgerByFailure,
+			PartitionKey: Attribute{IndexLedgerFailureKey, String},
+			SortKey:      &Attribute{IndexLedgerFailedAt, Number},
+		}, {
 			Name:         IndexLedgerByMeterRow,
 			PartitionKey: Attribute{IndexLedgerMeterRow, String},
 			SortKey:      &Attribute{IndexLedgerEventID, String},
@@ -236,6 +240,10 @@ var Tables = []Table{
 			Name:         IndexHoldsByLease,
 			PartitionKey: Attribute{IndexHoldsLeaseShard, String},
 			SortKey:      &Attribute{IndexHoldsLeaseExpiresAt, Number},
+		}, {
+			Name:         IndexHoldsByAccount,
+			PartitionKey: Attribute{IndexHoldsAccountStatus, String},
+			SortKey:      &Attribute{IndexHoldsCreatedAt, Number},
 		}, {
 			Name:         IndexHoldsBySettled,
 			PartitionKey: Attribute{IndexHoldsSettledPartition, String},
@@ -293,6 +301,12 @@ var Tables = []Table{
 			{Name: IndexInboxAccountStatus, PartitionKey: Attribute{InboxAttrListAccountStatus, String}, SortKey: &Attribute{InboxAttrListOrder, String}},
 			{Name: IndexInboxDue, PartitionKey: Attribute{InboxAttrDueShard, String}, SortKey: &Attribute{InboxAttrDueAtMs, Number}},
 		},
+	},
+	{
+		Logical:      TableConsole,
+		Purpose:      "the operator console: one item per signed-in session (keyed by its token's hash) and one per lab slot, each expiring",
+		PartitionKey: Attribute{"pk", String},
+		TTLAttribute: ConsoleTTLAttribute,
 	},
 	{
 		Logical:      TableGrants,
@@ -586,21 +600,30 @@ var Functions = []Function{
 	},
 	{
 		Name:    FunctionAPI,
-		Purpose: "accounts, event status and usage routes, and every path no route declares",
+		Purpose: "accounts, event status and usage routes, the operator console, and every path no route declares",
 		// The operator routes check the operator key. GET /v1/usage shows the limit the next
 		// admission is held to, so it reads limits from the same source as the holds.
 		ReadsLimits: true,
 		Secrets:     []string{EnvAdminKeySecretARN, EnvKindeClientSecretARN},
-		Timeout:     10 * time.Second,
-		MemoryMB:    256,
+		// The console's labs drive the stack through its public URL, inside one request.
+		Settings: []string{EnvAPIURL},
+		Timeout:  APITimeout,
+		MemoryMB: 256,
 		Tables: map[string]Access{
-			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: ReadWrite, TableLedger: Read,
-			TableUsage: Read, TableIdempotency: ReadWrite,
+			TableAPIKeys: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: ReadWrite,
+			// The ledger: an operator's redrive reopens an UNINSERTABLE event.
+			TableLedger: ReadWrite,
+			TableUsage:  Read, TableIdempotency: ReadWrite,
 			// GET /v1/usage shows an allowance's grant rows; the billing-events routes read
 			// events and replay them (a write and a nudge).
 			TableGrants: Read, TableInbox: ReadWrite,
+			// GET /v1/holds lists an account's holds; the console keeps its sessions and lab
+			// slots.
+			TableHolds: Read, TableConsole: ReadWrite,
 		},
-		Queues: map[string]Access{QueueInbox: Send},
+		// A redrive queues the archived payload again for the worker.
+		Queues:  map[string]Access{QueueInbox: Send, QueueEvents: Send},
+		Buckets: map[string]Access{BucketArchive: Read},
 	},
 	{
 		Name:     FunctionWorker,
@@ -683,6 +706,8 @@ var Functions = []Function{
 		Tables: func() map[string]Access {
 			t := reconcileTables()
 			t[TableIdempotency] = ReadWrite
+			// The operator's console session authenticates these routes too.
+			t[TableConsole] = Read
 			return t
 		}(),
 	},

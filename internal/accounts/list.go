@@ -1,0 +1,134 @@
+package accounts
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// Bounds of a page of accounts.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 100
+)
+
+// Page is one page of accounts in id order, and the cursor of the next ("" at the end).
+type Page struct {
+	Accounts []Account
+	Next     string
+}
+
+// ListInput asks for a page of accounts: every account, or those whose id starts with Prefix.
+type ListInput struct {
+	Prefix string
+	Cursor string
+	Limit  int
+}
+
+// Validate joins every problem with the input.
+func (in ListInput) Validate() error {
+	var problems []string
+	if in.Prefix != "" && !prefixPattern.MatchString(in.Prefix) {
+		problems = append(problems, "prefix must be the start of an account id (letters, digits, _ and -, at most 64)")
+	}
+	if in.Limit < 1 || in.Limit > MaxPageSize {
+		problems = append(problems, fmt.Sprintf("limit must be 1–%d", MaxPageSize))
+	}
+	if in.Cursor != "" {
+		if _, err := decodeCursor(in.Cursor); err != nil {
+			problems = append(problems, "cursor is not one this API returned")
+		}
+	}
+	return problem.Fields(problems)
+}
+
+// List returns a page of accounts (the operator's search: an id prefix).
+func (s *Service) List(ctx context.Context, in ListInput) (Page, error) {
+	if in.Limit == 0 {
+		in.Limit = DefaultPageSize
+	}
+	if err := in.Validate(); err != nil {
+		return Page{}, err
+	}
+	return s.Store.List(ctx, in.Prefix, in.Cursor, in.Limit)
+}
+
+// List implements Store: one page of the accounts table's list index (keys only, in id order,
+// begins_with the prefix), then the accounts themselves in one strongly consistent BatchGetItem.
+func (s *DynamoStore) List(ctx context.Context, prefix, cursor string, limit int) (Page, error) {
+	cond := "#listKey = :list"
+	values := map[string]types.AttributeValue{":list": dynamo.S(resources.AccountsListValue)}
+	if prefix != "" {
+		cond += " AND begins_with(#id, :prefix)"
+		values[":prefix"] = dynamo.S(prefix)
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.AccountsTable),
+		IndexName:                 aws.String(resources.IndexAccountsList),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: values,
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if cursor != "" {
+		after, err := decodeCursor(cursor)
+		if err != nil {
+			return Page{}, problem.Input("cursor is not one this API returned")
+		}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			resources.IndexAccountsListKey: dynamo.S(resources.AccountsListValue), "id": dynamo.S(after),
+		}
+	}
+	out, err := s.DB.Query(ctx, in)
+	if err != nil {
+		return Page{}, fmt.Errorf("list accounts: %w", err)
+	}
+	var page Page
+	if last := out.LastEvaluatedKey; len(last) > 0 {
+		page.Next = base64.RawURLEncoding.EncodeToString([]byte(dynamo.Str(last, "id")))
+	}
+	if len(out.Items) == 0 {
+		return page, nil
+	}
+	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
+	for _, item := range out.Items {
+		keys = append(keys, map[string]types.AttributeValue{"id": item["id"]})
+	}
+	items, err := dynamo.BatchGet(ctx, s.DB, s.AccountsTable, keys)
+	if err != nil {
+		return Page{}, fmt.Errorf("list accounts: %w", err)
+	}
+	byID := map[string]Account{}
+	for _, item := range items {
+		var it accountItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return Page{}, fmt.Errorf("decode account %s: %w", dynamo.Str(item, "id"), err)
+		}
+		byID[it.ID] = it.account()
+	}
+	for _, k := range keys {
+		if a, ok := byID[dynamo.Str(k, "id")]; ok {
+			page.Accounts = append(page.Accounts, a)
+		}
+	}
+	return page, nil
+}
+
+// A cursor is the id of a page's last account, base64url-encoded; it always continues the list
+// of the query it came with.
+func decodeCursor(cursor string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || !ValidID(string(raw)) {
+		return "", fmt.Errorf("not a cursor")
+	}
+	return string(raw), nil
+}

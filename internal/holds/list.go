@@ -1,0 +1,133 @@
+package holds
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// Bounds of a page of holds.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 100
+)
+
+// Statuses lists every status, in the order a list shows them.
+var Statuses = []Status{Running, Expired, Settled}
+
+// Valid reports whether s is a hold status.
+func (s Status) Valid() bool { return s == Running || s == Settled || s == Expired }
+
+// AccountStatusKey is the account index's partition of an account's holds in one status.
+// Account ids never contain '#'.
+func AccountStatusKey(accountID string, status Status) string {
+	return accountID + "#" + string(status)
+}
+
+// Page is one page of holds, newest first, and the cursor of the next ("" at the end).
+type Page struct {
+	Holds []Hold
+	Next  string
+}
+
+// List reads one page of an account's holds in one status from the account index, then the holds
+// themselves in one strongly consistent BatchGetItem. A hold that left the status since the index
+// was read (a settlement; indexes are eventually consistent) is left out rather than shown as it
+// was.
+func (s *DynamoStore) List(ctx context.Context, accountID string, status Status, cursor string, limit int) (Page, error) {
+	if !status.Valid() {
+		return Page{}, problem.Input(fmt.Sprintf("status must be %s, %s or %s", Running, Expired, Settled))
+	}
+	if limit < 1 || limit > MaxPageSize {
+		return Page{}, problem.Input(fmt.Sprintf("limit must be 1–%d", MaxPageSize))
+	}
+	part := AccountStatusKey(accountID, status)
+	const cond = "#accountStatus = :k"
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.Table),
+		IndexName:                 aws.String(resources.IndexHoldsByAccount),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": dynamo.S(part)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if cursor != "" {
+		atMs, holdID, err := decodeCursor(cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			resources.IndexHoldsAccountStatus: dynamo.S(part), resources.IndexHoldsCreatedAt: dynamo.N(atMs),
+			"pk": dynamo.S(partition(accountID, holdID)), "sk": dynamo.S(holdSK),
+		}
+	}
+	out, err := s.DB.Query(ctx, in)
+	if err != nil {
+		return Page{}, fmt.Errorf("list %s holds of %s: %w", status, accountID, err)
+	}
+	var page Page
+	if last := out.LastEvaluatedKey; len(last) > 0 {
+		_, holdID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
+		page.Next = encodeCursor(dynamo.Int(last, resources.IndexHoldsCreatedAt), holdID)
+	}
+	if len(out.Items) == 0 {
+		return page, nil
+	}
+	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
+	for _, item := range out.Items {
+		keys = append(keys, map[string]types.AttributeValue{"pk": item["pk"], "sk": item["sk"]})
+	}
+	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, keys)
+	if err != nil {
+		return Page{}, fmt.Errorf("list %s holds of %s: %w", status, accountID, err)
+	}
+	byPK := map[string]Hold{}
+	for _, item := range items {
+		h, err := decodeHold(item)
+		if err != nil {
+			return Page{}, err
+		}
+		byPK[dynamo.Str(item, "pk")] = h
+	}
+	for _, k := range keys {
+		h, ok := byPK[dynamo.Str(k, "pk")]
+		if ok && h.Status == status && h.AccountID == accountID {
+			page.Holds = append(page.Holds, h)
+		}
+	}
+	return page, nil
+}
+
+// A cursor is the index position of a page's last hold, base64url-encoded. It names no
+// partition: the query's own (the caller's account and status) is always used, so a cursor
+// cannot reach outside what the caller may list.
+var cursorPattern = regexp.MustCompile(`^([0-9]{1,16})#(hold_[a-z2-7]{26})$`)
+
+func encodeCursor(atMs int64, holdID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(atMs, 10) + "#" + holdID))
+}
+
+func decodeCursor(cursor string) (int64, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	m := cursorPattern.FindSubmatch(raw)
+	if err != nil || m == nil {
+		return 0, "", problem.Input("cursor is not one this API returned")
+	}
+	atMs, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return 0, "", problem.Input("cursor is not one this API returned")
+	}
+	return atMs, string(m[2]), nil
+}

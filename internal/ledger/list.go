@@ -1,0 +1,130 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// Bounds of a page of failed events.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 100
+)
+
+// FailureKey is the failure index's partition of an account's events in one terminal failure
+// status (REJECTED or UNINSERTABLE). Account ids never contain '#'.
+func FailureKey(accountID string, status Status) string { return accountID + "#" + string(status) }
+
+// Failed reports whether the status is one the failure index lists.
+func (s Status) Failed() bool { return s == Rejected || s == Uninsertable }
+
+// FailedPage is one page of an account's events in a failure status, newest failure first, and
+// the cursor of the next page ("" at the end).
+type FailedPage struct {
+	Entries []Entry
+	Next    string
+}
+
+// ListFailed reads one page of the account's events in status (REJECTED or UNINSERTABLE) from the
+// sparse failure index, then the entries themselves in one strongly consistent BatchGetItem. An
+// entry that left the status since the index was read (a redrive; indexes are eventually
+// consistent) is left out rather than shown as it was.
+func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status Status, cursor string, limit int) (FailedPage, error) {
+	if !status.Failed() {
+		return FailedPage{}, problem.Input(fmt.Sprintf("status must be %s or %s", Rejected, Uninsertable))
+	}
+	if limit < 1 || limit > MaxPageSize {
+		return FailedPage{}, problem.Input(fmt.Sprintf("limit must be 1–%d", MaxPageSize))
+	}
+	part := FailureKey(accountID, status)
+	const cond = "#failureKey = :k"
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.Table),
+		IndexName:                 aws.String(resources.IndexLedgerByFailure),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": dynamo.S(part)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if cursor != "" {
+		atMs, eventID, err := decodeFailureCursor(cursor)
+		if err != nil {
+			return FailedPage{}, err
+		}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			resources.IndexLedgerFailureKey: dynamo.S(part), resources.IndexLedgerFailedAt: dynamo.N(atMs),
+			"pk": dynamo.S(Key(accountID, eventID)),
+		}
+	}
+	out, err := s.DB.Query(ctx, in)
+	if err != nil {
+		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
+	}
+	var page FailedPage
+	if last := out.LastEvaluatedKey; len(last) > 0 {
+		_, eventID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
+		page.Next = encodeFailureCursor(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
+	}
+	if len(out.Items) == 0 {
+		return page, nil
+	}
+	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
+	for _, item := range out.Items {
+		keys = append(keys, map[string]types.AttributeValue{"pk": item["pk"]})
+	}
+	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, keys)
+	if err != nil {
+		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
+	}
+	byPK := map[string]Entry{}
+	for _, item := range items {
+		var it entryItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return FailedPage{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
+		}
+		byPK[it.PK] = it.entry()
+	}
+	for _, k := range keys {
+		e, ok := byPK[dynamo.Str(k, "pk")]
+		if ok && e.Status == status && e.AccountID == accountID {
+			page.Entries = append(page.Entries, e)
+		}
+	}
+	return page, nil
+}
+
+// A failure cursor is the index position of a page's last entry, base64url-encoded. It names
+// no partition: the query's own (the caller's account and status) is always used, so a cursor
+// cannot reach outside what the caller may list.
+var failureCursorPattern = regexp.MustCompile(`^([0-9]{1,16})#(.{1,256})$`)
+
+func encodeFailureCursor(atMs int64, eventID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(atMs, 10) + "#" + eventID))
+}
+
+func decodeFailureCursor(cursor string) (int64, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	m := failureCursorPattern.FindSubmatch(raw)
+	if err != nil || m == nil {
+		return 0, "", problem.Input("cursor is not one this API returned")
+	}
+	atMs, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return 0, "", problem.Input("cursor is not one this API returned")
+	}
+	return atMs, string(m[2]), nil
+}
