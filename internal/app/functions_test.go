@@ -51,7 +51,7 @@ func TestEveryFunction_BuildsFromItsEntry_AndServesItsKind(t *testing.T) {
 						continue
 					}
 					bearer := key
-					if r.Auth == httpapi.Operator || r.Auth == httpapi.OperatorKey {
+					if r.Auth == httpapi.Operator || r.Auth == httpapi.OperatorSignIn {
 						bearer = apptest.AdminKey
 					}
 					var body any

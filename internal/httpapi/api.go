@@ -248,7 +248,7 @@ func (a Authentication) covers(route Route) error {
 		if a.OperatorKey == "" || a.Accounts == nil {
 			return fmt.Errorf("route %s takes the operator key or account keys, and the function lacks one of them", route.Key())
 		}
-	case OperatorKey:
+	case OperatorSignIn:
 		if a.OperatorKey == "" {
 			return fmt.Errorf("route %s needs the operator key, and the function has none", route.Key())
 		}
@@ -332,7 +332,7 @@ func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 		}
 		var p Principal
 		switch {
-		case auth == Operator || auth == OperatorKey || (auth == AccountOrOperator && s.isOperatorKey(key)):
+		case auth == Operator || auth == OperatorSignIn || (auth == AccountOrOperator && s.isOperatorKey(key)):
 			if !s.isOperatorKey(key) {
 				return unauthorized("This route needs the operator key.")
 			}

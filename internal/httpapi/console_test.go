@@ -137,7 +137,7 @@ func TestSession_EveryChangeNeedsTheCSRFTokenAndTheConsoleOrigin(t *testing.T) {
 	_, otherCSRF := signIn(t, h)
 	for name, headers := range map[string][]string{
 		"no token":              {"Cookie", cookie, "Idempotency-Key", "k-1"},
-		"wrong token":           {"Cookie", cookie, "Idempotency-Key", "k-2", "X-CSRF-Token", csrf[:len(csrf)-1] + "A"},
+		"wrong token":           {"Cookie", cookie, "Idempotency-Key", "k-2", "X-CSRF-Token", tampered(csrf)},
 		"another session's":     {"Cookie", cookie, "Idempotency-Key", "k-3", "X-CSRF-Token", otherCSRF},
 		"from another site":     {"Cookie", cookie, "Idempotency-Key", "k-4", "X-CSRF-Token", csrf, "Sec-Fetch-Site", "cross-site"},
 		"from a sibling domain": {"Cookie", cookie, "Idempotency-Key", "k-5", "X-CSRF-Token", csrf, "Sec-Fetch-Site", "same-site"},
@@ -216,4 +216,14 @@ func TestConsoleRoutes_AnAccountSeesOnlyItsOwn(t *testing.T) {
 	// A lab the console does not have, and labs on a stack that does not know its own URL.
 	assertProblem(t, h.Do(t, "POST", "/v1/labs/nothing/runs", "", nil, "Cookie", cookie, "X-CSRF-Token", csrf, "Idempotency-Key", "l-1"), http.StatusNotFound, "not-found")
 	assertProblem(t, h.Do(t, "POST", "/v1/labs/holds-five/runs", "", nil, "Cookie", cookie, "X-CSRF-Token", csrf, "Idempotency-Key", "l-2"), http.StatusNotImplemented, "unsupported")
+}
+
+// tampered is token with its last character changed (never to itself: the token is random, and
+// may end in any character).
+func tampered(token string) string {
+	last := "A"
+	if strings.HasSuffix(token, last) {
+		last = "B"
+	}
+	return token[:len(token)-1] + last
 }

@@ -51,12 +51,28 @@ var isolationBodies = map[string]string{
 	"GET /v1/reconcile/review":            "",
 	"GET /v1/billing-events":              "",
 	"GET /v1/billing-events/{id}":         "",
+	"GET /v1/accounts":                    "",
+	"GET /v1/accounts/{id}/standing":      "",
+	"GET /v1/events":                      "",
+	"POST /v1/events/{id}/redrive":        `{}`,
+	"GET /v1/holds":                       "",
+	"GET /v1/outbox":                      "",
+	"POST /v1/sessions":                   "",
+	"GET /v1/sessions/current":            "",
+	"DELETE /v1/sessions/current":         "",
+	"POST /v1/labs/{lab}/runs":            `{}`,
+	// The console's page and files are Public: no credential is asked for, so nothing to refuse.
+	"GET /console":         "",
+	"GET /console/{asset}": "",
 }
 
 // isolationQueries is the query a route needs to get past its own checks.
 var isolationQueries = map[string]string{
 	"GET /v1/usage":              "?feature=events",
 	"GET /v1/reconcile/evidence": "?account=acct_a&cycle=2026-11",
+	"GET /v1/events":             "?status=REJECTED",
+	"GET /v1/holds":              "?status=RUNNING",
+	"GET /v1/outbox":             "?account=acct_a&cycle=2026-11",
 }
 
 // ids are account A's resources and, for each, an id of the same kind that names nothing.
@@ -149,12 +165,18 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			t.Errorf("%s: not in openapi.yaml", key)
 			continue
 		}
+		if route.Auth == httpapi.Public {
+			checkSecurity(t, op, route)
+			continue
+		}
 		concrete := route.Path
 		res, hasResource := resourceOf(route)
 		if strings.Contains(route.Path, "{id}") {
 			switch {
 			case hasResource:
 				concrete = strings.Replace(route.Path, "{id}", res.own, 1)
+			case route.Auth == httpapi.Operator && strings.HasPrefix(route.Path, "/v1/events/"):
+				concrete = strings.Replace(route.Path, "{id}", "evt_iso_a", 1)
 			case route.Auth == httpapi.Operator:
 				concrete = strings.Replace(route.Path, "{id}", "acct_a", 1)
 			default:
@@ -186,7 +208,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 		switch route.Auth {
 		case httpapi.Account:
 			refused = append(refused, call{"the operator key on an account route", auth("Bearer " + apptest.AdminKey), concrete})
-		case httpapi.Operator:
+		case httpapi.Operator, httpapi.OperatorSignIn:
 			refused = append(refused, call{"an account key on an operator route", auth("Bearer " + keyA), concrete})
 		case httpapi.WebhookSignature:
 			// No signature: the media type right, the body a delivery, nothing signed — with no
@@ -287,7 +309,13 @@ func checkSecurity(t *testing.T, op *openapi3.Operation, route httpapi.Route) {
 			}
 		}
 	}
+	if route.Auth.TakesSession() {
+		// A console session stands in for the operator key where the route takes one.
+		delete(schemes, "consoleSession")
+	}
 	want := map[httpapi.Auth][]string{
+		httpapi.OperatorSignIn:    {"operatorKey"},
+		httpapi.Public:            nil,
 		httpapi.Operator:          {"operatorKey"},
 		httpapi.Account:           {"accountKey"},
 		httpapi.AccountOrOperator: {"accountKey", "operatorKey"},

@@ -28,9 +28,9 @@ const (
 	// sees its own resources) or the operator's, or a console session as Operator routes do
 	// (which sees every account's).
 	AccountOrOperator
-	// OperatorKey routes take the operator key itself as Authorization: Bearer, never a console
+	// OperatorSignIn routes take the operator key itself as Authorization: Bearer, never a console
 	// session: signing in, which exchanges the key for a session.
-	OperatorKey
+	OperatorSignIn
 	// Public routes take no credentials: the console's page and its static assets, which carry
 	// no data (every datum the page shows comes from an authenticated route).
 	Public
@@ -39,7 +39,7 @@ const (
 // TakesOperator reports whether the operator may call routes of this kind (with the operator
 // key, or for Operator and AccountOrOperator also with a console session).
 func (a Auth) TakesOperator() bool {
-	return a == Operator || a == AccountOrOperator || a == OperatorKey
+	return a == Operator || a == AccountOrOperator || a == OperatorSignIn
 }
 
 // TakesSession reports whether a console session authenticates routes of this kind.
@@ -55,7 +55,7 @@ func (a Auth) String() string {
 		return "webhook signature"
 	case AccountOrOperator:
 		return "account or operator"
-	case OperatorKey:
+	case OperatorSignIn:
 		return "operator key"
 	case Public:
 		return "public"
@@ -185,7 +185,7 @@ var Routes = []Route{
 		Handler: Handle((*API).consoleAsset)},
 	// A sign-in mints a new session each time and its answer carries the session's CSRF token,
 	// which the idempotency table must not keep: no Idempotency-Key.
-	{Method: "POST", Path: "/v1/sessions", Function: resources.FunctionAPI, Auth: OperatorKey,
+	{Method: "POST", Path: "/v1/sessions", Function: resources.FunctionAPI, Auth: OperatorSignIn,
 		Handler: Handle((*API).createSession)},
 	{Method: "GET", Path: "/v1/sessions/current", Function: resources.FunctionAPI, Auth: Operator,
 		Handler: Handle((*API).getSession)},
