@@ -2,10 +2,7 @@ package holds
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -64,7 +61,7 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 		Limit:                     aws.Int32(int32(limit)),
 	}
 	if cursor != "" {
-		atMs, holdID, err := decodeCursor(cursor)
+		atMs, holdID, err := pageCursor.Decode(cursor)
 		if err != nil {
 			return Page{}, err
 		}
@@ -80,7 +77,7 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 	var page Page
 	if last := out.LastEvaluatedKey; len(last) > 0 {
 		_, holdID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
-		page.Next = encodeCursor(dynamo.Int(last, resources.IndexHoldsCreatedAt), holdID)
+		page.Next = pageCursor.Encode(dynamo.Int(last, resources.IndexHoldsCreatedAt), holdID)
 	}
 	if len(out.Items) == 0 {
 		return page, nil
@@ -110,24 +107,5 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 	return page, nil
 }
 
-// A cursor is the index position of a page's last hold, base64url-encoded. It names no
-// partition: the query's own (the caller's account and status) is always used, so a cursor
-// cannot reach outside what the caller may list.
-var cursorPattern = regexp.MustCompile(`^([0-9]{1,16})#(hold_[a-z2-7]{26})$`)
-
-func encodeCursor(atMs int64, holdID string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(atMs, 10) + "#" + holdID))
-}
-
-func decodeCursor(cursor string) (int64, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	m := cursorPattern.FindSubmatch(raw)
-	if err != nil || m == nil {
-		return 0, "", problem.Input("cursor is not one this API returned")
-	}
-	atMs, err := strconv.ParseInt(string(m[1]), 10, 64)
-	if err != nil {
-		return 0, "", problem.Input("cursor is not one this API returned")
-	}
-	return atMs, string(m[2]), nil
-}
+// pageCursor is the cursor of a page of this list.
+var pageCursor = dynamo.NewTimeCursor(`hold_[a-z2-7]{26}`)

@@ -2,10 +2,7 @@ package ledger
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,7 +58,7 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 		Limit:                     aws.Int32(int32(limit)),
 	}
 	if cursor != "" {
-		atMs, eventID, err := decodeFailureCursor(cursor)
+		atMs, eventID, err := failureCursor.Decode(cursor)
 		if err != nil {
 			return FailedPage{}, err
 		}
@@ -77,7 +74,7 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 	var page FailedPage
 	if last := out.LastEvaluatedKey; len(last) > 0 {
 		_, eventID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
-		page.Next = encodeFailureCursor(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
+		page.Next = failureCursor.Encode(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
 	}
 	if len(out.Items) == 0 {
 		return page, nil
@@ -107,24 +104,5 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 	return page, nil
 }
 
-// A failure cursor is the index position of a page's last entry, base64url-encoded. It names
-// no partition: the query's own (the caller's account and status) is always used, so a cursor
-// cannot reach outside what the caller may list.
-var failureCursorPattern = regexp.MustCompile(`^([0-9]{1,16})#(.{1,256})$`)
-
-func encodeFailureCursor(atMs int64, eventID string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(atMs, 10) + "#" + eventID))
-}
-
-func decodeFailureCursor(cursor string) (int64, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	m := failureCursorPattern.FindSubmatch(raw)
-	if err != nil || m == nil {
-		return 0, "", problem.Input("cursor is not one this API returned")
-	}
-	atMs, err := strconv.ParseInt(string(m[1]), 10, 64)
-	if err != nil {
-		return 0, "", problem.Input("cursor is not one this API returned")
-	}
-	return atMs, string(m[2]), nil
-}
+// failureCursor is the cursor of a page of this list.
+var failureCursor = dynamo.NewTimeCursor(`.{1,256}`)
