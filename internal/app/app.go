@@ -46,6 +46,9 @@ type Config struct {
 	// Inbox is where the webhook inbox's verification keys come from, and whether its worker
 	// re-fetches Stripe objects.
 	Inbox InboxConfig
+	// BatchMode packs the batch route's events into packed queue messages (ingest.SQSQueue.Pack).
+	// The worker reads both kinds of message in either mode.
+	BatchMode bool
 }
 
 // DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
@@ -71,6 +74,13 @@ func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Conf
 			return Config{}, err
 		}
 		cfg.Limits = limits
+	}
+	switch raw := os.Getenv(resources.EnvBatchMode); raw {
+	case "", "false":
+	case "true":
+		cfg.BatchMode = true
+	default:
+		return Config{}, fmt.Errorf("%s=%q: want true or false", resources.EnvBatchMode, raw)
 	}
 	// Only the functions the deployment gives the inbox's variables read anything here.
 	inboxCfg, err := InboxConfigFromEnv(ctx)

@@ -357,3 +357,37 @@ func TestBatch_Tiers(t *testing.T) {
 		}
 	}
 }
+
+// End to end in batch mode: the batch route packs its events, the worker stores them as one
+// batch, and GET /v1/events/{id} reads each INSERTED (resolved through the batch's record).
+func TestBatch_BatchRouteEndToEnd(t *testing.T) {
+	h := apptest.New(t, apptest.Options{BatchMode: true})
+	key := h.CreateAccount(t, "acct_e2e", "free", nil)
+	var evs []map[string]any
+	for _, id := range idsN("evt", 100) {
+		evs = append(evs, map[string]any{"specversion": "1.0", "id": id, "source": "/tests", "type": "api.call"})
+	}
+	if r := h.Do(t, "POST", "/v1/events/batch", key, evs); r.Status != 202 {
+		t.Fatalf("batch: %d %s", r.Status, r.Body)
+	}
+	h.Drain(t, 0)
+	batches := map[string]bool{}
+	for _, id := range idsN("evt", 100) {
+		r := h.Do(t, "GET", "/v1/events/"+id, key, nil)
+		if r.Status != 200 || r.JSON(t)["status"] != "INSERTED" {
+			t.Fatalf("GET %s: %d %s", id, r.Status, r.Body)
+		}
+		e := entry(t, h, "acct_e2e", id)
+		batches[e.Batch] = true
+		payload, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation())
+		if err != nil || !bytes.Contains(payload, []byte(`"id":"`+id+`"`)) {
+			t.Fatalf("%s: archived payload %s %v", id, payload, err)
+		}
+	}
+	if len(batches) != 2 {
+		t.Errorf("100 events in %d batches, want 2 packs of 50", len(batches))
+	}
+	if got := used(t, h, "acct_e2e"); got != 100 {
+		t.Errorf("meter %d", got)
+	}
+}
