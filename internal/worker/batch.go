@@ -59,7 +59,7 @@ type member struct {
 	state    ledger.State
 	scenario ledger.Scenario
 	foreign  bool // claimed by another unit
-	done     bool // finished in this run
+	done     bool // claimed by another unit and finished
 }
 
 // BatchID is a packed message's identity: the hash of its bytes, the same on every delivery.
@@ -118,21 +118,29 @@ func (w *Worker) processBatch(ctx context.Context, m event.Message) (res Result,
 	return res, err
 }
 
-// claimBatch claims every event of the batch that has no entry, in bounded laps. It returns the
-// entries this delivery's claim wrote and the durable state last read (nil when the first lap
-// won: then every event was this delivery's).
+// claimBatch claims every event of the batch that has no entry, in bounded laps. It reads the
+// batch's durable state first (one BatchGetItem: the entries, the batch's record, the budget row
+// and the meter row's mark), so that a redelivery, or a batch whose events were all sent before,
+// costs that one read and no write, and the claim is planned against the budget as it is. Every
+// lap's transaction is conditional on that state (no entry for what it claims, room on the
+// budget row), so a stale plan is cancelled, never applied; the lap after a cancellation reads
+// the state again. It returns the entries this delivery's claim wrote and the state last read.
 func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger.Entry, *ledger.BatchState, error) {
 	var (
-		read        *ledger.BatchState
-		won         map[string]ledger.Entry
-		markPresent = true
+		read *ledger.BatchState
+		won  map[string]ledger.Entry
 	)
 	_, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (struct{}, error) {
-		c := w.planClaim(r, read, markPresent)
-		if len(c.Admit)+len(c.Reject) == 0 {
+		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
+		if err != nil {
+			return struct{}{}, err
+		}
+		read = &st
+		c := w.planClaim(r, read, st.Marked)
+		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
 			return struct{}{}, nil
 		}
-		err := w.Ledger.WriteBatchClaim(ctx, c)
+		err = w.Ledger.WriteBatchClaim(ctx, c)
 		if err == nil {
 			won = map[string]ledger.Entry{}
 			for _, e := range c.Admit {
@@ -153,11 +161,6 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		if !errors.Is(err, ledger.ErrCancelled) {
 			return struct{}{}, err
 		}
-		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
-		if err != nil {
-			return struct{}{}, err
-		}
-		read, markPresent = &st, st.Marked
 		return struct{}{}, retry.Again(errBatchCancelled)
 	})
 	if errors.Is(err, retry.ErrExhausted) {
@@ -166,11 +169,12 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 	return won, read, err
 }
 
-// planClaim is one lap's claim: every event without an entry (all of them before anything was
-// read), admitted or, past the cap or for an account that may not spend, rejected. The events
-// admitted are the first ones in message order that the budget row as read has room for: the
-// same message and the same durable state always admit the same events. Before the first read
-// the lap assumes room for all; the budget row's condition refuses it otherwise.
+// planClaim is one lap's claim: every event without an entry, admitted or, past the cap or for
+// an account that may not spend, rejected. The events admitted are the first ones in message
+// order that the budget row as read has room for: the same message and the same durable state
+// always admit the same events. Claiming every unclaimed event at once (rejected ones too) is
+// what makes the claim one commit per message: after it no event of the message is unclaimed,
+// so the archive layout the commit recorded is the only one.
 func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.msg.Envelopes[0].ReceivedAtMs,
@@ -178,10 +182,6 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 	}
 	var open []int
 	for i, id := range r.ids {
-		if read == nil {
-			open = append(open, i)
-			continue
-		}
 		if _, ok := read.Entries[id]; !ok {
 			open = append(open, i)
 		}
@@ -190,7 +190,7 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 	switch {
 	case r.billing.Kind == ledger.BillReject:
 		admit, c.RejectReason = 0, r.billing.Reason
-	case r.billing.Kind == ledger.BillCapped && read != nil && !r.billing.Limit.Unlimited:
+	case r.billing.Kind == ledger.BillCapped && !r.billing.Limit.Unlimited:
 		for admit > 0 && !r.billing.Limit.Check(read.Budget.Committed, int64(admit)*r.billing.Amount).Fits {
 			admit--
 		}
@@ -217,6 +217,7 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]ledger.Entry, read *ledger.BatchState) ([]*member, error) {
 	members := make([]*member, len(r.ids))
 	var probe []analytics.RowKey
+	foreignBatches := map[string]bool{}
 	for i, env := range r.msg.Envelopes {
 		mb := &member{env: env, ev: r.msg.Events[i]}
 		members[i] = mb
@@ -231,6 +232,9 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 		}
 		if e.Batch != r.batch {
 			mb.foreign, mb.entry = true, e
+			if e.Status == ledger.Inserting && e.Batch != "" {
+				foreignBatches[e.Batch] = true
+			}
 			continue
 		}
 		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
@@ -250,10 +254,27 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 			}
 		}
 	}
-	for _, mb := range members {
-		if !mb.foreign {
-			mb.scenario = ledger.Match(mb.state)
+	// An event another batch claimed is finished when its own status says so or its batch is
+	// recorded done: then it is acked here, with no further read or write.
+	done := map[string]ledger.Entry{}
+	for b := range foreignBatches {
+		ok, at, err := w.Ledger.BatchDone(ctx, r.account.ID, b)
+		if err != nil {
+			return nil, err
 		}
+		if ok {
+			done[b] = ledger.Entry{InsertedAtMs: at}
+		}
+	}
+	for _, mb := range members {
+		if mb.foreign {
+			if d, ok := done[mb.entry.Batch]; ok {
+				mb.entry = ledger.Resolve(mb.entry, true, d.InsertedAtMs)
+			}
+			mb.done = mb.entry.Status.Terminal()
+			continue
+		}
+		mb.scenario = ledger.Match(mb.state)
 	}
 	return members, nil
 }
@@ -307,6 +328,11 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 	}
 	for _, mb := range members {
 		if !mb.foreign {
+			continue
+		}
+		if mb.done {
+			res.Events[mb.env.EventID] = Result{Scenario: "claimed elsewhere, finished: ack", Final: mb.entry.Status}
+			w.Metrics.Count(metrics.EventsDuplicate, 1)
 			continue
 		}
 		// Claimed by another unit: its own entry says where it re-enters.

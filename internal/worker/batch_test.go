@@ -300,9 +300,9 @@ func TestBatch_ConcurrentDeliveriesAndRacingBatches_CapExact(t *testing.T) {
 	}
 }
 
-// A redelivery of a finished batch acks in two round trips, whatever its size: the refused
-// claim and one read of the batch's state. It writes nothing.
-func TestBatch_RedeliveryOfAFinishedBatch_TwoRoundTrips(t *testing.T) {
+// A redelivery of a finished batch acks in one round trip, whatever its size: one read of the
+// batch's state. It writes nothing.
+func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
 	puts := countPuts(h)
@@ -318,12 +318,23 @@ func TestBatch_RedeliveryOfAFinishedBatch_TwoRoundTrips(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	snap := calls.Snapshot()
-	if snap["DynamoDB TransactWriteItems"] != 1 || snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
-		t.Errorf("redelivery calls %v; want one refused claim and one read of the ledger", snap)
+	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
+		t.Errorf("redelivery calls %v; want one read of the ledger", snap)
 	}
-	if got := used(t, h, "acct_re"); got != 20 {
-		t.Errorf("meter %d", got)
+	// The same events sent again in another batch (a client retrying): one read of the batch,
+	// one of the batch that owns them, nothing written.
+	again := packed(t, h, "acct_re", nil, append(idsN("evt", 20), "evt_new")...)
+	calls.Reset()
+	if _, err := process(t, h, again); err != nil {
+		t.Fatal(err)
 	}
+	if snap := calls.Snapshot(); snap["DynamoDB PutItem"] != 1 || snap["DynamoDB TransactWriteItems"] != 1 || snap["DynamoDB UpdateItem"] != 0 {
+		t.Errorf("a batch of 20 finished events and 1 new: calls %v; want one claim, one row write, one record", snap)
+	}
+	if got := used(t, h, "acct_re"); got != 21 {
+		t.Errorf("meter %d, want 21", got)
+	}
+
 }
 
 // Every tier in a batch: plus counts on one shard with its mark, internal consumes nothing, an
@@ -389,5 +400,63 @@ func TestBatch_BatchRouteEndToEnd(t *testing.T) {
 	}
 	if got := used(t, h, "acct_e2e"); got != 100 {
 		t.Errorf("meter %d", got)
+	}
+}
+
+// raceLedger runs before() once, between the batch's read and its claim: another unit claiming
+// a member in that gap.
+type raceLedger struct {
+	worker.Ledger
+	once   sync.Once
+	before func()
+	claims int
+}
+
+func (l *raceLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
+	l.once.Do(l.before)
+	l.claims++
+	return l.Ledger.WriteBatchClaim(ctx, c)
+}
+
+// A batch transaction cancelled by one member: between the batch's read and its transaction,
+// one of its events is claimed and billed on its own. The transaction is cancelled as a whole
+// (nothing of it applies), the next lap reads the state again and claims the others, and the
+// member is billed once, by its own message.
+func TestBatch_TransactionCancelledByOneMember(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_cx", "free", nil)
+	w := h.Fn(resources.FunctionWorker).Worker
+	ids := idsN("evt", 4)
+	single := message(t, h, "acct_cx", ids[1], nil)
+	race := &raceLedger{Ledger: w.Ledger}
+	race.before = func() {
+		w.Ledger = race.Ledger // the single message runs on the plain ledger
+		defer func() { w.Ledger = race }()
+		if _, err := process(t, h, single); err != nil {
+			t.Errorf("single: %v", err)
+		}
+	}
+	w.Ledger = race
+	defer func() { w.Ledger = race.Ledger }()
+	body := packed(t, h, "acct_cx", nil, ids...)
+	res, err := process(t, h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if race.claims != 2 {
+		t.Errorf("%d claim transactions; want the cancelled one and the one after it", race.claims)
+	}
+	if got := used(t, h, "acct_cx"); got != 4 {
+		t.Errorf("meter %d, want 4", got)
+	}
+	if got := res.Events[ids[1]].Scenario; got != "claimed elsewhere, finished: ack" {
+		t.Errorf("the member claimed in the gap: %q", got)
+	}
+	for i, id := range ids {
+		e := entry(t, h, "acct_cx", id)
+		if e.Status != ledger.Inserted || (i == 1) != (e.Batch == "") {
+			t.Errorf("%s: %s batch %q", id, e.Status, e.Batch)
+		}
+		assertStoredOnce(t, h, "acct_cx", id, map[bool]string{true: single, false: body}[i == 1])
 	}
 }

@@ -73,6 +73,7 @@ type Ledger interface {
 	WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error
 	ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, eventIDs []string) (ledger.BatchState, error)
 	MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error
+	BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error)
 }
 
 // Worker processes queued events.
