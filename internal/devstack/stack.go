@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -135,6 +136,13 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	s.Names = names
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
+	switch raw := os.Getenv(resources.EnvBatchMode); raw {
+	case "", "false":
+	case "true":
+		cfg.BatchMode = true
+	default:
+		return fail(fmt.Errorf("%s=%q: want true or false", resources.EnvBatchMode, raw))
+	}
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}
