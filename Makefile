@@ -7,6 +7,8 @@ TOOLS_DIR := _tools
 TOOLS_STAMP := $(TOOLS_DIR)/node_modules/.ferry-installed
 FUNCTIONS := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 TEST_TIMEOUT ?= 45m
+PYTHON    ?= python3
+PY_LOCKS  := $(TOOLS_DIR)/python
 # make build's target architecture (Lambda runs the functions on Graviton) and folder.
 BUILD_ARCH ?= arm64
 BUILD_DIR ?= build
@@ -29,7 +31,7 @@ export CDK_DISABLE_CLI_TELEMETRY := 1
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
 $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm is required (Node.js 20 or later)"; exit 1; }
@@ -39,6 +41,21 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 .PHONY: tools
 tools: $(TOOLS_STAMP) $(STRIPE_MOCK) ## install the Go modules, stripe-mock and the npm tools (fauxqs, the CDK CLI) under _tools/
 	$(GO) mod download
+
+# One virtualenv under _tools/ per lock file in _tools/python/, installed only from the pinned
+# wheels whose hashes the lock lists (no resolution, no builds).
+$(TOOLS_DIR)/venv-%/.ferry-installed: $(PY_LOCKS)/%.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (Python 3.11 or later)"; exit 1; }
+	rm -rf $(TOOLS_DIR)/venv-$*
+	$(PYTHON) -m venv $(TOOLS_DIR)/venv-$*
+	$(TOOLS_DIR)/venv-$*/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: -r $<
+	@touch $@
+
+.PHONY: python-locks
+python-locks: $(TOOLS_DIR)/venv-pip-tools/.ferry-installed ## re-pin the Python tools (_tools/python/*.in) into hashed locks
+	cd $(PY_LOCKS) && for lock in pip-tools moto contract; do \
+		../venv-pip-tools/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-header --no-emit-index-url --no-emit-find-links -o $$lock.txt $$lock.in || exit 1; \
+	done
 
 $(STRIPE_MOCK):
 	GOBIN=$(CURDIR)/$(TOOLS_DIR)/bin GOFLAGS= $(GO) install $(STRIPE_MOCK_MODULE)@$(STRIPE_MOCK_VERSION)
@@ -57,24 +74,47 @@ run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS 
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: test-moto
+test-moto: tools $(TOOLS_DIR)/venv-moto/.ferry-installed ## run the Go packages' tests against moto (a second DynamoDB, S3 and SQS) on loopback
+	TEST_TIMEOUT=$(TEST_TIMEOUT) scripts/test-moto.sh
+
+.PHONY: test-contract
+test-contract: tools $(TOOLS_DIR)/venv-contract/.ferry-installed ## fuzz every operation of api/openapi.yaml against ferry dev with schemathesis
+	scripts/test-contract.sh
+
 .PHONY: test-race
 test-race: tools ## run the tests of the Go packages under the race detector (infra excluded)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
 
-# make fuzz runs every fuzz target (one per request body, internal/httpapi/fuzz_test.go) for
-# FUZZTIME each, with FUZZ_PARALLEL workers; seeds are under testdata/fuzz/.
+# make harness runs the deterministic fault harness at its CI size (HARNESS_SCHEDULES seeded
+# schedules over every pipeline), the guard-ablation table, the nine mutations and a failing seed
+# replayed; make test runs the same tests as part of ./... . A long run with a progress bar:
+# `go run ./cmd/ferry harness --schedules 100000`.
+HARNESS_SCHEDULES ?= 150
+
+.PHONY: harness
+harness: tools ## the fault harness: seeded schedules, every guard removed, the nine mutations, a replayed seed
+	FERRY_HARNESS_SCHEDULES=$(HARNESS_SCHEDULES) $(GO) test -count=1 -timeout 30m ./internal/harness/
+
+# make fuzz runs every fuzz target for FUZZTIME each, one after another, with FUZZ_PARALLEL
+# workers: one per request body and webhook intake in internal/httpapi (through the whole stack),
+# and the Stripe-Signature header's reading in internal/provider/stripe/webhook. The readable
+# seeds are under testdata/fuzz/<body>/ (each target adds them); what go test keeps (inputs that
+# failed) goes to testdata/fuzz/FuzzXxx/ beside the target's package, and is replayed by every
+# plain `go test` from then on.
 FUZZTIME      ?= 30s
 FUZZ_PARALLEL ?= 1
 # Minimizing an input that is merely interesting stops the fuzzing meanwhile; 60 s by default.
 FUZZ_MINIMIZE ?= 5s
-FUZZ_PKG      := ./internal/httpapi/
+FUZZ_PKGS     := ./internal/httpapi/ ./internal/provider/stripe/webhook/
 
 .PHONY: fuzz
 fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTIME=2m
-	@targets=$$($(GO) test $(FUZZ_PKG) -list '^Fuzz' | grep '^Fuzz'); \
-	for target in $$targets; do \
-		echo "== $$target for $(FUZZTIME)"; \
-		$(GO) test $(FUZZ_PKG) -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
+	@for pkg in $(FUZZ_PKGS); do \
+		for target in $$($(GO) test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
+			echo "== $$pkg $$target for $(FUZZTIME)"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) -parallel $(FUZZ_PARALLEL) || exit 1; \
+		done; \
 	done
 
 .PHONY: bench

@@ -24,6 +24,21 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
 		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
 	}
+	// Another method on them is a 405 problem naming the one they serve, as on the API's routes.
+	for _, path := range []string{"/healthz", "/openapi.yaml"} {
+		for _, method := range []string{http.MethodPost, http.MethodDelete, "TRACE"} {
+			req, _ := http.NewRequest(method, stack.URL+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodGet ||
+				resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s: %d, Allow %q, %q", method, path, resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"))
+			}
+		}
+	}
 }
 
 // startLocalStack starts ferry dev's stack on a free loopback port over fresh resources, and

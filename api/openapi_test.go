@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/golang-jwt/jwt/v5"
@@ -25,11 +27,14 @@ import (
 
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/corrections"
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/plans"
 	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
@@ -88,6 +93,49 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 	key := doc.Components.Parameters["IdempotencyKey"].Value.Schema.Value
 	if key.MaxLength == nil || *key.MaxLength != idempotency.MaxKeyLength {
 		t.Errorf("Idempotency-Key maxLength %v, want %d", key.MaxLength, idempotency.MaxKeyLength)
+	}
+}
+
+// The bounds the handlers enforce are the document's: a schema-valid amount is never refused
+// for its size, and a larger one is refused by the schema as by the handler.
+func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	schemas := doc.Components.Schemas
+	for _, field := range []struct{ schema, property string }{
+		{"CreateHoldRequest", "amount"}, {"ChargeRequest", "amount"}, {"SettleRequest", "used"},
+	} {
+		max := schemas[field.schema].Value.Properties[field.property].Value.Max
+		if max == nil || *max != float64(holds.MaxAmount) {
+			t.Errorf("%s.%s maximum %v, want %d", field.schema, field.property, max, int64(holds.MaxAmount))
+		}
+	}
+	units := schemas["CorrectionRequest"].Value.Properties["units"].Value
+	if units.Min == nil || units.Max == nil || *units.Min != -corrections.MaxUnits || *units.Max != corrections.MaxUnits {
+		t.Errorf("CorrectionRequest.units from %v to %v, want ±%d", units.Min, units.Max, int64(corrections.MaxUnits))
+	}
+	if reason := schemas["CorrectionRequest"].Value.Properties["reason"].Value; reason.MaxLength == nil || *reason.MaxLength != corrections.MaxReasonLength {
+		t.Errorf("CorrectionRequest.reason maxLength %v, want %d", reason.MaxLength, corrections.MaxReasonLength)
+	}
+}
+
+// A correction's reason is refused by the document exactly when the handler refuses it: blank
+// (Go's white space, the Unicode set) or holding a control character other than the line feed.
+func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	reason := doc.Components.Schemas["CorrectionRequest"].Value.Properties["reason"].Value
+	pattern := regexp.MustCompile(reason.Pattern)
+	candidates := []string{"ok", "a\nb", "\ufeff", "x y", "é"}
+	for r := rune(0); r <= 0x3000; r++ {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			candidates = append(candidates, string(r), "x"+string(r), string(r)+"x")
+		}
+	}
+	for _, text := range candidates {
+		in := corrections.Input{Account: "acct_1", Feature: "events", Units: 1, Reason: text, IdempotencyKey: "k"}
+		handler := in.Validate(plans.Default()) == nil
+		if document := pattern.MatchString(text); document != handler {
+			t.Errorf("reason %q: the document accepts it %v, the handler %v", text, document, handler)
+		}
 	}
 }
 
@@ -619,12 +667,12 @@ func conformanceTable() []exchange {
 		{name: "correction, repeated", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-1",
 			body: `{"account":"acct_1","feature":"events","units":-1,"reason":"a bot's click"}`, status: 201, replayed: true},
 		{name: "correction, no Idempotency-Key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator",
-			body: `{"account":"acct_1","feature":"events","units":2,"reason":"late import"}`, status: 400},
+			body: `{"account":"acct_1","feature":"events","units":2,"reason":"late import"}`, status: 400, invalidRequest: true},
 		{name: "correction of zero", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-0",
 			body: `{"account":"acct_1","feature":"events","units":0,"reason":"nothing"}`, status: 400, invalidRequest: true},
 		{name: "correction, unknown account", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "operator", idemKey: "corr-2",
 			body: `{"account":"nobody","feature":"events","units":1,"reason":"x"}`, status: 404},
-		{name: "correction, an account's key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "acct_1",
+		{name: "correction, an account's key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "acct_1", idemKey: "corr-3",
 			body: `{"account":"acct_1","feature":"events","units":1,"reason":"x"}`, status: 401},
 		{name: "usage after a correction", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200,
 			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
@@ -648,6 +696,10 @@ func conformanceTable() []exchange {
 		{name: "evidence", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&cycle=2026-11", as: "operator", status: 200},
 		{name: "evidence, no account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence", as: "operator", status: 400, invalidRequest: true},
 		{name: "evidence, unknown account", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=nobody", as: "operator", status: 404},
+		{name: "evidence, cycle empty", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&cycle=", as: "operator", status: 400, invalidRequest: true},
+		{name: "evidence, account twice", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&account=nobody", as: "operator", status: 400, unmodelled: true},
+		{name: "evidence, unknown parameter", route: "GET /v1/reconcile/evidence", path: "/v1/reconcile/evidence?account=acct_1&colour=red", as: "operator", status: 400, unmodelled: true},
+		{name: "review list, a parameter", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review?cursor=x", as: "operator", status: 400, unmodelled: true},
 		{name: "review list", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "operator", status: 200},
 		{name: "review list, an account's key", route: "GET /v1/reconcile/review", path: "/v1/reconcile/review", as: "acct_1", status: 401},
 
@@ -824,7 +876,7 @@ func inboxTable() []exchange {
 		{name: "billing events, all", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "operator", status: 200},
 		{name: "billing events, one account's", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_hooks&status=APPLIED&limit=1", as: "operator", status: 200},
 		{name: "billing events, an unknown status", route: "GET /v1/billing-events", path: "/v1/billing-events?status=DONE", as: "acct_hooks", status: 400, invalidRequest: true},
-		{name: "billing events, another account's filter", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_1", as: "acct_hooks", status: 400},
+		{name: "billing events, another account's filter", route: "GET /v1/billing-events", path: "/v1/billing-events?account=acct_1", as: "acct_hooks", status: 404},
 		{name: "billing events, no key", route: "GET /v1/billing-events", path: "/v1/billing-events", as: "none", status: 401, invalidRequest: true},
 		{name: "billing event", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev}", as: "acct_hooks", status: 200},
 		{name: "billing event, as the operator", route: "GET /v1/billing-events/{id}", path: "/v1/billing-events/{bev2}", as: "operator", status: 200},

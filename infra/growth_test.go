@@ -117,12 +117,21 @@ func TestStack_FollowsAppendedDefinitions(t *testing.T) {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), like(object{
 			"FunctionName":                 "ferry-dev-janitor",
 			"ReservedConcurrentExecutions": 1,
-			"Environment":                  object{"Variables": like(object{"FERRY_TABLE_WIDGETS": like(object{}), "FERRY_TABLE_RECEIPTS": like(object{})})},
+			"Environment":                  object{"Variables": like(object{"FERRY_TABLE_WIDGETS": like(object{}), "FERRY_TABLE_USAGE": like(object{})})},
+		}))
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), like(object{
+			"FunctionName": "ferry-dev-" + resources.FunctionAPI,
+			"Environment":  object{"Variables": like(object{"FERRY_TABLE_WIDGETS": like(object{}), "FERRY_TABLE_RECEIPTS": like(object{})})},
 		}))
 		s.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(object{
 			"Namespace": metrics.Namespace, "MetricName": "WidgetsDead", "AlarmActions": arrayWith(object{"Ref": topicID(t, s)}),
 		}))
 	})
+	// The janitor is told the names of what it is granted, and not of the receipts it is not.
+	janitorEnv := props(s.json["Resources"].(object)[functionID(t, s, "janitor")].(object))["Environment"].(object)["Variables"].(object)
+	if _, ok := janitorEnv["FERRY_TABLE_RECEIPTS"]; ok {
+		t.Error("the janitor's environment names the receipts table, which its entry does not grant")
+	}
 	for _, r := range defs.Routes {
 		assertRoute(t, s, r)
 	}

@@ -326,9 +326,10 @@ func TestFunctions_MatchTheirDefinitions(t *testing.T) {
 	})
 }
 
-// TestFunctions_EnvironmentSatisfiesNamesFromEnv proves every function can start: the variables
-// the stack sets are exactly the ones resources.NamesFromEnv requires.
-func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
+// TestFunctions_EnvironmentCarriesExactlyTheGrant proves every function can start — the stack
+// sets every variable resources.GrantFromEnv requires — and that no function is told the name
+// of a resource its entry does not grant (its role could not reach it in AWS).
+func TestFunctions_EnvironmentCarriesExactlyTheGrant(t *testing.T) {
 	s := synthStage(t, dev)
 	secretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "admin-key")})
 	stripeSecretID := s.id(t, "AWS::SecretsManager::Secret", object{"Name": resources.PhysicalName(s.cfg.Prefix(), "stripe-webhook-secret")})
@@ -336,11 +337,16 @@ func TestFunctions_EnvironmentSatisfiesNamesFromEnv(t *testing.T) {
 		t.Run(f.Name, func(t *testing.T) {
 			fn := props(s.json["Resources"].(object)[functionID(t, s, f.Name)].(object))
 			env := fn["Environment"].(object)["Variables"].(object)
-			if _, err := resources.NamesFromEnv(func(k string) (string, bool) {
+			if _, err := resources.GrantFromEnv(f, func(k string) (string, bool) {
 				v, ok := env[k]
 				return fmt.Sprint(v), ok && v != nil
 			}); err != nil {
 				t.Error(err)
+			}
+			for _, v := range ungrantedResourceVars(f) {
+				if _, ok := env[v]; ok {
+					t.Errorf("%s set on a function whose entry does not grant that resource", v)
+				}
 			}
 			if env[resources.EnvLogLevel] != s.cfg.LogLevel {
 				t.Errorf("%s = %v; want %q", resources.EnvLogLevel, env[resources.EnvLogLevel], s.cfg.LogLevel)
@@ -945,4 +951,28 @@ func TestStack_SynthesizesWithoutAccountOrLookups(t *testing.T) {
 	if len(manifest.Missing) > 0 {
 		t.Errorf("synthesis asked for context lookups: %v", manifest.Missing)
 	}
+}
+
+// ungrantedResourceVars are the resource-name variables of every resource f's entry does not
+// list.
+func ungrantedResourceVars(f resources.Function) []string {
+	var vars []string
+	for _, tb := range resources.Tables {
+		if _, ok := f.Tables[tb.Logical]; !ok {
+			vars = append(vars, resources.EnvVar(resources.KindTable, tb.Logical))
+		}
+	}
+	for _, q := range resources.Queues {
+		for _, logical := range []string{q.Logical, q.DLQLogical()} {
+			if _, ok := f.Queues[logical]; !ok {
+				vars = append(vars, resources.EnvVar(resources.KindQueue, logical))
+			}
+		}
+	}
+	for _, b := range resources.Buckets {
+		if _, ok := f.Buckets[b.Logical]; !ok {
+			vars = append(vars, resources.EnvVar(resources.KindBucket, b.Logical))
+		}
+	}
+	return vars
 }

@@ -53,8 +53,8 @@ func NewStorage(scope constructs.Construct, id string, props *StorageProps) *Sto
 	return s
 }
 
-// Names returns every resource's physical name (queue URL for queues), as the functions receive
-// them through resources.Names.Env.
+// Names returns every resource's physical name (queue URL for queues); each function receives
+// the part its entry grants (resources.FunctionEnv).
 func (s *Storage) Names() resources.Names {
 	n := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
 	for logical, t := range s.Tables {

@@ -127,14 +127,15 @@ func operatorFlags(name string, args []string, stderr io.Writer) (envFile, accou
 	if err := fs.Parse(args); err != nil {
 		return "", "", "", err
 	}
-	if account == "" || eventID == "" {
+	if account == "" || eventID == "" && name != "inspect" {
 		return "", "", "", errors.New("--account and --event are required")
 	}
 	return envFile, account, eventID, nil
 }
 
 // runInspect prints what Ferry holds about one event: its ledger entry, whether its payload is
-// archived and whether its analytics row exists.
+// archived and whether its analytics row exists. Without --event it summarizes the account: its
+// ledger by status, its archived payloads, and the events where the two disagree.
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	envFile, account, eventID, err := operatorFlags("inspect", args, stderr)
 	if err != nil {
@@ -144,12 +145,19 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if eventID == "" {
+		sum, err := s.Summarize(ctx, account)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(sum)
+	}
 	out, err := s.Inspect(ctx, account, eventID)
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
 // Bounds of the process tests.
@@ -34,6 +35,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testenv.StopShared()
 	if builtDir != "" {
 		os.RemoveAll(builtDir)
 	}

@@ -364,6 +364,8 @@ type Store interface {
 	// AccountIDForLink returns the account a provider id is linked to (ErrNotFound if none).
 	AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error)
 	// MarkUsageStarted records the first usage once and returns the account as stored after it.
+	// It is called only for an account that was read (Known), and accounts are never deleted,
+	// so it carries no condition that the account exists.
 	MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error)
 }
 

@@ -117,6 +117,17 @@ func (it accountItem) account() Account {
 
 const markUsageStarted = "SET #usageStartedAtMs = if_not_exists(#usageStartedAtMs, :now)"
 
+// Conditions of the account writes. Every attribute name is an alias (see dynamo.Names).
+const (
+	accountAbsent = "attribute_not_exists(#id)"
+	accountExists = "attribute_exists(#id)"
+	// agreementOpen: the agreement day may change only before the first usage fixes the
+	// billing cycle (or be set to the day it already has).
+	agreementOpen = "(attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
+	// updatePrefix begins every account update expression.
+	updatePrefix = "SET #updatedAtMs = :now"
+)
+
 // Create implements Store.
 func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) error {
 	acct, err := attributevalue.MarshalMap(accountItem{
@@ -135,12 +146,11 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName: aws.String(s.AccountsTable), Item: acct,
-			ConditionExpression: aws.String("attribute_not_exists(#id)"), ExpressionAttributeNames: dynamo.Names("#id"),
+			ConditionExpression: aws.String(accountAbsent), ExpressionAttributeNames: dynamo.Names(accountAbsent),
 		}},
-		{Put: &types.Put{
-			TableName: aws.String(s.KeysTable), Item: key,
-			ConditionExpression: aws.String("attribute_not_exists(#keyHash)"), ExpressionAttributeNames: dynamo.Names("#keyHash"),
-		}},
+		// The key's row carries no condition: its hash is of 256 random bits, which no other
+		// key ever shares, and a retried creation makes a new key.
+		{Put: &types.Put{TableName: aws.String(s.KeysTable), Item: key}},
 	}
 	for _, kind := range LinkKinds {
 		if id := a.Link(kind); id != "" {
@@ -253,9 +263,9 @@ var errLinksMoved = errors.New("the account's links changed since they were read
 
 // update writes in. current is the account as read before, when in changes links.
 func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, nowMs int64, current Account) (Account, error) {
-	sets := []string{"#updatedAtMs = :now"}
+	sets := []string{strings.TrimPrefix(updatePrefix, "SET ")}
 	values := map[string]types.AttributeValue{":now": dynamo.N(nowMs)}
-	cond := "attribute_exists(#id)"
+	cond := accountExists
 	if in.Plan != nil {
 		sets = append(sets, "#plan = :plan")
 		values[":plan"] = &types.AttributeValueMemberS{Value: *in.Plan}
@@ -281,7 +291,7 @@ func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, now
 		sets = append(sets, "#agreementDay = :day")
 		values[":day"] = dynamo.N(int64(*in.AgreementDay))
 		// Setting the day it already has is not a change, even after the first usage.
-		cond += " AND (attribute_not_exists(#usageStartedAtMs) OR #agreementDay = :day)"
+		cond += " AND " + agreementOpen
 	}
 	var links []types.TransactWriteItem
 	for _, kind := range LinkKinds {
@@ -433,14 +443,10 @@ func (s *DynamoStore) MarkUsageStarted(ctx context.Context, id string, nowMs int
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},
 		UpdateExpression:          aws.String(markUsageStarted),
-		ConditionExpression:       aws.String("attribute_exists(#id)"),
-		ExpressionAttributeNames:  dynamo.Names(markUsageStarted, "#id"),
+		ExpressionAttributeNames:  dynamo.Names(markUsageStarted),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": dynamo.N(nowMs)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if dynamo.IsConditionFailed(err) {
-		return Account{}, ErrNotFound
-	}
 	if err != nil {
 		return Account{}, fmt.Errorf("mark usage started for %s: %w", id, err)
 	}

@@ -5,15 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -34,8 +39,16 @@ type ProvisionOptions struct {
 	Buckets []resources.Bucket
 }
 
-// Provision creates every table, bucket and queue of internal/resources (or of opts) under prefix
-// and returns their physical names. Bucket names are lower-cased, as S3 requires.
+// Provision makes every table, bucket and queue of internal/resources (or of opts) exist under
+// prefix and returns their physical names. Bucket names are lower-cased, as S3 requires.
+//
+// What is already there under prefix is reused, so a stack on external endpoints can be stopped
+// — or killed — and started again with its state: each existing resource is checked against its
+// definition (a table's key schema and attribute types, its indexes and their projections, its
+// TTL attribute; a queue's visibility timeout, retention and redrive policy), and one that
+// differs is an error that names the resource and the difference, never silently used. What is
+// missing is created, which also finishes a provisioning that was itself killed half way (a
+// table whose TTL was not yet enabled gets it).
 func Provision(ctx context.Context, c cloud.Clients, prefix string, opts ProvisionOptions) (resources.Names, error) {
 	tables, queues, buckets := resources.Tables, resources.Queues, resources.Buckets
 	if opts.Tables != nil {
@@ -50,7 +63,7 @@ func Provision(ctx context.Context, c cloud.Clients, prefix string, opts Provisi
 	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
 	for _, t := range tables {
 		name := resources.PhysicalName(prefix, t.Logical)
-		if err := createTable(ctx, c.DynamoDB, name, t); err != nil {
+		if err := ensureTable(ctx, c.DynamoDB, name, t); err != nil {
 			return names, err
 		}
 		names.Tables[t.Logical] = name
@@ -59,28 +72,19 @@ func Provision(ctx context.Context, c cloud.Clients, prefix string, opts Provisi
 		if err := waitActive(ctx, c.DynamoDB, names.Tables[t.Logical]); err != nil {
 			return names, err
 		}
-		if t.TTLAttribute == "" {
-			continue
-		}
-		_, err := c.DynamoDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-			TableName: aws.String(names.Tables[t.Logical]),
-			TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{
-				AttributeName: aws.String(t.TTLAttribute), Enabled: aws.Bool(true),
-			},
-		})
-		if err != nil {
-			return names, fmt.Errorf("enable TTL on %s: %w", names.Tables[t.Logical], err)
+		if err := ensureTTL(ctx, c.DynamoDB, names.Tables[t.Logical], t.TTLAttribute); err != nil {
+			return names, err
 		}
 	}
 	for _, b := range buckets {
 		name := resources.PhysicalName(prefix, b.Logical)
-		if _, err := c.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-			return names, fmt.Errorf("create bucket %s: %w", name, err)
+		if err := ensureBucket(ctx, c.S3, name); err != nil {
+			return names, err
 		}
 		names.Buckets[b.Logical] = name
 	}
 	for _, q := range queues {
-		dlqURL, err := createQueue(ctx, c.SQS, resources.PhysicalName(prefix, q.DLQLogical()), map[string]string{
+		dlqURL, err := ensureQueue(ctx, c.SQS, resources.PhysicalName(prefix, q.DLQLogical()), map[string]string{
 			"MessageRetentionPeriod": seconds(q.DLQRetention),
 		})
 		if err != nil {
@@ -101,7 +105,7 @@ func Provision(ctx context.Context, c cloud.Clients, prefix string, opts Provisi
 		if opts.VisibilityTimeout > 0 {
 			visibility = opts.VisibilityTimeout
 		}
-		url, err := createQueue(ctx, c.SQS, resources.PhysicalName(prefix, q.Logical), map[string]string{
+		url, err := ensureQueue(ctx, c.SQS, resources.PhysicalName(prefix, q.Logical), map[string]string{
 			"VisibilityTimeout":      seconds(visibility),
 			"MessageRetentionPeriod": seconds(q.Retention),
 			"RedrivePolicy":          string(redrive),
@@ -114,7 +118,204 @@ func Provision(ctx context.Context, c cloud.Clients, prefix string, opts Provisi
 	return names, nil
 }
 
+// MismatchError is an existing resource that differs from its definition: it is not used.
+type MismatchError struct {
+	// Resource is the physical name ("ferry-dev-ledger").
+	Resource string
+	// Differences say what differs, definition against what the endpoint reports.
+	Differences []string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s already exists but does not match its definition in internal/resources: %s; "+
+		"delete it, or start the stack with another --prefix", e.Resource, strings.Join(e.Differences, "; "))
+}
+
 func seconds(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+
+// ensureTable creates the table, or checks the one already there against t.
+func ensureTable(ctx context.Context, db *dynamodb.Client, name string, t resources.Table) error {
+	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	var missing *ddbtypes.ResourceNotFoundException
+	switch {
+	case errors.As(err, &missing):
+		return createTable(ctx, db, name, t)
+	case err != nil:
+		return fmt.Errorf("describe table %s: %w", name, err)
+	}
+	if diffs := tableDifferences(out.Table, t); len(diffs) > 0 {
+		return &MismatchError{Resource: name, Differences: diffs}
+	}
+	return nil
+}
+
+// tableDifferences compares a described table with its definition: the key schema, each key
+// attribute's type, and each index's name, keys and projection — as far as the endpoint reports
+// them (minidyn reports no attribute definitions, so there the types are not compared).
+func tableDifferences(got *ddbtypes.TableDescription, t resources.Table) []string {
+	types := map[string]string{}
+	for _, a := range got.AttributeDefinitions {
+		types[aws.ToString(a.AttributeName)] = string(a.AttributeType)
+	}
+	typed := len(types) > 0
+	attr := func(name, typ string) string {
+		if !typed {
+			return name
+		}
+		return fmt.Sprintf("%s (%s)", name, typ)
+	}
+	keys := func(ks []ddbtypes.KeySchemaElement) string {
+		var parts []string
+		for _, k := range ks {
+			parts = append(parts, fmt.Sprintf("%s %s", k.KeyType, attr(aws.ToString(k.AttributeName), types[aws.ToString(k.AttributeName)])))
+		}
+		return strings.Join(parts, ", ")
+	}
+	want := func(pk resources.Attribute, sk *resources.Attribute) string {
+		s := "HASH " + attr(pk.Name, string(pk.Type))
+		if sk != nil {
+			s += ", RANGE " + attr(sk.Name, string(sk.Type))
+		}
+		return s
+	}
+	var diffs []string
+	if g, w := keys(got.KeySchema), want(t.PartitionKey, t.SortKey); g != w {
+		diffs = append(diffs, fmt.Sprintf("key schema is %s, want %s", g, w))
+	}
+	indexes := map[string]ddbtypes.GlobalSecondaryIndexDescription{}
+	for _, ix := range got.GlobalSecondaryIndexes {
+		indexes[aws.ToString(ix.IndexName)] = ix
+	}
+	for _, ix := range t.Indexes {
+		g, ok := indexes[ix.Name]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("index %s is missing", ix.Name))
+			continue
+		}
+		delete(indexes, ix.Name)
+		if gk, wk := keys(g.KeySchema), want(ix.PartitionKey, ix.SortKey); gk != wk {
+			diffs = append(diffs, fmt.Sprintf("index %s keys are %s, want %s", ix.Name, gk, wk))
+		}
+		projection := ddbtypes.ProjectionTypeKeysOnly
+		if ix.ProjectAll {
+			projection = ddbtypes.ProjectionTypeAll
+		}
+		if g.Projection != nil && g.Projection.ProjectionType != projection {
+			diffs = append(diffs, fmt.Sprintf("index %s projects %s, want %s", ix.Name, g.Projection.ProjectionType, projection))
+		}
+	}
+	extra := make([]string, 0, len(indexes))
+	for name := range indexes {
+		extra = append(extra, name)
+	}
+	sort.Strings(extra)
+	for _, name := range extra {
+		diffs = append(diffs, fmt.Sprintf("index %s is not in the definition", name))
+	}
+	return diffs
+}
+
+// ensureTTL enables the table's TTL attribute unless it is already the enabled one; a table
+// whose TTL is on another attribute (or on, when the definition has none) is a mismatch.
+func ensureTTL(ctx context.Context, db *dynamodb.Client, name, attribute string) error {
+	out, err := db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(name)})
+	if err != nil {
+		return fmt.Errorf("describe TTL of %s: %w", name, err)
+	}
+	var status ddbtypes.TimeToLiveStatus
+	var current string
+	if d := out.TimeToLiveDescription; d != nil {
+		status, current = d.TimeToLiveStatus, aws.ToString(d.AttributeName)
+	}
+	on := status == ddbtypes.TimeToLiveStatusEnabled || status == ddbtypes.TimeToLiveStatusEnabling
+	switch {
+	case on && current == attribute:
+		return nil
+	case on && attribute == "":
+		return &MismatchError{Resource: name, Differences: []string{fmt.Sprintf("TTL is on %q, want none", current)}}
+	case on:
+		return &MismatchError{Resource: name, Differences: []string{fmt.Sprintf("TTL is on %q, want %q", current, attribute)}}
+	case attribute == "":
+		return nil
+	}
+	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(name),
+		TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{
+			AttributeName: aws.String(attribute), Enabled: aws.Bool(true),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("enable TTL on %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureBucket creates the bucket unless it is already there (and this account's).
+func ensureBucket(ctx context.Context, c *s3.Client, name string) error {
+	_, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)})
+	if err == nil {
+		return nil
+	}
+	var missing *s3types.NotFound
+	var resp *smithyhttp.ResponseError
+	if !errors.As(err, &missing) && !(errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusNotFound) {
+		return fmt.Errorf("head bucket %s: %w", name, err)
+	}
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureQueue creates the queue, or checks the one already there has attrs.
+func ensureQueue(ctx context.Context, q *sqs.Client, name string, attrs map[string]string) (string, error) {
+	got, err := q.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	var missing *sqstypes.QueueDoesNotExist
+	switch {
+	case errors.As(err, &missing):
+		return createQueue(ctx, q, name, attrs)
+	case err != nil:
+		return "", fmt.Errorf("look up queue %s: %w", name, err)
+	}
+	url := aws.ToString(got.QueueUrl)
+	names := make([]string, 0, len(attrs))
+	for k := range attrs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll},
+	})
+	if err != nil {
+		return "", fmt.Errorf("read the attributes of queue %s: %w", name, err)
+	}
+	var diffs []string
+	for _, k := range names {
+		if g, w := out.Attributes[k], attrs[k]; !sameAttribute(k, g, w) {
+			diffs = append(diffs, fmt.Sprintf("%s is %q, want %q", k, g, w))
+		}
+	}
+	if len(diffs) > 0 {
+		return "", &MismatchError{Resource: name, Differences: diffs}
+	}
+	return url, nil
+}
+
+// sameAttribute compares a queue attribute; a redrive policy is JSON, compared as values (SQS
+// renders maxReceiveCount as a number or a string).
+func sameAttribute(name, got, want string) bool {
+	if name != "RedrivePolicy" {
+		return got == want
+	}
+	var g, w struct {
+		Target string          `json:"deadLetterTargetArn"`
+		Max    json.RawMessage `json:"maxReceiveCount"`
+	}
+	if json.Unmarshal([]byte(got), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return g.Target == w.Target && strings.Trim(string(g.Max), `"`) == strings.Trim(string(w.Max), `"`)
+}
 
 func createTable(ctx context.Context, db *dynamodb.Client, name string, t resources.Table) error {
 	attrs := map[string]ddbtypes.ScalarAttributeType{}

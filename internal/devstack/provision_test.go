@@ -2,15 +2,20 @@ package devstack_test
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -54,4 +59,102 @@ func TestProvision_CreatesEveryDefinedResource(t *testing.T) {
 			t.Errorf("%s has no redrive policy: %v", q.Logical, out.Attributes)
 		}
 	}
+}
+
+// Provisioning again under the same prefix reuses every resource that is there, with what it
+// holds, and gives the same names: a stack killed and started again has its state.
+func TestProvision_AgainUnderTheSamePrefix_ReusesWhatIsThere(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	ledger := env.Names.Table(resources.TableLedger)
+	if _, err := env.Clients.DynamoDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(ledger), Item: map[string]ddbtypes.AttributeValue{
+		"pk": &ddbtypes.AttributeValueMemberS{Value: "kept"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := devstack.Provision(ctx, env.Clients, env.Prefix, devstack.ProvisionOptions{VisibilityTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("provision again: %v", err)
+	}
+	if !reflect.DeepEqual(again, env.Names) {
+		t.Errorf("names %+v, first time %+v", again, env.Names)
+	}
+	out, err := env.Clients.DynamoDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(ledger), ConsistentRead: aws.Bool(true), Key: map[string]ddbtypes.AttributeValue{
+		"pk": &ddbtypes.AttributeValueMemberS{Value: "kept"},
+	}})
+	if err != nil || out.Item == nil {
+		t.Errorf("the ledger's item after provisioning again: %v %v", out, err)
+	}
+}
+
+// An existing resource that differs from its definition is not used: the error names it and
+// the difference.
+func TestProvision_AResourceThatDiffersFromItsDefinition_IsAnErrorNamingTheDifference(t *testing.T) {
+	ledgerDef := tableDef(t, resources.TableLedger)
+	wrongKey := ledgerDef
+	wrongKey.SortKey = &resources.Attribute{Name: "other", Type: resources.Number}
+	noIndex := tableDef(t, resources.TableLedger)
+	noIndex.Indexes = nil
+	withIndex := tableDef(t, resources.TableLedger)
+	withIndex.Indexes = append(append([]resources.Index(nil), withIndex.Indexes...), resources.Index{Name: "byOther", PartitionKey: resources.Attribute{Name: "other", Type: resources.String}})
+	otherTTL := tableDef(t, resources.TableLedger)
+	otherTTL.TTLAttribute = "goneAt"
+	for name, c := range map[string]struct {
+		existing resources.Table
+		want     []string
+	}{
+		"another sort key":     {wrongKey, []string{"ledger", "key schema is HASH pk, RANGE other, want HASH pk;"}},
+		"an index missing":     {noIndex, []string{"ledger", "is missing"}},
+		"an index too many":    {withIndex, []string{"ledger", "index byOther is not in the definition"}},
+		"TTL on another field": {otherTTL, []string{"ledger", `TTL is on "goneAt"`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := testenv.New(t, testenv.Options{Tables: []resources.Table{c.existing}, Queues: []resources.Queue{}, Buckets: []resources.Bucket{}})
+			_, err := devstack.Provision(context.Background(), env.Clients, env.Prefix, devstack.ProvisionOptions{
+				Tables: []resources.Table{ledgerDef}, Queues: []resources.Queue{}, Buckets: []resources.Bucket{},
+			})
+			var mismatch *devstack.MismatchError
+			if !errors.As(err, &mismatch) {
+				t.Fatalf("err %v; want a mismatch", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	t.Run("a queue with another visibility timeout", func(t *testing.T) {
+		q := resources.Queues[0]
+		env := testenv.New(t, testenv.Options{Tables: []resources.Table{}, Queues: []resources.Queue{q}, Buckets: []resources.Bucket{}, VisibilityTimeout: 7 * time.Second})
+		_, err := devstack.Provision(context.Background(), env.Clients, env.Prefix, devstack.ProvisionOptions{
+			Tables: []resources.Table{}, Queues: []resources.Queue{q}, Buckets: []resources.Bucket{}, VisibilityTimeout: 5 * time.Second,
+		})
+		if err == nil || !strings.Contains(err.Error(), `VisibilityTimeout is "7", want "5"`) || !strings.Contains(err.Error(), env.Prefix+"-"+q.Logical) {
+			t.Errorf("err %v; want the queue and its visibility timeout named", err)
+		}
+	})
+	t.Run("a queue whose dead-letter queue is another", func(t *testing.T) {
+		q := resources.Queues[0]
+		env := testenv.New(t, testenv.Options{Tables: []resources.Table{}, Queues: []resources.Queue{q}, Buckets: []resources.Bucket{}})
+		moved := q
+		moved.MaxReceiveCount = q.MaxReceiveCount + 1
+		_, err := devstack.Provision(context.Background(), env.Clients, env.Prefix, devstack.ProvisionOptions{
+			Tables: []resources.Table{}, Queues: []resources.Queue{moved}, Buckets: []resources.Bucket{}, VisibilityTimeout: 2 * time.Second,
+		})
+		if err == nil || !strings.Contains(err.Error(), "RedrivePolicy") {
+			t.Errorf("err %v; want the redrive policy named", err)
+		}
+	})
+}
+
+func tableDef(t *testing.T, logical string) resources.Table {
+	t.Helper()
+	for _, def := range resources.Tables {
+		if def.Logical == logical {
+			return def
+		}
+	}
+	t.Fatalf("no table %s", logical)
+	return resources.Table{}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/httpapi"
 	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -131,7 +132,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		VisibilityTimeout: opts.VisibilityTimeout, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("provision the local stack (a stack with prefix %q may already exist on these endpoints): %w", opts.Prefix, err))
+		return fail(fmt.Errorf("provision the local stack (prefix %q): %w", opts.Prefix, err))
 	}
 	s.Names = names
 	cfg := app.DefaultConfig()
@@ -163,6 +164,9 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	s.Routes.HandleFunc("GET /healthz", s.health)
 	s.Routes.Handle("GET /openapi.yaml", api.Handler())
+	// Another method on either path is a 405 (with Allow), as on the API's own routes.
+	s.Routes.Handle("/healthz", httpapi.MethodNotAllowed(log, http.MethodGet))
+	s.Routes.Handle("/openapi.yaml", httpapi.MethodNotAllowed(log, http.MethodGet))
 	s.Routes.Handle("/", wiring.Gateway)
 
 	runCtx, cancel := context.WithCancel(context.Background())

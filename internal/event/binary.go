@@ -51,7 +51,7 @@ func FromBinary(h http.Header, body []byte) (Event, error) {
 		name := strings.ToLower(k[len(binaryPrefix):])
 		values := h[k]
 		if len(values) != 1 {
-			return Event{}, invalid("header ce-%s is sent %d times; send each attribute once", name, len(values))
+			return Event{}, invalid("header ce-%s is sent %d times (HTTP joins repeated headers with commas, so a value holds none); send each attribute once", name, len(values))
 		}
 		v := values[0]
 		if err := binaryValue(name, v); err != nil {

@@ -131,7 +131,7 @@ func (a attributes) event() (ce.Event, error) {
 	if err := checkString("source", a.source, true); err != nil {
 		return ce.Event{}, err
 	}
-	if _, err := url.Parse(a.source); err != nil {
+	if _, err := url.Parse(a.source); err != nil || !uriReferenceChars(a.source) {
 		return ce.Event{}, invalid("source must be a URI-reference")
 	}
 	e.SetSource(a.source)
@@ -295,12 +295,7 @@ func validID(id string) error {
 	if len(id) > MaxIDLength {
 		return invalid("id is %d bytes; the limit is %d", len(id), MaxIDLength)
 	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) || isNoncharacter(r) {
-			return invalid("id must contain printable characters only")
-		}
-	}
-	return nil
+	return checkString("id", id, true)
 }
 
 // quoted repeats a client's value in a reason: quoted, escaped and cut short.
@@ -314,3 +309,23 @@ func quoted(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// uriReferenceChars reports whether s uses only the characters RFC 3986 allows in a
+// URI-reference (percent-encoding included). url.Parse alone lets through a space, '<', '"' and
+// other characters a URI cannot hold.
+func uriReferenceChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~!$&'()*+,;=:@/?#[]", c) >= 0:
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			i += 2
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -29,8 +29,12 @@ const (
 // Expressions. Every attribute name is written as an alias (see dynamo.Names): "status" and
 // "key" are DynamoDB reserved words.
 const (
-	absentCondition    = "attribute_not_exists(#pk)"
-	revCondition       = "#status = :running AND #rev = :rev"
+	absentCondition = "attribute_not_exists(#pk)"
+	// revCondition lands a write only on the revision of the hold it was decided on. Every
+	// write of a hold bumps its revision, the settlement (the only way out of RUNNING)
+	// included, and a lap writes only after reading the hold RUNNING: so the hold is still
+	// RUNNING when the write lands, and no charge or settlement is lost or made twice.
+	revCondition       = "#rev = :rev"
 	chargeUpdate       = "SET #used = :used, #leaseExpiresAtMs = :lease, #updatedAtMs = :now, #rev = :next"
 	lapsedKeyCondition = "#leaseShard = :shard AND #leaseExpiresAtMs <= :now"
 )
@@ -251,11 +255,11 @@ func (s *DynamoStore) Charge(ctx context.Context, h Hold, st Step) error {
 	if err != nil {
 		return fmt.Errorf("encode step %s: %w", st.Key, err)
 	}
+	// The step carries no condition of its own: the lap read the hold and the step in one
+	// snapshot, the step was absent, and a step is only ever written together with a bump of
+	// the hold's revision; so if the revision guard passes, no step was written since.
 	return s.write(ctx, "charge hold "+h.ID, []types.TransactWriteItem{
-		{Put: &types.Put{
-			TableName: aws.String(s.Table), Item: item,
-			ConditionExpression: aws.String(absentCondition), ExpressionAttributeNames: dynamo.Names(absentCondition),
-		}},
+		{Put: &types.Put{TableName: aws.String(s.Table), Item: item}},
 		{Update: &types.Update{
 			TableName:                aws.String(s.Table),
 			Key:                      holdKey(h.AccountID, h.ID),
@@ -264,7 +268,7 @@ func (s *DynamoStore) Charge(ctx context.Context, h Hold, st Step) error {
 			ExpressionAttributeNames: dynamo.Names(chargeUpdate, revCondition),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":used": dynamo.N(st.Used), ":lease": dynamo.N(st.LeaseExpiresAtMs), ":now": dynamo.N(st.CreatedAtMs),
-				":next": dynamo.N(h.Rev + 1), ":rev": dynamo.N(h.Rev), ":running": dynamo.S(string(Running)),
+				":next": dynamo.N(h.Rev + 1), ":rev": dynamo.N(h.Rev),
 			},
 		}},
 	})
@@ -289,7 +293,7 @@ func (s *DynamoStore) Settle(ctx context.Context, h Hold, st Settlement, nowMs i
 			ConditionExpression:      aws.String(revCondition),
 			ExpressionAttributeNames: dynamo.Names(revCondition),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":rev": dynamo.N(h.Rev), ":running": dynamo.S(string(Running)),
+				":rev": dynamo.N(h.Rev),
 			},
 		}},
 		s.Usage.SettleHold(h.AccountID, h.Feature, h.Cycle, h.Amount, st.Charged, nowMs),

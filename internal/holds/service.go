@@ -72,6 +72,9 @@ type Service struct {
 	SweepPageSize int32
 	SweepMaxPages int
 	SweepMaxHolds int
+	// SweepConcurrency is how many shards one sweep reads and settles at once; 0 means
+	// sweepConcurrency. A harness that owns every interleaving sweeps one shard at a time.
+	SweepConcurrency int
 }
 
 func (s *Service) rate() ratelimit.Limit {

@@ -55,6 +55,10 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	if maxHolds <= 0 {
 		maxHolds = defaultSweepMaxHolds
 	}
+	concurrency := s.SweepConcurrency
+	if concurrency <= 0 {
+		concurrency = sweepConcurrency
+	}
 	nowMs := s.Now().UnixMilli()
 
 	var (
@@ -62,7 +66,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 		res    SweepResult
 		errs   []error
 		wg     sync.WaitGroup
-		slots  = make(chan struct{}, sweepConcurrency)
+		slots  = make(chan struct{}, concurrency)
 		budget = maxHolds
 	)
 	// take reserves one settlement from the run's budget.

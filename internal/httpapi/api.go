@@ -8,6 +8,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -305,8 +306,14 @@ func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 }
 
 // isOperatorKey compares in constant time; a function without the operator key matches nothing.
+// It compares the keys' SHA-256 digests: ConstantTimeCompare returns at once for inputs of
+// different lengths, and equal-length digests leave nothing, not even the key's length, to time.
 func (s *Server) isOperatorKey(key string) bool {
-	return s.auth.OperatorKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.auth.OperatorKey)) == 1
+	if s.auth.OperatorKey == "" {
+		return false
+	}
+	got, want := sha256.Sum256([]byte(key)), sha256.Sum256([]byte(s.auth.OperatorKey))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 func bearer(r *http.Request) (string, bool) {

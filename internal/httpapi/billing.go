@@ -97,8 +97,8 @@ func scope(r *http.Request) inbox.Scope {
 // listParams are the query parameters GET /v1/billing-events takes.
 var listParams = []string{"account", "status", "cursor", "limit"}
 
-// strictQuery refuses a parameter the route does not take, or one given twice: a misspelt
-// filter must not silently list everything.
+// strictQuery refuses a parameter the route does not take, one given twice, or one given
+// empty: a misspelt or blank filter must not silently list everything.
 func strictQuery(r *http.Request, allowed []string) error {
 	var problems []string
 	for name, values := range r.URL.Query() {
@@ -115,6 +115,8 @@ func strictQuery(r *http.Request, allowed []string) error {
 			problems = append(problems, fmt.Sprintf("unknown query parameter %q (this route takes %s)", name, takes))
 		case len(values) > 1:
 			problems = append(problems, fmt.Sprintf("query parameter %q is given %d times", name, len(values)))
+		case values[0] == "":
+			problems = append(problems, fmt.Sprintf("query parameter %q is empty; leave it out instead", name))
 		}
 	}
 	sort.Strings(problems)

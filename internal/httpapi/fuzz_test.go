@@ -24,9 +24,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	smithymw "github.com/aws/smithy-go/middleware"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -35,7 +39,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
@@ -61,21 +64,23 @@ func (q *recordingQueue) SendBatch(ctx context.Context, envs []event.Envelope) e
 // fuzzStack is one fuzz worker's Ferry. The fuzz engine calls a target's function one input at
 // a time in each worker process, so the stack needs no locking.
 type fuzzStack struct {
-	h     *apptest.Harness
-	calls *instrument.CallCounter
-	queue *recordingQueue
-	key   string
+	h      *apptest.Harness
+	writes *tableWrites
+	queue  *recordingQueue
+	key    string
 	// firstBytes is the first event accepted under each id: a later event with the same id is
 	// a retry of it, and the archive keeps the first.
 	firstBytes map[string][]byte
+	// seen counts the accepted deliveries of each billing event.
+	seen map[string]int
 }
 
 func newFuzzStack(f *testing.F, target string) *fuzzStack {
 	f.Helper()
-	calls := instrument.NewCallCounter()
-	s := &fuzzStack{calls: calls, firstBytes: map[string][]byte{}}
+	w := &tableWrites{}
+	s := &fuzzStack{writes: w, firstBytes: map[string][]byte{}, seen: map[string]int{}}
 	s.h = apptest.New(f, apptest.Options{
-		DynamoDB: calls.Options().DynamoDB,
+		DynamoDB: []func(*dynamodb.Options){func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, w.install) }},
 		Configure: func(h *apptest.Harness) {
 			ing := h.Fn(resources.FunctionIngest).Ingest
 			s.queue = &recordingQueue{Queue: ing.Queue}
@@ -102,12 +107,66 @@ func newFuzzStack(f *testing.F, target string) *fuzzStack {
 	return s
 }
 
-// writes counts the DynamoDB writes since the last reset.
-func (s *fuzzStack) writes() int {
+// tableWrites counts the DynamoDB writes made since its last reset, by table.
+type tableWrites struct {
+	mu     sync.Mutex
+	tables map[string]int
+}
+
+func (w *tableWrites) install(stack *smithymw.Stack) error {
+	return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("ferry.fuzz.TableWrites",
+		func(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+			var tables []*string
+			switch p := in.Parameters.(type) {
+			case *dynamodb.PutItemInput:
+				tables = append(tables, p.TableName)
+			case *dynamodb.UpdateItemInput:
+				tables = append(tables, p.TableName)
+			case *dynamodb.DeleteItemInput:
+				tables = append(tables, p.TableName)
+			case *dynamodb.BatchWriteItemInput:
+				for name := range p.RequestItems {
+					tables = append(tables, &name)
+				}
+			case *dynamodb.TransactWriteItemsInput:
+				for _, item := range p.TransactItems {
+					switch {
+					case item.Put != nil:
+						tables = append(tables, item.Put.TableName)
+					case item.Update != nil:
+						tables = append(tables, item.Update.TableName)
+					case item.Delete != nil:
+						tables = append(tables, item.Delete.TableName)
+					}
+				}
+			}
+			w.mu.Lock()
+			if w.tables == nil {
+				w.tables = map[string]int{}
+			}
+			for _, t := range tables {
+				w.tables[aws.ToString(t)]++
+			}
+			w.mu.Unlock()
+			return next.HandleInitialize(ctx, in)
+		}), smithymw.After)
+}
+
+func (w *tableWrites) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tables = nil
+}
+
+// refusedWrites counts the writes a refused input must not make: every table's but the
+// idempotency table's. A keyed request's refusal is stored there by the Idempotency-Key contract
+// (a 4xx is the request's answer, replayed to a retry), and that is all it may store.
+func (s *fuzzStack) refusedWrites() int {
+	s.writes.mu.Lock()
+	defer s.writes.mu.Unlock()
 	n := 0
-	for op, c := range s.calls.Snapshot() {
-		switch op {
-		case "DynamoDB PutItem", "DynamoDB UpdateItem", "DynamoDB DeleteItem", "DynamoDB TransactWriteItems", "DynamoDB BatchWriteItem":
+	for table, c := range s.writes.tables {
+		if table != s.h.Env.Names.Table(resources.TableIdempotency) {
 			n += c
 		}
 	}
@@ -118,9 +177,17 @@ func (s *fuzzStack) writes() int {
 // of the route's successes, no 5xx, and nothing written for a refused input.
 func (s *fuzzStack) do(t *testing.T, method, path, key string, body []byte, successes ...int) apptest.Response {
 	t.Helper()
-	s.calls.Reset()
+	s.writes.reset()
 	s.queue.sent = nil
 	r := s.h.Do(t, method, path, key, body)
+	s.judge(t, r, body, successes)
+	return r
+}
+
+// judge checks what every answer must be: a problem document or one of the route's successes,
+// no 5xx, and nothing written or queued for a refused input.
+func (s *fuzzStack) judge(t *testing.T, r apptest.Response, body []byte, successes []int) {
+	t.Helper()
 	ok := false
 	for _, code := range successes {
 		ok = ok || r.Status == code
@@ -135,13 +202,16 @@ func (s *fuzzStack) do(t *testing.T, method, path, key string, body []byte, succ
 	default:
 		checkProblem(t, r, body)
 	}
-	if refused := r.Status == http.StatusBadRequest || r.Status == http.StatusRequestEntityTooLarge || r.Status == http.StatusUnsupportedMediaType; refused {
-		if w := s.writes(); w != 0 || len(s.queue.sent) != 0 {
+	switch r.Status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		if w := s.refusedWrites(); w != 0 || len(s.queue.sent) != 0 {
 			t.Fatalf("a refused input (%d) made %d DynamoDB writes and queued %d events: %q", r.Status, w, len(s.queue.sent), body)
 		}
 	}
-	return r
 }
+
+// trimJSONSpace is body without JSON's whitespace around it.
+func trimJSONSpace(body []byte) []byte { return bytes.Trim(body, " \t\r\n") }
 
 // checkProblem checks an error answer is an RFC 9457 document in Ferry's words.
 func checkProblem(t *testing.T, r apptest.Response, body []byte) {

@@ -288,6 +288,10 @@ func TestEventsAndUsage_ReadBack(t *testing.T) {
 	}
 	assertProblem(t, h.Do(t, "GET", "/v1/usage?feature=seats", key, nil), 400, "invalid-request")
 	assertProblem(t, h.Do(t, "GET", "/v1/usage?cycle=2026-13", key, nil), 400, "invalid-request")
+	// A parameter sent empty or twice is refused, never read as the default or as one of its values.
+	for _, q := range []string{"cycle=", "feature=", "cycle=2026-10&cycle=2026-11", "feature=events&feature=tokens"} {
+		assertProblem(t, h.Do(t, "GET", "/v1/usage?"+q, key, nil), 400, "invalid-request")
+	}
 }
 
 // Every route the functions serve is in the route table (what the CDK app deploys), and every

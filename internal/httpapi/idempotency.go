@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/idempotency"
@@ -49,7 +51,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 				return next(w, r)
 			}
 			if len(values) > 1 {
-				return idempotency.InvalidKey("send it once")
+				return idempotency.InvalidKey("send it once, without commas (HTTP joins repeated headers with commas)")
 			}
 			key := values[0]
 			if err := idempotency.ValidateKey(key); err != nil {
@@ -66,7 +68,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			out, err := svc.Begin(r.Context(), idempotency.Request{
 				Scope: p.Scope(), Route: routeKey, Key: key, Retention: route.Idempotency,
-				Fingerprint: idempotency.Fingerprint(r.Method, r.URL.Path, r.URL.RawQuery, body),
+				Fingerprint: idempotency.Fingerprint(r.Method, r.URL.Path, r.URL.RawQuery, body, contentHeaders(r.Header)...),
 			})
 			if err != nil {
 				if out.Decision == idempotency.Wait || out.Decision == idempotency.Mismatch {
@@ -154,4 +156,27 @@ func (c *capture) copyTo(w http.ResponseWriter) {
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(c.body.Bytes())
+}
+
+// contentHeaders are the header fields that are part of what a request asks for, for its
+// fingerprint: a binary-mode CloudEvent's attributes (every ce-* header) and, with them, its
+// Content-Type (the event's datacontenttype). Without ce-* headers there are none: the body is
+// the whole request.
+func contentHeaders(h http.Header) []string {
+	var lines []string
+	for name, values := range h {
+		if lower := strings.ToLower(name); strings.HasPrefix(lower, "ce-") {
+			for _, v := range values {
+				lines = append(lines, lower+": "+v)
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	sort.Strings(lines)
+	for _, v := range h.Values("Content-Type") {
+		lines = append(lines, "content-type: "+v)
+	}
+	return lines
 }

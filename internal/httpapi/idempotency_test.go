@@ -145,6 +145,32 @@ func TestIdempotency_PostEvent_RepeatRunsNothing(t *testing.T) {
 	}
 }
 
+// In binary mode the event is in the headers: two events with the same data but other ce-*
+// attributes (or another Content-Type, the datacontenttype) are different requests, so the
+// second under the same Idempotency-Key is a 422, never the first one's answer replayed while
+// the second event is dropped. A repeat of the same headers replays.
+func TestIdempotency_BinaryEvent_OtherAttributesUnderTheSameKeyAre422(t *testing.T) {
+	h := apptest.New(t)
+	key := h.CreateAccount(t, "acct_1", "free", nil)
+	binary := func(id, contentType string) apptest.Response {
+		return h.Do(t, http.MethodPost, "/v1/events", key, `{"n":1}`, keyHeader, "k1",
+			"Content-Type", contentType, "ce-specversion", "1.0", "ce-id", id, "ce-source", "/s", "ce-type", "t")
+	}
+	first := binary("evt_1", "application/json")
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("post: %d %s", first.Status, first.Body)
+	}
+	sameAnswer(t, first, binary("evt_1", "application/json"))
+	for _, other := range []apptest.Response{binary("evt_2", "application/json"), binary("evt_1", "application/vnd.x+json")} {
+		if other.Status != http.StatusUnprocessableEntity {
+			t.Errorf("other attributes under the same key: %d %s, want 422", other.Status, other.Body)
+		}
+	}
+	if n := queued(t, h); n != 1 {
+		t.Errorf("%d messages queued, want 1", n)
+	}
+}
+
 func TestIdempotency_WithoutTheHeader_RequestsRunAsBefore(t *testing.T) {
 	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_1", "free", nil)

@@ -205,8 +205,14 @@ type evidenceBody struct {
 	Evidence []evidenceRecord `json:"evidence"`
 }
 
+// evidenceParams are the query parameters of GET /v1/reconcile/evidence.
+var evidenceParams = []string{"account", "cycle"}
+
 // getEvidence is GET /v1/reconcile/evidence?account=&cycle=: the stored proof of a cycle.
 func (a *API) getEvidence(w http.ResponseWriter, r *http.Request) error {
+	if err := strictQuery(r, evidenceParams); err != nil {
+		return err
+	}
 	q := r.URL.Query()
 	id := q.Get("account")
 	if id == "" {
@@ -254,6 +260,9 @@ type reviewEntry struct {
 
 // getReview is GET /v1/reconcile/review: what a person must settle.
 func (a *API) getReview(w http.ResponseWriter, r *http.Request) error {
+	if err := strictQuery(r, nil); err != nil {
+		return err
+	}
 	entries, err := a.deps.Meters.Review.List(r.Context())
 	if err != nil {
 		return err

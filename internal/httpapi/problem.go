@@ -3,9 +3,11 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/idempotency"
@@ -168,4 +170,15 @@ func writeProblem(w http.ResponseWriter, r *http.Request, log *slog.Logger, err 
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// MethodNotAllowed answers every request with the 405 problem and an Allow header naming the
+// methods the path serves: for the local stack's own paths (/healthz, /openapi.yaml), which the
+// route table does not list.
+func MethodNotAllowed(log *slog.Logger, allowed ...string) http.Handler {
+	allow := strings.Join(allowed, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path))
+		writeProblem(w, r, log, p.header("Allow", allow))
+	})
 }

@@ -37,8 +37,10 @@ const (
 	takeOverCondition = "#token = :oldToken AND (#expiresAt <= :nowSec OR (#state = :inFlight AND #leaseExpiresAtMs <= :nowMs))"
 	completeUpdate    = "SET #state = :completed, #completedAtMs = :completedAtMs, #expiresAt = :expiresAt, " +
 		"#status = :status, #headers = :headers, #body = :body"
-	// ownClaimCondition: the claim is still in flight under the owner's token.
-	ownClaimCondition = "#token = :token AND #state = :inFlight"
+	// ownClaimCondition: the record still holds the owner's claim. A token names one claim,
+	// and its owner finishes it once (completes or releases it), so a record under the owner's
+	// token is still in flight.
+	ownClaimCondition = "#token = :token"
 )
 
 // DynamoStore keeps records in the idempotency table, one item per record.
@@ -128,7 +130,6 @@ func (s *DynamoStore) Complete(ctx context.Context, rec Record) error {
 			":headers":       &types.AttributeValueMemberM{Value: headers},
 			":body":          &types.AttributeValueMemberB{Value: rec.SealedBody},
 			":token":         dynamo.S(rec.Token),
-			":inFlight":      dynamo.S(string(InFlight)),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {
@@ -149,8 +150,7 @@ func (s *DynamoStore) Release(ctx context.Context, rec Record) error {
 		ConditionExpression:      aws.String(cond),
 		ExpressionAttributeNames: dynamo.Names(cond),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":token":    dynamo.S(rec.Token),
-			":inFlight": dynamo.S(string(InFlight)),
+			":token": dynamo.S(rec.Token),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {

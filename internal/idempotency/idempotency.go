@@ -57,8 +57,10 @@ func InvalidKey(reason string) error {
 	return problem.Input("invalid Idempotency-Key: " + reason + ".")
 }
 
-// ValidateKey accepts 1 to MaxKeyLength printable ASCII characters (space to tilde), which is
-// what an HTTP header carries unchanged through every proxy.
+// ValidateKey accepts 1 to MaxKeyLength printable ASCII characters (space to tilde) but the
+// comma, which is what an HTTP header carries unchanged through every proxy. A comma is refused
+// because HTTP joins a header sent twice with commas (API Gateway's payload v2 does), so a key
+// holding one cannot be told from two keys.
 func ValidateKey(key string) error {
 	if key == "" {
 		return InvalidKey("it is empty")
@@ -70,6 +72,9 @@ func ValidateKey(key string) error {
 		if key[i] < 0x20 || key[i] > 0x7e {
 			return InvalidKey("it must contain printable ASCII characters only")
 		}
+		if key[i] == ',' {
+			return InvalidKey("it must not contain a comma")
+		}
 	}
 	return nil
 }
@@ -77,13 +82,19 @@ func ValidateKey(key string) error {
 // Fingerprint identifies a request for comparing repeats: method, path, query and body. A JSON
 // body is re-encoded canonically first (object members sorted, insignificant whitespace removed,
 // numbers as written), so a client that re-serialises the same document is not refused.
-func Fingerprint(method, path, rawQuery string, body []byte) string {
+// headers are the header fields that carry the request's content, as "name: value" lines in
+// a fixed order (a binary-mode CloudEvent's ce-* attributes and Content-Type); a request
+// without them fingerprints as before.
+func Fingerprint(method, path, rawQuery string, body []byte, headers ...string) string {
 	h := sha256.New()
 	writeField(h, "ferry-idempotency-fingerprint-v1")
 	writeField(h, method)
 	writeField(h, path)
 	writeField(h, rawQuery)
 	writeField(h, string(canonicalBody(body)))
+	for _, line := range headers {
+		writeField(h, line)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -305,6 +305,8 @@ var (
 	// ErrNotFound: no such event (or, for an account, not one of its own: the answer is the
 	// same, so another account's event does not show it exists).
 	ErrNotFound = problem.New(problem.NotFound, "billing event not found", "No billing event with this id.")
+	// ErrOtherAccount: an account key named another account in a list.
+	ErrOtherAccount = problem.New(problem.NotFound, "account not found", "No such account for this key; an account key lists its own events.")
 	// ErrCancelled: a transaction or conditional write was refused. The store does not say
 	// why; the caller reads durable state to find out. Callers never see it.
 	ErrCancelled = errors.New("write cancelled")

@@ -250,14 +250,18 @@ func TestList_PagesFiltersAndScopes(t *testing.T) {
 	if items, _ := list(key, "?status=DEAD"); len(items) != 0 {
 		t.Errorf("acct_1 DEAD: %v", items)
 	}
+	// Another account, named by an account key, is not found, as its resources are.
+	if r := h.Do(t, http.MethodGet, "/v1/billing-events?account=acct_2", key, nil); r.Status != http.StatusNotFound {
+		t.Errorf("?account=acct_2: %d %s; want 404", r.Status, r.Body)
+	}
 	for _, c := range []struct{ key, query, want string }{
-		{key, "?account=acct_2", "account is for the operator key"},
 		{key, "?status=DONE", "status must be one of"},
 		{key, "?limit=101", "limit must be"},
 		{key, "?limit=0", "limit must be"},
 		{key, "?cursor=bm9wZQ", "cursor is not one this API returned"},
 		{key, "?colour=red", `unknown query parameter`},
 		{key, "?status=APPLIED&status=IGNORED", "given 2 times"},
+		{key, "?status=", "is empty"},
 	} {
 		if r := h.Do(t, http.MethodGet, "/v1/billing-events"+c.query, c.key, nil); r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), c.want) {
 			t.Errorf("%s: %d %s; want 400 saying %q", c.query, r.Status, r.Body, c.want)

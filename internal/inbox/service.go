@@ -470,7 +470,8 @@ func (r *Reader) List(ctx context.Context, in ListInput) (Page, error) {
 	q := ListQuery{Cursor: in.Cursor, Limit: in.Limit, AccountID: in.AccountID}
 	if !in.Scope.Operator {
 		if in.AccountID != "" && in.AccountID != in.Scope.AccountID {
-			problems = append(problems, "account is for the operator key; an account key lists its own events")
+			// Another account is not found, as its resources are; nothing says whether it exists.
+			return Page{}, ErrOtherAccount
 		}
 		q.AccountID = in.Scope.AccountID
 	} else if in.AccountID != "" && !accounts.ValidID(in.AccountID) {

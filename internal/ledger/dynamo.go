@@ -25,10 +25,21 @@ const (
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
 	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now"
-	markCondition       = "#status = :inserting AND attribute_exists(#billingAcceptedAtMs)"
-	quarantineUpdate    = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
+	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
+	// only for a billed entry (after the bill step, or in scenario rows that match billed
+	// entries alone), so the entry carries its checkpoint here.
+	markCondition    = "#status = :inserting"
+	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
 	// A reopened entry leaves its batch: the batch's record of being done no longer speaks for it.
 	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #batch"
+	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
+	// UNINSERTABLE end) from touching an entry another delivery finished.
+	insertingCondition = "#status = :inserting"
+	// uninsertableCondition: only an UNINSERTABLE entry is reopened for a redrive.
+	uninsertableCondition = "#status = :uninsertable"
+	// finalUpdate and insertedUpdate end an entry (UNINSERTABLE, INSERTED).
+	finalUpdate    = "SET #status = :status, #updatedAtMs = :now"
+	insertedUpdate = finalUpdate + ", #insertedAtMs = :now"
 )
 
 // DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
@@ -307,8 +318,8 @@ func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
 		UpdateExpression:         aws.String(quarantineUpdate),
-		ConditionExpression:      aws.String("#status = :inserting"),
-		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, "#status"),
+		ConditionExpression:      aws.String(insertingCondition),
+		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, insertingCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":one": dynamo.N(1), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
 		},
@@ -326,7 +337,7 @@ func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason
 // MarkUninsertable ends an INSERTING entry as UNINSERTABLE: its payload is archived, its row
 // cannot be written, and an operator re-drives it once the cause is fixed.
 func (s *DynamoStore) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
-	return s.setFinal(ctx, accountID, eventID, Uninsertable, "#status = :inserting", nowMs)
+	return s.setFinal(ctx, accountID, eventID, Uninsertable, insertingCondition, nowMs)
 }
 
 // MarkInserted ends a billed INSERTING entry as INSERTED. It is idempotent: an entry some other
@@ -346,9 +357,9 @@ func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID strin
 }
 
 func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
-	update := "SET #status = :status, #updatedAtMs = :now"
+	update := finalUpdate
 	if status == Inserted {
-		update += ", #insertedAtMs = :now"
+		update = insertedUpdate
 	}
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.Table),
@@ -376,8 +387,8 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
 		UpdateExpression:         aws.String(reopenUpdate),
-		ConditionExpression:      aws.String("#status = :uninsertable"),
-		ExpressionAttributeNames: dynamo.Names(reopenUpdate, "#status"),
+		ConditionExpression:      aws.String(uninsertableCondition),
+		ExpressionAttributeNames: dynamo.Names(reopenUpdate, uninsertableCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
 			":zero": dynamo.N(0),

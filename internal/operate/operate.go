@@ -1,5 +1,5 @@
 // Package operate is what Ferry's operators run against a stack, deployed or local: read
-// everything Ferry holds about one event, and re-drive an UNINSERTABLE event from the archive
+// everything Ferry holds about one event, count an account's ledger and archive, and re-drive an UNINSERTABLE event from the archive
 // once the cause of its refused row is fixed. It reaches the stack through the same environment
 // a function reads (FERRY_TABLE_*, FERRY_QUEUE_*, FERRY_BUCKET_*, AWS credentials or
 // FERRY_*_ENDPOINT), every resource of it, as an operator's credentials may.

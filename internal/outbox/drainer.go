@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/fanout"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/provider/stripe"
 	"github.com/ferrymeter/ferry/internal/review"
@@ -103,39 +104,25 @@ func (d *Drainer) Run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	slots := make(chan struct{}, sendConcurrency)
-	for _, ref := range refs {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func(ref Ref) {
-			defer wg.Done()
-			defer func() { <-slots }()
-			out, err := d.Drain(ctx, ref)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				res.Failed++
-				errs = append(errs, err)
-			case out == OutcomeSent:
-				res.Sent++
-			case out == OutcomeRetrying:
-				res.Retrying++
-			case out == OutcomeDead:
-				res.Dead++
-			case out == OutcomeReview:
-				res.Review++
-			default:
-				res.Skipped++
-			}
-		}(ref)
-	}
-	wg.Wait()
+	var errs []error
+	drain := func(ref Ref) (Outcome, error) { return d.Drain(ctx, ref) }
+	fanout.Each(refs, sendConcurrency, drain, func(_ Ref, out Outcome, err error) {
+		switch {
+		case err != nil:
+			res.Failed++
+			errs = append(errs, err)
+		case out == OutcomeSent:
+			res.Sent++
+		case out == OutcomeRetrying:
+			res.Retrying++
+		case out == OutcomeDead:
+			res.Dead++
+		case out == OutcomeReview:
+			res.Review++
+		default:
+			res.Skipped++
+		}
+	})
 	return res, errors.Join(errs...)
 }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/reconcile"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -47,57 +45,13 @@ func newRig(t *testing.T, opts ...apptest.Options) *rig {
 // linked creates an account on plan, linked to a Kinde agreement and a Stripe customer.
 func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 	t.Helper()
-	resp := r.Do(t, http.MethodPost, "/v1/accounts", apptest.AdminKey, map[string]any{
-		"id": id, "plan": plan, "kindeAgreementId": "agr_" + id, "stripeCustomerId": "cus_" + id,
-	})
-	if resp.Status != http.StatusCreated {
-		t.Fatalf("create %s: %d %s", id, resp.Status, resp.Body)
-	}
-	r.keys[id] = resp.JSON(t)["apiKey"].(string)
-	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, key := r.LinkedAccount(t, id, plan)
+	r.keys[id] = key
 	return a
 }
 
-// bill bills n new events for the account through the ledger's billing path (the claim, then
-// the transaction that moves the meter with the checkpoint), as the worker does, 8 at a time.
-func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
-	t.Helper()
-	ctx := context.Background()
-	now := r.Clock.Now()
-	charge := ledger.BillingFor(acct, plans.Default())
-	label := acct.CycleAt(now).Label()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	slots := make(chan struct{}, 8)
-	for range n {
-		id := fmt.Sprintf("evt_%07d", r.serial.Add(1))
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			e := ledger.Entry{
-				AccountID: acct.ID, EventID: id, Status: ledger.Inserting, RowInsertedAtMs: now.UnixMilli(),
-				ReceivedAtMs: now.UnixMilli(), Cycle: label, CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
-			}
-			if err := r.Fn(resources.FunctionWorker).Ledger.Claim(ctx, e); err != nil {
-				errs <- err
-				return
-			}
-			if _, err := ledger.AcceptBilling(ctx, r.Fn(resources.FunctionWorker).Ledger, e, charge, now.UnixMilli()); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
+// bill bills n new events for the account through the ledger's billing path, as the worker does.
+func (r *rig) bill(t *testing.T, acct accounts.Account, n int) { t.Helper(); r.Bill(t, acct, n) }
 
 // report runs the reporter, then the drainer, as the schedules do.
 func (r *rig) report(t *testing.T) {

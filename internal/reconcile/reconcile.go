@@ -32,6 +32,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/cycle"
 	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/fanout"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -196,28 +197,14 @@ func (r *Reconciler) Run(ctx context.Context, in Input) (Page, error) {
 		}
 	}
 	page := Page{Accounts: len(ids), Next: next}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	slots := make(chan struct{}, PageConcurrency)
-	for _, id := range ids {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func(id string) {
-			defer wg.Done()
-			defer func() { <-slots }()
-			results, err := r.account(ctx, id, in.Cycle)
-			mu.Lock()
-			defer mu.Unlock()
-			page.Results = append(page.Results, results...)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}(id)
-	}
-	wg.Wait()
+	var errs []error
+	account := func(id string) ([]Result, error) { return r.account(ctx, id, in.Cycle) }
+	fanout.Each(ids, PageConcurrency, account, func(_ string, results []Result, err error) {
+		page.Results = append(page.Results, results...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	})
 	sort.Slice(page.Results, func(i, j int) bool {
 		a, b := page.Results[i], page.Results[j]
 		if a.Account != b.Account {

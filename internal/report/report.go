@@ -30,6 +30,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/cycle"
+	"github.com/ferrymeter/ferry/internal/fanout"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -195,42 +196,28 @@ func (r *Reporter) Run(ctx context.Context) (Result, error) {
 		}
 		p.extend(until)
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	slots := make(chan struct{}, reportConcurrency)
-	for _, k := range keys {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func(k Key) {
-			defer wg.Done()
-			defer func() { <-slots }()
-			out, err := r.Report(ctx, k, p)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				res.Failed++
-				errs = append(errs, err)
-				r.Log.Error("report failed; the cycle stays marked", "account", k.Account, "feature", k.Feature, "cycle", k.Cycle, "err", err)
-			case out == Reported:
-				res.Reported++
-			case out == Unchanged, out == Stale:
-				res.Unchanged++
-			case out == Unreported:
-				res.Unreported++
-			case out == Reviewed:
-				res.Review++
-			case out == Leased:
-				res.Leased++
-			case out == Retrying:
-				res.Retrying++
-			}
-		}(k)
-	}
-	wg.Wait()
+	var errs []error
+	report := func(k Key) (Outcome, error) { return r.Report(ctx, k, p) }
+	fanout.Each(keys, reportConcurrency, report, func(k Key, out Outcome, err error) {
+		switch {
+		case err != nil:
+			res.Failed++
+			errs = append(errs, err)
+			r.Log.Error("report failed; the cycle stays marked", "account", k.Account, "feature", k.Feature, "cycle", k.Cycle, "err", err)
+		case out == Reported:
+			res.Reported++
+		case out == Unchanged, out == Stale:
+			res.Unchanged++
+		case out == Unreported:
+			res.Unreported++
+		case out == Reviewed:
+			res.Review++
+		case out == Leased:
+			res.Leased++
+		case out == Retrying:
+			res.Retrying++
+		}
+	})
 	return res, errors.Join(errs...)
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/plans"
 	kindestandin "github.com/ferrymeter/ferry/internal/provider/kinde/standin"
@@ -30,9 +28,8 @@ var errCrash = errors.New("killed here")
 
 type rig struct {
 	*apptest.Harness
-	stand  *apptest.StandIns
-	rep    *report.Reporter
-	serial atomic.Int64
+	stand *apptest.StandIns
+	rep   *report.Reporter
 }
 
 func newRig(t *testing.T, ddb ...func(*dynamodb.Options)) *rig {
@@ -47,39 +44,12 @@ func newRig(t *testing.T, ddb ...func(*dynamodb.Options)) *rig {
 
 func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 	t.Helper()
-	resp := r.Do(t, http.MethodPost, "/v1/accounts", apptest.AdminKey, map[string]any{
-		"id": id, "plan": plan, "kindeAgreementId": "agr_" + id, "stripeCustomerId": "cus_" + id,
-	})
-	if resp.Status != http.StatusCreated {
-		t.Fatalf("create %s: %d %s", id, resp.Status, resp.Body)
-	}
-	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := r.LinkedAccount(t, id, plan)
 	return a
 }
 
 // bill bills n events through the ledger's billing path, as the worker does.
-func (r *rig) bill(t *testing.T, acct accounts.Account, n int) {
-	t.Helper()
-	ctx := context.Background()
-	now := r.Clock.Now()
-	charge := ledger.BillingFor(acct, plans.Default())
-	for range n {
-		e := ledger.Entry{
-			AccountID: acct.ID, EventID: fmt.Sprintf("evt_%06d", r.serial.Add(1)), Status: ledger.Inserting,
-			RowInsertedAtMs: now.UnixMilli(), ReceivedAtMs: now.UnixMilli(), Cycle: acct.CycleAt(now).Label(),
-			CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
-		}
-		if err := r.Fn(resources.FunctionWorker).Ledger.Claim(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ledger.AcceptBilling(ctx, r.Fn(resources.FunctionWorker).Ledger, e, charge, now.UnixMilli()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+func (r *rig) bill(t *testing.T, acct accounts.Account, n int) { t.Helper(); r.Bill(t, acct, n) }
 
 func (r *rig) run(t *testing.T) report.Result {
 	t.Helper()

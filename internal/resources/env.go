@@ -25,14 +25,16 @@ type EnvSettings struct {
 // limitsSourceKinde is the limit source whose client settings functions get.
 const limitsSourceKinde = "kinde"
 
-// FunctionEnv is the environment a deployment gives fn: every resource's physical name (as
-// NamesFromEnv and GrantFromEnv read them), the log level and the plans; for a function that
+// FunctionEnv is the environment a deployment gives fn: the physical names of exactly the
+// resources fn's entry grants (as GrantFromEnv reads them; names holds the whole deployment's,
+// and a name fn is not granted never reaches it, so code that reaches for an ungranted resource
+// fails at start in every environment, not with AccessDenied in AWS), the log level and the plans; for a function that
 // reads limits, the limit source and its Kinde client settings; the ARN of each secret fn lists
 // that the deployment provides and fn needs (NeedsSecret); and each setting fn lists that the
 // deployment configures. The CDK app sets exactly this; the Lambda emulator check (make
 // test-lambda) starts every function with it, pointed at emulator resources.
 func FunctionEnv(fn Function, names Names, s EnvSettings) map[string]string {
-	env := names.Env()
+	env := names.Only(fn).Env()
 	env[EnvLogLevel] = s.LogLevel
 	if s.Plans != "" {
 		env[EnvPlans] = s.Plans

@@ -43,6 +43,23 @@ func (n Names) Grant(fn Function) (Grant, error) {
 	return g, nil
 }
 
+// Only returns the names in n of the resources fn's entry lists, and no others (a listed
+// resource n lacks is left out: Grant is the check that names it).
+func (n Names) Only(fn Function) Names {
+	only := Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
+	pick := func(granted map[string]Access, from, into map[string]string) {
+		for logical := range granted {
+			if v, ok := from[logical]; ok {
+				into[logical] = v
+			}
+		}
+	}
+	pick(fn.Tables, n.Tables, only.Tables)
+	pick(fn.Queues, n.Queues, only.Queues)
+	pick(fn.Buckets, n.Buckets, only.Buckets)
+	return only
+}
+
 // GrantFromEnv reads the physical names of what fn is granted, and nothing else, from the
 // environment (lookup; nil reads the process's). A missing variable is an error naming it, so a
 // misconfigured function fails at start, not on its first request.

@@ -62,8 +62,20 @@ func (p Policy) Backoff(attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(window)) + 1)
 }
 
+// sleepKey carries a replacement for Sleep in a context.
+type sleepKey struct{}
+
+// WithSleep makes every backoff of the loops run under ctx call sleep instead of waiting on a
+// timer: a harness that owns time and interleavings replaces real waiting with its own.
+func WithSleep(ctx context.Context, sleep func(ctx context.Context, d time.Duration) error) context.Context {
+	return context.WithValue(ctx, sleepKey{}, sleep)
+}
+
 // Sleep waits d or until ctx ends.
 func Sleep(ctx context.Context, d time.Duration) error {
+	if sleep, ok := ctx.Value(sleepKey{}).(func(context.Context, time.Duration) error); ok {
+		return sleep(ctx, d)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -33,10 +33,16 @@ var (
 // Main runs a package's tests and stops the shared emulators afterwards. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the emulators Endpoints started, if it started any: for a TestMain that
+// does more than Main.
+func StopShared() {
 	if shared != nil {
 		shared.Stop()
 	}
-	os.Exit(code)
 }
 
 // Endpoints starts the shared emulators (once) and returns the endpoints tests talk to.
@@ -64,6 +70,10 @@ type Env struct {
 	Prefix  string
 	// dynamoDB are the test's DynamoDB client options, applied to every client it builds.
 	dynamoDB []func(*dynamodb.Options)
+	// ablation, when FERRY_ABLATE is set, removes guards from every client.
+	ablation *instrument.Ablation
+	// table checks every condition the test's clients send against the guard table.
+	table *instrument.TableCheck
 }
 
 // Options adjust a test's environment.
@@ -91,6 +101,19 @@ func New(t testing.TB, opts ...Options) *Env {
 	endpoints := Endpoints(t)
 	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 	defer cancel()
+	// FERRY_ABLATE removes guards from every client the test builds: the guard-ablation table
+	// runs tests this way and expects them to fail.
+	ablation, err := instrument.AblationFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every condition clause sent on the test's tables must be a guard of the table, so that the
+	// ablation runs remove it: one that is not fails the test.
+	table := instrument.NewTableCheck(resources.Names{})
+	o.DynamoDB = append([]func(*dynamodb.Options){table.Option}, o.DynamoDB...)
+	if ablation != nil {
+		o.DynamoDB = append(o.DynamoDB, ablation.Option)
+	}
 	clients, err := cloud.New(ctx, endpoints, cloud.Options{DynamoDB: o.DynamoDB})
 	if err != nil {
 		t.Fatalf("clients: %v", err)
@@ -109,7 +132,16 @@ func New(t testing.TB, opts ...Options) *Env {
 	if err != nil {
 		t.Fatalf("provision %s: %v", prefix, err)
 	}
-	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB}
+	if ablation != nil {
+		ablation.SetNames(names)
+	}
+	table.SetNames(names)
+	t.Cleanup(func() {
+		for _, u := range table.Unlisted() {
+			t.Errorf("a condition clause no guard of the table names: %s (add it to its adapter's Guards)", u)
+		}
+	})
+	return &Env{Endpoints: endpoints, Clients: clients, Names: names, Prefix: prefix, dynamoDB: o.DynamoDB, ablation: ablation, table: table}
 }
 
 // ClientsFor builds a function's own clients: the test's DynamoDB options, and an IAM guard that
@@ -133,6 +165,10 @@ func (e *Env) ClientsFor(t testing.TB, fn resources.Function) cloud.Clients {
 // ClientsWith builds another set of clients on the same endpoints, e.g. with fault injection.
 func (e *Env) ClientsWith(t testing.TB, ddb ...func(*dynamodb.Options)) cloud.Clients {
 	t.Helper()
+	ddb = append([]func(*dynamodb.Options){e.table.Option}, ddb...)
+	if e.ablation != nil {
+		ddb = append(ddb, e.ablation.Option)
+	}
 	c, err := cloud.New(context.Background(), e.Endpoints, cloud.Options{DynamoDB: ddb})
 	if err != nil {
 		t.Fatalf("clients: %v", err)
@@ -147,4 +183,26 @@ func UniquePrefix() string {
 		panic(fmt.Sprintf("testenv: random prefix: %v", err)) // crypto/rand never fails on Linux
 	}
 	return "t" + hex.EncodeToString(b[:])
+}
+
+// NeedsGuard shows that a guard earns its place: run, on fresh resources, must hold (return nil)
+// with every client as Ferry builds it, and must break (return what broke) when the guard is
+// removed at the wire. db is the client to run on; env names the resources.
+func NeedsGuard(t *testing.T, guard string, run func(t *testing.T, env *Env, db *dynamodb.Client) error) {
+	t.Helper()
+	g, ok := instrument.GuardNamed(guard)
+	if !ok {
+		t.Fatalf("no guard %q", guard)
+	}
+	env := New(t)
+	if err := run(t, env, env.Clients.DynamoDB); err != nil {
+		t.Fatalf("with %s in place: %v", guard, err)
+	}
+	env = New(t)
+	ablation := instrument.NewAblation(env.Names, g)
+	if err := run(t, env, env.ClientsWith(t, ablation.Option).DynamoDB); err == nil {
+		t.Fatalf("with %s removed at the wire (%d writes stripped), nothing broke: the guard is dead or this test does not need it", guard, ablation.Stripped()[guard])
+	} else {
+		t.Logf("with %s removed: %v", guard, err)
+	}
 }

@@ -12,12 +12,12 @@ import (
 // the charged part of the hold to used and gives the rest back, so committed = used + held stays
 // true after every write.
 const (
-	holdUpdate   = "ADD #held :n, #committed :n, #rev :one " + setLabels
+	holdUpdate = "ADD #held :n, #committed :n, #rev :one " + setLabels
+	// A settlement carries no condition of its own: the hold's revision guard in the same
+	// transaction settles each hold once, and until then its amount is on held (the
+	// reservation added it in the transaction that created the hold), so held never drops
+	// below zero.
 	settleUpdate = "ADD #used :charged, #held :minusHeld, #committed :minusReleased, #rev :one SET #updatedAtMs = :now"
-	// settleCondition guards the invariant held ≥ 0: a settlement can only give back a hold the
-	// row still carries. It never fails while holds settle once each; if it does, the transaction
-	// is cancelled and the hold stays RUNNING for a visible, bounded retry.
-	settleCondition = "#held >= :held"
 )
 
 // HoldCapped is the transaction item that holds amount on the budget row only if committed stays
@@ -34,13 +34,11 @@ func (t Table) SettleHold(accountID, feature, cycleLabel string, held, charged, 
 		TableName:                aws.String(t.Name),
 		Key:                      BudgetKey(accountID, feature, cycleLabel),
 		UpdateExpression:         aws.String(settleUpdate),
-		ConditionExpression:      aws.String(settleCondition),
-		ExpressionAttributeNames: dynamo.Names(settleUpdate, settleCondition),
+		ExpressionAttributeNames: dynamo.Names(settleUpdate),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":charged":       dynamo.N(charged),
 			":minusHeld":     dynamo.N(-held),
 			":minusReleased": dynamo.N(-(held - charged)),
-			":held":          dynamo.N(held),
 			":now":           dynamo.N(nowMs),
 			":one":           dynamo.N(1),
 		},

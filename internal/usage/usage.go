@@ -114,9 +114,9 @@ func (t Table) capped(updateExpr, accountID, feature, cycleLabel string, amount 
 		room := limit.CommittedAtMost(amount)
 		values[":room"] = dynamo.N(room)
 		// A missing committed compares false, so a fresh row passes only when the amount fits.
-		cond := "#committed <= :room"
+		cond := capCondition
 		if room >= 0 {
-			cond = "attribute_not_exists(#committed) OR " + cond
+			cond = capFreshCondition
 		}
 		update.ConditionExpression = aws.String(cond)
 	}

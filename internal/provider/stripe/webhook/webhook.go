@@ -42,10 +42,22 @@ func (e *UnverifiableError) Public() problem.Public {
 }
 
 // NotAnEventError is a correctly signed body that is not a Stripe event Ferry can store (a thin
-// event notification, or an event without an id): answered 400, nothing stored.
-type NotAnEventError struct{ Reason string }
+// event notification, or an event without an id): answered 400, nothing stored. Reason is in
+// Ferry's words, for the answer; Cause, if any, is the parser's, for the log only.
+type NotAnEventError struct {
+	Reason string
+	Cause  error
+}
 
-func (e *NotAnEventError) Error() string { return "not a Stripe event: " + e.Reason }
+func (e *NotAnEventError) Error() string {
+	if e.Cause != nil {
+		return "not a Stripe event: " + e.Reason + ": " + e.Cause.Error()
+	}
+	return "not a Stripe event: " + e.Reason
+}
+
+// Unwrap returns the parser's error.
+func (e *NotAnEventError) Unwrap() error { return e.Cause }
 
 // Kind implements problem.Error.
 func (e *NotAnEventError) Kind() problem.Kind { return problem.Invalid }
@@ -88,8 +100,12 @@ func (v Verifier) Verify(body []byte, signature string) (Verified, error) {
 	case errors.Is(err, webhook.ErrNoValidSignature):
 		return Verified{}, &UnverifiableError{Reason: "no v1 signature in the Stripe-Signature header verifies"}
 	case err != nil:
-		// The signature verified (stripe-go checks it first); the body is not an event.
-		return Verified{}, &NotAnEventError{Reason: err.Error()}
+		// The signature verified (stripe-go checks it first); the body is not an event. The
+		// parser's message names Go types and offsets: it goes to the log, never the answer.
+		if cerr := jsonbody.Check(body); cerr != nil {
+			return Verified{}, &NotAnEventError{Reason: cerr.Error(), Cause: err}
+		}
+		return Verified{}, &NotAnEventError{Reason: "the body does not read as a Stripe event object (an id, a type and a created time in seconds)", Cause: err}
 	}
 	// The body is stored as signed and read again by the worker: it must read one way only.
 	if err := jsonbody.Check(body); err != nil {

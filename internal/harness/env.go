@@ -1,0 +1,142 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/resources"
+)
+
+// provisionTimeout bounds creating (or deleting) one environment's resources.
+const provisionTimeout = 2 * time.Minute
+
+// Env is a set of fresh resources with every Ferry function composed on them, by its builder,
+// with clients that carry the harness's wire and the function's IAM guard. Schedules on one Env
+// run one after another, each on its own accounts, so their state never meets.
+type Env struct {
+	Names resources.Names
+	// Admin are the harness's own clients: never parked, never faulted.
+	Admin   cloud.Clients
+	Clock   *Clock
+	Metrics *metrics.Counter
+	Log     *slog.Logger
+
+	functions map[string]*app.Function
+	// tables maps physical names to logical ones: tables, buckets and queues.
+	tables    map[string]string
+	guards    []*instrument.Guard
+	endpoints cloud.Endpoints
+
+	// refusedBefore is how many calls each guard had refused when the schedule began.
+	refusedBefore []int
+}
+
+// NewEnv provisions fresh resources on endpoints and composes every function on them.
+func NewEnv(ctx context.Context, endpoints cloud.Endpoints, log *slog.Logger) (*Env, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	pctx, cancel := context.WithTimeout(ctx, provisionTimeout)
+	defer cancel()
+	admin, err := cloud.New(pctx, endpoints, cloud.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defs := app.DefaultDefinitions()
+	names, err := devstack.Provision(pctx, admin, prefix(), devstack.ProvisionOptions{
+		Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
+	})
+	e := &Env{Names: names, Admin: admin, Clock: &Clock{t: startTime}, Metrics: metrics.NewCounter(), Log: log,
+		functions: map[string]*app.Function{}, endpoints: endpoints}
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("provision the harness's resources: %w", err)
+	}
+	tables := map[string]string{}
+	for l, p := range names.Tables {
+		tables[p] = l
+	}
+	for l, p := range names.Buckets {
+		tables[p] = l
+	}
+	for l, u := range names.Queues {
+		tables[u] = l
+	}
+	e.tables = tables
+	cfg := app.DefaultConfig()
+	cfg.OperatorKey = "harness-operator-key"
+	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
+		guard := instrument.NewGuard(fn, names)
+		e.guards = append(e.guards, guard)
+		w := &wire{function: fn.Name, tables: tables}
+		return cloud.New(ctx, endpoints, guard.Options().Merge(w.options()))
+	}
+	fns, err := defs.BuildAll(app.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Log: log, Metrics: e.Metrics, Now: e.Clock.Now})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	for _, fn := range fns {
+		e.functions[fn.Entry.Name] = fn
+	}
+	// The sweep reads and settles one shard at a time: the scheduler owns every interleaving,
+	// so an actor must be one thread.
+	if sw := e.functions[resources.FunctionSweeper]; sw != nil && sw.Holds != nil {
+		sw.Holds.SweepConcurrency = 1
+	}
+	return e, nil
+}
+
+// Function returns a composed function by name; a name no entry has is a harness defect.
+func (e *Env) Function(name string) *app.Function {
+	fn, ok := e.functions[name]
+	if !ok {
+		panic(fmt.Sprintf("harness: no function %q", name))
+	}
+	return fn
+}
+
+// Close deletes the environment's resources.
+func (e *Env) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
+	defer cancel()
+	if err := devstack.Teardown(ctx, e.Admin, e.Names); err != nil {
+		e.Log.Warn("harness teardown", "err", err)
+	}
+}
+
+// markRefused notes how many calls each IAM guard has refused so far.
+func (e *Env) markRefused() {
+	e.refusedBefore = make([]int, len(e.guards))
+	for i, g := range e.guards {
+		e.refusedBefore[i] = len(g.Refused())
+	}
+}
+
+// refusedSince returns the calls the IAM guards refused since markRefused.
+func (e *Env) refusedSince() []string {
+	var out []string
+	for i, g := range e.guards {
+		out = append(out, g.Refused()[e.refusedBefore[i]:]...)
+	}
+	return out
+}
+
+// prefix is a resource prefix no other environment shares.
+func prefix() string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("harness: random prefix: %v", err)) // crypto/rand never fails on Linux
+	}
+	return "h" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,75 @@
+"""moto's server for `make test-moto`: DynamoDB, S3 and SQS on one port of 127.0.0.1.
+
+It is moto_server (the same dispatcher, request handler and threads) with two differences:
+- it binds a free port and prints {"url": ...} as its first line, so that the caller never
+  races another process for a port;
+- DynamoDB requests run one at a time. moto's DynamoDB is not safe under concurrent requests
+  (its FAQ: "Moto is not designed for multithreaded access"): TransactWriteItems snapshots every
+  table it touches and, when one of its conditions fails, restores those snapshots whole,
+  erasing what concurrent requests committed meanwhile, and the snapshot itself fails with
+  "dictionary changed size during iteration" (HTTP 500) when another request writes the table.
+  DynamoDB makes every single-item write atomic and every transaction serializable; one lock
+  around each DynamoDB request gives moto that isolation without changing any answer. SQS (its
+  long polls wait on a condition of their own) and S3 run concurrently, as in moto_server.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from werkzeug.serving import ThreadedWSGIServer, make_server
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+
+
+class SerializeDynamoDB:
+    """Runs each DynamoDB request (X-Amz-Target DynamoDB_*) alone; others pass through."""
+
+    def __init__(self, app):
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
+            return self.app(environ, start_response)
+        with self.lock:
+            # Produce the whole body under the lock: the answer is computed while iterating.
+            return [b"".join(self.app(environ, start_response))]
+
+
+def exit_with_parent():
+    """Stops the server when the process that started it is gone, however it ended."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(0)
+
+
+def main():
+    host = os.environ.get("MOTO_HOST", "127.0.0.1")
+    dispatcher = DomainDispatcherApplication(create_backend_app)
+    # werkzeug listens with a backlog of 128 and closes every connection after one answer; under
+    # the tests' concurrency the backlog overflows and the kernel resets connections, some after
+    # moto has already acted, so the SDK's retry of the request then fails (a CreateTable retried
+    # after its table was made answers "Table already exists").
+    ThreadedWSGIServer.request_queue_size = 4096
+    server = make_server(
+        host, 0, SerializeDynamoDB(dispatcher), threaded=True, request_handler=MotoRequestHandler
+    )
+    # moto builds SQS queue URLs from MOTO_PORT.
+    os.environ["MOTO_PORT"] = str(server.port)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    threading.Thread(target=exit_with_parent, daemon=True).start()
+    print(json.dumps({"url": f"http://{host}:{server.port}"}), flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
