@@ -66,7 +66,9 @@ type BatchState struct {
 
 // batchKey is the ledger key of a batch's item. Account ids never start with '#', so it cannot
 // be an event's key.
-func batchKey(accountID, batch string) string { return "#batch#" + accountID + "#" + batch }
+func batchKey(accountID, batch string) string { return batchKeyPrefix + accountID + "#" + batch }
+
+const batchKeyPrefix = "#batch#"
 
 type batchItem struct {
 	PK        string `dynamodbav:"pk"`
