@@ -191,11 +191,12 @@ func TestEventSources_ReportBatchItemFailures(t *testing.T) {
 			queueID := s.id(t, "AWS::SQS::Queue", object{"QueueName": resources.PhysicalName(s.cfg.Prefix(), q.Logical)})
 			check(t, func() {
 				s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), like(object{
-					"FunctionName":          object{"Ref": fnID},
-					"EventSourceArn":        object{"Fn::GetAtt": []any{queueID, "Arn"}},
-					"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
-					"BatchSize":             eventSourceBatchSize,
-					"ScalingConfig":         object{"MaximumConcurrency": s.cfg.ConsumerMaxConcurrency},
+					"FunctionName":                   object{"Ref": fnID},
+					"EventSourceArn":                 object{"Fn::GetAtt": []any{queueID, "Arn"}},
+					"FunctionResponseTypes":          []any{"ReportBatchItemFailures"},
+					"BatchSize":                      eventSourceBatchSize,
+					"MaximumBatchingWindowInSeconds": eventSourceBatchingWindow,
+					"ScalingConfig":                  object{"MaximumConcurrency": s.cfg.ConsumerMaxConcurrency},
 				}))
 			})
 		}

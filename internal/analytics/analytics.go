@@ -55,6 +55,10 @@ type Row struct {
 	RowInsertedAtMs int64
 	Cycle           string
 	ArchiveKey      string
+	// ArchiveOffset and ArchiveLength are the payload's byte range in a batch's archive object
+	// (ArchiveLength 0: the object is the payload).
+	ArchiveOffset int64
+	ArchiveLength int64
 	// Dimensions are the event data's top-level scalar fields: strings, numbers, booleans.
 	Dimensions map[string]any
 	// Truncated marks the fields the caps cut ("subject", "dims.prompt"), each with its length
@@ -234,4 +238,16 @@ type Writer interface {
 	// Exists reports whether the row for (account, event, rowInsertedAtMs) is stored, reading
 	// with strong consistency: it decides where a recovering worker re-enters.
 	Exists(ctx context.Context, accountID, eventID string, rowInsertedAtMs int64) (bool, error)
+	// WriteBatch stores rows in bulk (a refused row is ErrRowRejected, and the caller writes
+	// the rows one by one to learn which); writing the same rows again changes nothing.
+	WriteBatch(ctx context.Context, rows []Row) error
+	// ExistsBatch reports which of one account's rows are stored, strongly consistent, keyed by
+	// event id.
+	ExistsBatch(ctx context.Context, accountID string, keys []RowKey) (map[string]bool, error)
+}
+
+// RowKey names one row: its event and the claim's timestamp.
+type RowKey struct {
+	EventID         string
+	RowInsertedAtMs int64
 }

@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/dynamo"
+	"github.com/ferrymeter/ferry/internal/retry"
 )
 
 // DynamoWriter keeps rows in the analytics table: partition = account, sort key = the claim's
@@ -32,6 +34,17 @@ func (w *DynamoWriter) key(accountID, eventID string, rowInsertedAtMs int64) map
 // Write implements Writer. DynamoDB refusing the item as invalid (e.g. over 400 KB) is a
 // rejection like a schema violation: it will fail the same way every time.
 func (w *DynamoWriter) Write(ctx context.Context, row Row) error {
+	_, err := w.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(w.Table), Item: w.item(row)})
+	if dynamo.IsValidation(err) {
+		return fmt.Errorf("write analytics row %s: %w: %v", row.EventID, ErrRowRejected, err)
+	}
+	if err != nil {
+		return fmt.Errorf("write analytics row %s: %w", row.EventID, err)
+	}
+	return nil
+}
+
+func (w *DynamoWriter) item(row Row) map[string]types.AttributeValue {
 	item := w.key(row.AccountID, row.EventID, row.RowInsertedAtMs)
 	item["accountId"] = dynamo.S(row.AccountID)
 	item["eventId"] = dynamo.S(row.EventID)
@@ -47,6 +60,10 @@ func (w *DynamoWriter) Write(ctx context.Context, row Row) error {
 	item["rowInsertedAtMs"] = dynamo.N(row.RowInsertedAtMs)
 	item["cycle"] = dynamo.S(row.Cycle)
 	item["archiveKey"] = dynamo.S(row.ArchiveKey)
+	if row.ArchiveLength > 0 {
+		item["archiveOffset"] = dynamo.N(row.ArchiveOffset)
+		item["archiveLength"] = dynamo.N(row.ArchiveLength)
+	}
 	if len(row.Dimensions) > 0 {
 		dims := make(map[string]types.AttributeValue, len(row.Dimensions))
 		for k, v := range row.Dimensions {
@@ -71,14 +88,80 @@ func (w *DynamoWriter) Write(ctx context.Context, row Row) error {
 	if row.DimsOmitted > 0 {
 		item["dimsOmitted"] = dynamo.N(int64(row.DimsOmitted))
 	}
-	_, err := w.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(w.Table), Item: item})
-	if dynamo.IsValidation(err) {
-		return fmt.Errorf("write analytics row %s: %w: %v", row.EventID, ErrRowRejected, err)
-	}
-	if err != nil {
-		return fmt.Errorf("write analytics row %s: %w", row.EventID, err)
+	return item
+}
+
+// DynamoDB's bounds on one BatchWriteItem and one BatchGetItem, and how many rounds re-send what
+// DynamoDB left unprocessed (its own throttle) before the call fails.
+const (
+	maxBatchWrite        = 25
+	maxBatchGet          = 100
+	maxUnprocessedRounds = 5
+)
+
+// errUnprocessed: DynamoDB left part of a batch call unprocessed every round.
+var errUnprocessed = errors.New("analytics batch still unprocessed")
+
+// WriteBatch implements Writer: BatchWriteItem calls of at most 25 rows, each re-sending what
+// DynamoDB left unprocessed, a bounded number of rounds. A row DynamoDB refuses as invalid fails
+// its whole call as ErrRowRejected.
+func (w *DynamoWriter) WriteBatch(ctx context.Context, rows []Row) error {
+	for start := 0; start < len(rows); start += maxBatchWrite {
+		var reqs []types.WriteRequest
+		for _, row := range rows[start:min(start+maxBatchWrite, len(rows))] {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: w.item(row)}})
+		}
+		pending := map[string][]types.WriteRequest{w.Table: reqs}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+			out, err := w.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if dynamo.IsValidation(err) {
+				return struct{}{}, fmt.Errorf("write analytics rows: %w: %v", ErrRowRejected, err)
+			}
+			if err != nil {
+				return struct{}{}, fmt.Errorf("write analytics rows: %w", err)
+			}
+			if pending = out.UnprocessedItems; len(pending) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// ExistsBatch implements Writer: BatchGetItem calls of at most 100 keys, strongly consistent.
+func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys []RowKey) (map[string]bool, error) {
+	present := map[string]bool{}
+	for start := 0; start < len(keys); start += maxBatchGet {
+		var ks []map[string]types.AttributeValue
+		for _, k := range keys[start:min(start+maxBatchGet, len(keys))] {
+			ks = append(ks, w.key(accountID, k.EventID, k.RowInsertedAtMs))
+		}
+		request := map[string]types.KeysAndAttributes{w.Table: {
+			Keys: ks, ConsistentRead: aws.Bool(true),
+			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
+		}}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+			out, err := w.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
+			if err != nil {
+				return struct{}{}, fmt.Errorf("probe analytics rows: %w", err)
+			}
+			for _, item := range out.Responses[w.Table] {
+				present[dynamo.Str(item, "eventId")] = true
+			}
+			if request = out.UnprocessedKeys; len(request) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return present, nil
 }
 
 // Exists implements Writer.

@@ -49,6 +49,9 @@ type Config struct {
 	// APIURL is the stack's own public base URL (FERRY_API_URL): the console's labs drive the
 	// stack through it, and a plain-http loopback URL makes the session cookie non-Secure.
 	APIURL string
+	// BatchMode packs the batch route's events into packed queue messages (ingest.SQSQueue.Pack).
+	// The worker reads both kinds of message in either mode.
+	BatchMode bool
 }
 
 // DefaultConfig is the configuration with the built-in catalog and schema and no operator key.
@@ -74,6 +77,13 @@ func ConfigFromEnv(ctx context.Context, needOperatorKey, readsLimits bool) (Conf
 			return Config{}, err
 		}
 		cfg.Limits = limits
+	}
+	switch raw := os.Getenv(resources.EnvBatchMode); raw {
+	case "", "false":
+	case "true":
+		cfg.BatchMode = true
+	default:
+		return Config{}, fmt.Errorf("%s=%q: want true or false", resources.EnvBatchMode, raw)
 	}
 	// Only the functions the deployment gives the inbox's variables read anything here.
 	inboxCfg, err := InboxConfigFromEnv(ctx)

@@ -84,7 +84,8 @@ func buildIngest(c *Composer) (*Function, error) {
 	fn.Usage = c.usage(resources.Read)
 	fn.Ledger = c.ledger(resources.Read, resources.Read)
 	fn.Ingest = &ingest.Service{
-		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send)},
+		Queue: &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send),
+			Pack: c.Config.BatchMode},
 		Ledger: fn.Ledger, Usage: fn.Usage, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	return c.Serve(fn, httpapi.New(httpapi.Deps{Ingest: fn.Ingest}), httpapi.Authentication{}), nil

@@ -86,6 +86,8 @@ type Options struct {
 	Meters app.MetersConfig
 	// Limits is where admissions and GET /v1/usage read limits (the plans when unset).
 	Limits app.LimitsConfig
+	// BatchMode packs the batch route's events into packed queue messages.
+	BatchMode bool
 }
 
 // Harness is one test's Ferry: every function composed by its builder from its entry, with its
@@ -141,6 +143,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 	if o.Catalog != nil {
 		cfg.Catalog = *o.Catalog
 	}
+	cfg.BatchMode = o.BatchMode
 	if o.Schema != nil {
 		cfg.Schema = *o.Schema
 	}

@@ -29,6 +29,23 @@ func Key(accountID, eventID string, rowInsertedAtMs int64) string {
 	return fmt.Sprintf("events/dt=%s/account=%s/%s.json", day, accountID, url.PathEscape(eventID))
 }
 
+// BatchKey is the deterministic object key of a batch's payloads:
+// events/dt=YYYY-MM-DD/account=<id>/batch-<batch id>.jsonl, dated by the batch claim's timestamp.
+// The object holds the payloads of the events the batch admitted, in message order, each as it
+// was sent and followed by a newline; each event's entry records its byte range.
+func BatchKey(accountID, batch string, rowInsertedAtMs int64) string {
+	day := time.UnixMilli(rowInsertedAtMs).UTC().Format(time.DateOnly)
+	return fmt.Sprintf("events/dt=%s/account=%s/batch-%s.jsonl", day, accountID, batch)
+}
+
+// Location is where one event's payload is: a whole object (Length 0) or a byte range of a
+// batch's object.
+type Location struct {
+	Key    string
+	Offset int64
+	Length int64
+}
+
 // S3 is the archive on an S3 bucket.
 type S3 struct {
 	Client *s3.Client
@@ -67,6 +84,52 @@ func (a *S3) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	defer out.Body.Close()
 	return io.ReadAll(out.Body)
+}
+
+// Read reads one event's payload at its location: the whole object, or its byte range (one
+// ranged GET).
+func (a *S3) Read(ctx context.Context, loc Location) ([]byte, error) {
+	if loc.Length == 0 {
+		return a.Get(ctx, loc.Key)
+	}
+	out, err := a.Client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(a.Bucket), Key: aws.String(loc.Key),
+		Range: aws.String(fmt.Sprintf("bytes=%d-%d", loc.Offset, loc.Offset+loc.Length-1)),
+	})
+	var nsk *types.NoSuchKey
+	if errors.As(err, &nsk) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read archive %s: %w", loc.Key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read archive %s: %w", loc.Key, err)
+	}
+	if int64(len(b)) != loc.Length {
+		return nil, fmt.Errorf("read archive %s: %d bytes at %d, want %d", loc.Key, len(b), loc.Offset, loc.Length)
+	}
+	return b, nil
+}
+
+// Exists reports whether an object is stored under key (one HEAD).
+func (a *S3) Exists(ctx context.Context, key string) (bool, error) {
+	_, err := a.Client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(a.Bucket), Key: aws.String(key)})
+	var nf *types.NotFound
+	var nsk *types.NoSuchKey
+	if errors.As(err, &nf) || errors.As(err, &nsk) {
+		return false, nil
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode() == "NotFound" || apiErr.ErrorCode() == "404") {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("probe archive %s: %w", key, err)
+	}
+	return true, nil
 }
 
 // isPreconditionFailed recognises S3's answer to a conditional write whose object exists (HTTP

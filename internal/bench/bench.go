@@ -44,6 +44,7 @@ func cpuTime() time.Duration {
 
 // On-demand list prices in us-east-1, in dollars, used to turn counts into cost.
 const (
+	priceAPIGatewayPerMillion      = 1.00   // API Gateway HTTP API requests (first 300 million a month)
 	priceDynamoWriteUnitPerMillion = 0.625  // DynamoDB on-demand, per million write request units
 	priceDynamoReadUnitPerMillion  = 0.125  // per million read request units
 	priceS3PutPerThousand          = 0.005  // S3 Standard PUT, COPY, POST, LIST

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	smithymw "github.com/aws/smithy-go/middleware"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/analytics"
@@ -27,6 +29,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/figures"
+	ingestpkg "github.com/ferrymeter/ferry/internal/ingest"
 	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -44,9 +47,35 @@ const (
 	benchAccountID     = "acct_bench"
 )
 
+// phase is one way of running the same events: the route they are sent on (events per ingest
+// request; 1 is the single-event route), whether ingest packs them (batch mode), and which
+// worker drains them.
+type phase struct {
+	name    string
+	request int
+	pack    bool
+	naive   bool
+}
+
+// pipelinePhases are the run's columns, side by side on the same emulators: Ferry's per-event
+// design on the batch route and on the single-event route, batch mode on the batch route (100
+// events a request) and at 10 events a request (the figure the hot-account ceiling is measured
+// at), and the naive worker.
+var pipelinePhases = []phase{
+	{name: "per-event", request: benchIngestBatch},
+	{name: "batch", request: benchIngestBatch, pack: true},
+	{name: "batch/10", request: 10, pack: true},
+	{name: "single", request: 1},
+	{name: "naive", request: benchIngestBatch, naive: true},
+}
+
 // phaseResult is what one worker did to the same deliveries.
 type phaseResult struct {
+	phase      phase
 	name       string
+	requests   int // ingest requests (API Gateway requests, ingest invocations)
+	messages   int // queue messages (worker invocations: one per 10)
+	budgetTx   int // transactions that moved the budget row
 	delivered  int
 	meter      int64
 	archived   int
@@ -100,11 +129,11 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "Both workers run on the same emulators in this run; the emulators run in a child process, so CPU below is Ferry's own.\n\n")
 
 	var results []phaseResult
-	for _, phase := range []string{"ferry", "naive"} {
-		fmt.Fprintf(stderr, "running %s…\n", phase)
-		r, err := runPipelinePhase(ctx, endpoints, phase, *plan, *n, dups, *pollers, *seed)
+	for _, ph := range pipelinePhases {
+		fmt.Fprintf(stderr, "running %s…\n", ph.name)
+		r, err := runPipelinePhase(ctx, endpoints, ph, *plan, *n, dups, *pollers, *seed)
 		if err != nil {
-			return fmt.Errorf("%s: %w", phase, err)
+			return fmt.Errorf("%s: %w", ph.name, err)
 		}
 		results = append(results, r)
 	}
@@ -112,15 +141,16 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	return nil
 }
 
-func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, plan string, distinct, dups, pollers int, seed uint64) (phaseResult, error) {
-	res := phaseResult{name: phase, ledger: map[ledger.Status]int{}}
+func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, plan string, distinct, dups, pollers int, seed uint64) (phaseResult, error) {
+	res := phaseResult{phase: ph, name: ph.name, ledger: map[ledger.Status]int{}}
 	calls, units := instrument.NewCallCounter(), instrument.NewRequestMeter()
-	opts := calls.Options().Merge(cloud.Options{DynamoDB: []func(*dynamodb.Options){units.Option}})
+	var budgetTx atomic.Int64
+	opts := calls.Options().Merge(cloud.Options{DynamoDB: []func(*dynamodb.Options){units.Option, budgetTransactions(&budgetTx)}})
 	clients, err := cloud.New(ctx, endpoints, opts)
 	if err != nil {
 		return res, err
 	}
-	prefix := "bench-" + phase + "-" + testenv.UniquePrefix()
+	prefix := "bench-" + strings.ReplaceAll(ph.name, "/", "-") + "-" + testenv.UniquePrefix()
 	names, err := devstack.Provision(ctx, clients, prefix, devstack.ProvisionOptions{VisibilityTimeout: 30 * time.Second})
 	if err != nil {
 		return res, err
@@ -133,6 +163,9 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 	}
 	// The operator's accounts (the api function's), the ingest function and the worker.
 	api, ingest, ferry := fns[resources.FunctionAPI], fns[resources.FunctionIngest].Ingest, fns[resources.FunctionWorker].Worker
+	if q, ok := ingest.Queue.(*ingestpkg.SQSQueue); ok {
+		q.Pack = ph.pack
+	}
 	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
 	if _, _, err := api.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
 		return res, err
@@ -150,8 +183,10 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 	}
 	calls.Reset()
 	units.Reset()
+	budgetTx.Store(0)
 
-	// Ingest: every event once in batches of 100, then the duplicates, as a client retrying.
+	// Ingest: every event once in requests of ph.request, then the duplicates, as a client
+	// retrying.
 	ids := make([]string, distinct)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt_%06d", i)
@@ -163,18 +198,32 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 		sends = append(sends, ids[i])
 	}
 	cpu0 := cpuTime()
-	for start := 0; start < len(sends); start += benchIngestBatch {
-		batch := sends[start:min(start+benchIngestBatch, len(sends))]
+	for start := 0; start < len(sends); start += ph.request {
+		batch := sends[start:min(start+ph.request, len(sends))]
+		res.requests++
+		if ph.request == 1 {
+			body, _ := json.Marshal(benchEvents(batch)[0])
+			if _, err := ingest.Accept(ctx, acct, body); err != nil {
+				return res, fmt.Errorf("ingest: %w", err)
+			}
+			res.messages++
+			continue
+		}
 		body, _ := json.Marshal(benchEvents(batch))
 		if _, err := ingest.AcceptBatch(ctx, acct, body); err != nil {
 			return res, fmt.Errorf("ingest: %w", err)
+		}
+		if ph.pack {
+			res.messages += (len(batch) + event.MaxPackedEvents - 1) / event.MaxPackedEvents
+		} else {
+			res.messages += len(batch)
 		}
 	}
 	res.ingestCPU = cpuTime() - cpu0
 	res.delivered = len(sends)
 
 	handler := ferry.HandleSQS
-	if phase == "naive" {
+	if ph.naive {
 		handler = (&naiveWorker{clients: clients, names: names}).handle
 	}
 	arn, err := devstack.QueueARN(ctx, clients.SQS, names.QueueURL(resources.QueueEvents))
@@ -196,7 +245,7 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for drainCtx.Err() == nil && handled.Load() < int64(len(sends)) {
+			for drainCtx.Err() == nil && handled.Load() < int64(res.messages) {
 				if _, err := source.PollOnce(drainCtx, 0); err != nil && drainCtx.Err() == nil {
 					time.Sleep(50 * time.Millisecond)
 				}
@@ -205,11 +254,11 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, phase, pla
 	}
 	wg.Wait()
 	res.workerWall, res.workerCPU = time.Since(wall0), cpuTime()-cpu0
-	if handled.Load() < int64(len(sends)) {
-		return res, fmt.Errorf("the queue did not drain within %s (%d of %d handled)", benchDrainDeadline, handled.Load(), len(sends))
+	if handled.Load() < int64(res.messages) {
+		return res, fmt.Errorf("the queue did not drain within %s (%d of %d handled)", benchDrainDeadline, handled.Load(), res.messages)
 	}
 	// What the pipeline did; the read-back below is the benchmark's own and is not counted.
-	res.calls, res.units = calls.Snapshot(), units.Snapshot()
+	res.calls, res.units, res.budgetTx = calls.Snapshot(), units.Snapshot(), int(budgetTx.Load())
 	return res, measureOutcome(ctx, &res, api, clients, names, ids)
 }
 
@@ -251,6 +300,27 @@ func measureOutcome(ctx context.Context, res *phaseResult, api *app.Function, cl
 		}
 	}
 	return nil
+}
+
+// budgetTransactions counts the transactions that move a budget row: the hot-account ceiling is
+// one budget row's write rate.
+func budgetTransactions(n *atomic.Int64) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *smithymw.Stack) error {
+			return stack.Initialize.Add(smithymw.InitializeMiddlewareFunc("bench.BudgetTransactions",
+				func(ctx context.Context, in smithymw.InitializeInput, next smithymw.InitializeHandler) (smithymw.InitializeOutput, smithymw.Metadata, error) {
+					if tx, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
+						for _, item := range tx.TransactItems {
+							if item.Update != nil && dynamo.Str(item.Update.Key, "sk") == usage.BudgetSK {
+								n.Add(1)
+								break
+							}
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), smithymw.After)
+		})
+	}
 }
 
 func benchEvents(ids []string) []map[string]any {

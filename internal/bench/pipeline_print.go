@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -12,17 +13,33 @@ import (
 	"github.com/ferrymeter/ferry/internal/ledger"
 )
 
-// pipelineFigures are one phase's per-delivery figures and cost.
+// pipelineFigures are one phase's figures per accepted event, and its cost per million accepted
+// events.
 type pipelineFigures struct {
-	dynamoCalls, readUnits, writeUnits, s3Put, s3Other, sqs float64
-	ingestCPU, workerCPU                                    time.Duration
-	throughput                                              float64
-	costDynamo, costS3, costSQS, costLambda, costCompute    float64
+	dynamoCalls, readUnits, writeUnits, budgetTx, s3Put, s3Other, sqs, invocations float64
+	ingestCPU, workerCPU                                                           time.Duration
+	throughput                                                                     float64
+	costAPI, costDynamo, costS3, costSQS, costLambda, costCompute                  float64
 }
 
-func perDelivery(r phaseResult, distinct int) pipelineFigures {
+func (f pipelineFigures) total() float64 {
+	return f.costAPI + f.costDynamo + f.costS3 + f.costSQS + f.costLambda + f.costCompute
+}
+
+// perAccepted turns a phase's counts into figures per accepted event (every distinct event is
+// accepted: the account's limit is the run's size). The cost model, at on-demand us-east-1 list
+// prices (bench.go):
+//
+//	API Gateway (HTTP API)  ingest requests × $1.00/M
+//	Lambda requests         (ingest requests + worker invocations, one per 10 messages) × $0.20/M
+//	Lambda compute          Ferry's CPU time × 0.5 GB × $0.0000133334/GB-s (a lower bound: Lambda
+//	                        bills wall time, which waiting on DynamoDB adds to)
+//	SQS                     send, receive and delete calls × $0.40/M
+//	DynamoDB on-demand      write units × $0.625/M + read units × $0.125/M, counted at the client
+//	S3                      PUTs × $0.005/1,000 + other requests × $0.0004/1,000
+func perAccepted(r phaseResult, accepted int) pipelineFigures {
 	var f pipelineFigures
-	d := float64(r.delivered)
+	a := float64(accepted)
 	for op, n := range r.calls {
 		switch {
 		case strings.HasPrefix(op, "DynamoDB "):
@@ -40,78 +57,122 @@ func perDelivery(r phaseResult, distinct int) pipelineFigures {
 		u.ReadUnits += o.ReadUnits
 		u.WriteUnits += o.WriteUnits
 	}
-	f.readUnits, f.writeUnits = u.ReadUnits, u.WriteUnits
-	// Cost of the whole run, then per million distinct events (duplicates' cost included).
-	perMillion := 1e6 / float64(distinct)
+	f.readUnits, f.writeUnits, f.budgetTx = u.ReadUnits, u.WriteUnits, float64(r.budgetTx)
+	workerInvocations := math.Ceil(float64(r.messages) / 10)
+	f.invocations = float64(r.requests) + workerInvocations
+	perMillion := 1e6 / a
+	f.costAPI = float64(r.requests) * priceAPIGatewayPerMillion / 1e6 * perMillion
 	f.costDynamo = (u.WriteUnits*priceDynamoWriteUnitPerMillion + u.ReadUnits*priceDynamoReadUnitPerMillion) / 1e6 * perMillion
 	f.costS3 = (f.s3Put*priceS3PutPerThousand + f.s3Other*priceS3GetPerThousand) / 1e3 * perMillion
 	f.costSQS = f.sqs * priceSQSPerMillion / 1e6 * perMillion
-	invocations := d/benchIngestBatch + d/10 // ingest batches of 100, worker batches of 10
-	f.costLambda = invocations * priceLambdaPerMillion / 1e6 * perMillion
+	f.costLambda = f.invocations * priceLambdaPerMillion / 1e6 * perMillion
 	cpu := r.ingestCPU + r.workerCPU
 	f.costCompute = cpu.Seconds() * benchLambdaMemGB * priceLambdaGBSecondArm * perMillion
-	f.ingestCPU = time.Duration(float64(r.ingestCPU) / d)
-	f.workerCPU = time.Duration(float64(r.workerCPU) / d)
-	f.throughput = d / r.workerWall.Seconds()
-	f.dynamoCalls, f.readUnits, f.writeUnits = f.dynamoCalls/d, f.readUnits/d, f.writeUnits/d
-	f.s3Put, f.s3Other, f.sqs = f.s3Put/d, f.s3Other/d, f.sqs/d
+	f.ingestCPU = time.Duration(float64(r.ingestCPU) / a)
+	f.workerCPU = time.Duration(float64(r.workerCPU) / a)
+	f.throughput = a / r.workerWall.Seconds()
+	f.dynamoCalls, f.readUnits, f.writeUnits, f.budgetTx = f.dynamoCalls/a, f.readUnits/a, f.writeUnits/a, f.budgetTx/a
+	f.s3Put, f.s3Other, f.sqs, f.invocations = f.s3Put/a, f.s3Other/a, f.sqs/a, f.invocations/a
 	return f
 }
 
 func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
-	ferry, naive := results[0], results[1]
-	ff, nf := perDelivery(ferry, distinct), perDelivery(naive, distinct)
-	var t table
-	t.add("", "Ferry", "naive apply-on-arrival", "Ferry / naive")
-	t.add("deliveries to the worker", figures.Thousands(int64(ferry.delivered)), figures.Thousands(int64(naive.delivered)), "")
-	t.add(fmt.Sprintf("meter after the run (exact: %s)", figures.Thousands(int64(distinct))), figures.Thousands(ferry.meter), figures.Thousands(naive.meter), "")
-	t.add("ledger", ledgerSummary(ferry.ledger), "(none)", "")
-	t.add("archive objects", figures.Thousands(int64(ferry.archived)), figures.Thousands(int64(naive.archived)), "")
-	t.add("analytics rows", figures.Thousands(int64(ferry.rows)), figures.Thousands(int64(naive.rows)), "")
-	t.add("per delivery:", "", "", "")
-	row := func(name string, a, b float64, format string) {
-		ratio := ""
-		if b > 0 {
-			ratio = fmt.Sprintf("%.2f×", a/b)
+	figs := make([]pipelineFigures, len(results))
+	var naive pipelineFigures
+	for i, r := range results {
+		figs[i] = perAccepted(r, distinct)
+		if r.phase.naive {
+			naive = figs[i]
 		}
-		t.add("  "+name, fmt.Sprintf(format, a), fmt.Sprintf(format, b), ratio)
 	}
-	row("DynamoDB round trips", ff.dynamoCalls, nf.dynamoCalls, "%.2f")
-	row("DynamoDB read request units", ff.readUnits, nf.readUnits, "%.2f")
-	row("DynamoDB write request units", ff.writeUnits, nf.writeUnits, "%.2f")
-	row("S3 PUT requests", ff.s3Put, nf.s3Put, "%.2f")
-	row("S3 other requests", ff.s3Other, nf.s3Other, "%.2f")
-	row("SQS requests (send, receive, delete)", ff.sqs, nf.sqs, "%.3f")
-	row("Ferry CPU in ingest (µs)", us(ff.ingestCPU), us(nf.ingestCPU), "%.0f")
-	row("Ferry CPU in the worker (µs)", us(ff.workerCPU), us(nf.workerCPU), "%.0f")
-	row("worker throughput on the emulators (deliveries/s)", ff.throughput, nf.throughput, "%.0f")
-	t.add(fmt.Sprintf("cost per million events, %d%% delivered twice (USD):", 100*dups/distinct), "", "", "")
-	row("DynamoDB on-demand", ff.costDynamo, nf.costDynamo, "%.3f")
-	row("S3 requests", ff.costS3, nf.costS3, "%.3f")
-	row("SQS requests", ff.costSQS, nf.costSQS, "%.3f")
-	row("Lambda requests", ff.costLambda, nf.costLambda, "%.3f")
-	row("Lambda compute (lower bound: CPU time at 512 MB)", ff.costCompute, nf.costCompute, "%.4f")
-	row("total", ff.costDynamo+ff.costS3+ff.costSQS+ff.costLambda+ff.costCompute,
-		nf.costDynamo+nf.costS3+nf.costSQS+nf.costLambda+nf.costCompute, "%.3f")
+	var t table
+	head := []string{""}
+	for _, r := range results {
+		head = append(head, r.name)
+	}
+	t.add(head...)
+	line := func(name string, cell func(i int, r phaseResult) string) {
+		cells := []string{name}
+		for i, r := range results {
+			cells = append(cells, cell(i, r))
+		}
+		t.add(cells...)
+	}
+	line("events per ingest request", func(_ int, r phaseResult) string { return fmt.Sprint(r.phase.request) })
+	line("batch mode (packed messages)", func(_ int, r phaseResult) string {
+		return map[bool]string{true: "yes", false: "no"}[r.phase.pack]
+	})
+	line("events sent (with the duplicates)", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.delivered)) })
+	line("queue messages", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.messages)) })
+	line(fmt.Sprintf("meter after the run (exact: %s)", figures.Thousands(int64(distinct))), func(_ int, r phaseResult) string { return figures.Thousands(r.meter) })
+	line("ledger", func(_ int, r phaseResult) string {
+		if r.phase.naive {
+			return "(none)"
+		}
+		return ledgerSummary(r.ledger)
+	})
+	line("archive objects", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.archived)) })
+	line("analytics rows", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.rows)) })
+	t.add("per accepted event:")
+	num := func(name, format string, v func(f pipelineFigures) float64) {
+		line("  "+name, func(i int, _ phaseResult) string { return fmt.Sprintf(format, v(figs[i])) })
+	}
+	num("DynamoDB round trips", "%.3f", func(f pipelineFigures) float64 { return f.dynamoCalls })
+	num("DynamoDB read request units", "%.3f", func(f pipelineFigures) float64 { return f.readUnits })
+	num("DynamoDB write request units", "%.3f", func(f pipelineFigures) float64 { return f.writeUnits })
+	num("budget-row transactions", "%.3f", func(f pipelineFigures) float64 { return f.budgetTx })
+	num("S3 PUT requests", "%.3f", func(f pipelineFigures) float64 { return f.s3Put })
+	num("S3 other requests", "%.3f", func(f pipelineFigures) float64 { return f.s3Other })
+	num("SQS requests (send, receive, delete)", "%.3f", func(f pipelineFigures) float64 { return f.sqs })
+	num("Lambda invocations (ingest + worker)", "%.3f", func(f pipelineFigures) float64 { return f.invocations })
+	num("Ferry CPU in ingest (µs)", "%.0f", func(f pipelineFigures) float64 { return us(f.ingestCPU) })
+	num("Ferry CPU in the worker (µs)", "%.0f", func(f pipelineFigures) float64 { return us(f.workerCPU) })
+	num("worker throughput on the emulators (events/s)", "%.0f", func(f pipelineFigures) float64 { return f.throughput })
+	num("  … against the naive worker", "%.2f×", func(f pipelineFigures) float64 { return f.throughput / naive.throughput })
+	t.add(fmt.Sprintf("cost per million accepted events, %d%% sent twice (USD):", 100*dups/distinct))
+	num("API Gateway (HTTP API)", "%.3f", func(f pipelineFigures) float64 { return f.costAPI })
+	num("Lambda requests", "%.3f", func(f pipelineFigures) float64 { return f.costLambda })
+	num("Lambda compute (lower bound: CPU at 512 MB)", "%.4f", func(f pipelineFigures) float64 { return f.costCompute })
+	num("SQS requests", "%.3f", func(f pipelineFigures) float64 { return f.costSQS })
+	num("DynamoDB on-demand", "%.3f", func(f pipelineFigures) float64 { return f.costDynamo })
+	num("S3 requests", "%.3f", func(f pipelineFigures) float64 { return f.costS3 })
+	num("total", "%.3f", func(f pipelineFigures) float64 { return f.total() })
 	t.print(w)
 
+	for _, r := range results {
+		if r.phase.naive {
+			continue
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "%s: DynamoDB calls per accepted event, by operation:\n", r.name)
+		var ops []string
+		for op := range r.units {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		for _, op := range ops {
+			u := r.units[op]
+			fmt.Fprintf(w, "  %-20s %6.3f calls  %6.3f RRU  %6.3f WRU  (%d refused)\n", op,
+				float64(u.Calls)/float64(distinct), u.ReadUnits/float64(distinct), u.WriteUnits/float64(distinct), u.Errors)
+		}
+	}
+	maxItem := 0
+	for _, r := range results {
+		maxItem = max(maxItem, r.maxItem)
+	}
+	fmt.Fprintf(w, "\nLargest stored item: %d bytes. Under 1 KB, every write is 1 WRU (2 in a transaction) and every read\n", maxItem)
+	fmt.Fprintln(w, "1 RRU strongly consistent or 0.5 eventually, which is how the units above are counted where the")
+	fmt.Fprintln(w, "endpoint does not report consumed capacity (emulators don't; AWS does). Prices: us-east-1 on-demand")
+	fmt.Fprintln(w, "list prices. Throughput is emulator wall time on this machine: compare columns, not absolute numbers.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Ferry's DynamoDB calls per delivery, by operation:")
-	var ops []string
-	for op := range ferry.units {
-		ops = append(ops, op)
+	fmt.Fprintln(w, "Hot-account ceiling: one budget row takes about 1,000 write units a second, and a transactional")
+	fmt.Fprintln(w, "write costs it 2, so about 500 budget-row transactions a second. Events a second for one free")
+	fmt.Fprintln(w, "account = 500 / (budget-row transactions per event):")
+	for i, r := range results {
+		if figs[i].budgetTx > 0 {
+			fmt.Fprintf(w, "  %-10s %.3f per event → about %s events/s\n", r.name, figs[i].budgetTx, figures.Thousands(int64(500/figs[i].budgetTx)))
+		}
 	}
-	sort.Strings(ops)
-	for _, op := range ops {
-		u := ferry.units[op]
-		fmt.Fprintf(w, "  %-20s %6.3f calls  %6.3f RRU  %6.3f WRU  (%d refused)\n", op,
-			float64(u.Calls)/float64(ferry.delivered), u.ReadUnits/float64(ferry.delivered), u.WriteUnits/float64(ferry.delivered), u.Errors)
-	}
-	fmt.Fprintf(w, "\nLargest stored item: %d bytes (Ferry) / %d bytes (naive). Under 1 KB, every write is 1 WRU (2 in a\n", ferry.maxItem, naive.maxItem)
-	fmt.Fprintln(w, "transaction) and every read 1 RRU strongly consistent or 0.5 eventually, which is how the units above")
-	fmt.Fprintln(w, "are counted where the endpoint does not report consumed capacity (emulators don't; AWS does).")
-	fmt.Fprintln(w, "Prices: us-east-1 on-demand list prices. Throughput is emulator wall time on this machine: compare the")
-	fmt.Fprintln(w, "two columns, not the absolute numbers.")
 }
 
 func ledgerSummary(m map[ledger.Status]int) string {

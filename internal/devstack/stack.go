@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -139,6 +140,13 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	s.Names = names
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
+	switch raw := os.Getenv(resources.EnvBatchMode); raw {
+	case "", "false":
+	case "true":
+		cfg.BatchMode = true
+	default:
+		return fail(fmt.Errorf("%s=%q: want true or false", resources.EnvBatchMode, raw))
+	}
 	// The console's labs drive the stack through its own address, as ferry lab does.
 	cfg.APIURL = "http://" + listener.Addr().String()
 	if opts.Configure != nil {

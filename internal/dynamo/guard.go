@@ -22,6 +22,9 @@ type Guard struct {
 	// SortKeyPrefix, when set, is the prefix of the item's "sk" that identifies the write (a
 	// hold and its steps share a table and a condition).
 	SortKeyPrefix string
+	// KeyPrefix, when set, is the prefix of the item's "pk" that identifies the write (a batch's
+	// record shares the ledger and the first-writer condition with the entries).
+	KeyPrefix string
 	// Clause is the guard: a top-level conjunct of the condition sent, or the whole condition.
 	// A "%s" in it stands for any attribute name (a condition built from a template, one per
 	// kind of link).

@@ -52,11 +52,16 @@ var harnessAblations = []struct {
 var storeAblations = map[string]string{
 	// The events schedules bill against counter rows (the checkpoint is put); the internal tier's
 	// checkpoint-only update is reached by the ledger's own tests.
-	"ledger.checkpoint.inserting":                 "internal/ledger TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused",
-	"ledger.checkpoint.unbilled":                  "internal/ledger TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted",
-	"ledger.quarantine.inserting":                 "internal/ledger TestGuard_QuarantineOfAFinishedEvent_ChangesNothing",
-	"ledger.uninsertable.inserting":               "internal/ledger TestGuard_UninsertableOfAFinishedEvent_ChangesNothing",
-	"ledger.reopen.uninsertable":                  "internal/ledger TestGuard_ReopenOfAnInsertedEvent_IsRefused",
+	"ledger.checkpoint.inserting":   "internal/ledger TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused",
+	"ledger.checkpoint.unbilled":    "internal/ledger TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted",
+	"ledger.quarantine.inserting":   "internal/ledger TestGuard_QuarantineOfAFinishedEvent_ChangesNothing",
+	"ledger.uninsertable.inserting": "internal/ledger TestGuard_UninsertableOfAFinishedEvent_ChangesNothing",
+	"ledger.reopen.uninsertable":    "internal/ledger TestGuard_ReopenOfAnInsertedEvent_IsRefused",
+	// Batch mode: no harness pipeline packs events. The batch's claim is ledger.claim.first-writer
+	// (the harness needs it, and so does internal/ledger TestGuard_BatchClaimOfAnEventClaimedAlone_IsCancelled);
+	// its budget row and report mark are usage.consume.cap, usage.consume.cap-room and
+	// usage.mark.present, the same writes the per-event billing sends.
+	"ledger.batch-done.first":                     "internal/ledger TestGuard_ABatchIsRecordedDoneOnce_ItsInstantStays",
 	"idempotency.takeover.token":                  "internal/idempotency TestGuard_TakeoverReplacesOnlyTheClaimItRead",
 	"accounts.create.absent":                      "internal/accounts TestGuard_CreateNeverOverwritesAnAccount",
 	"accounts.link.absent":                        "internal/accounts TestGuard_ALinkNamesOneAccount",

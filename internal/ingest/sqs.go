@@ -26,11 +26,19 @@ const (
 	maxEntryAttempts = 3
 )
 
-// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes.
+// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes, or,
+// with Pack, a batch's envelopes packed several to a message (event.EncodePacked).
 type SQSQueue struct {
 	Client *sqs.Client
 	URL    string
+	// Pack sends the events of one SendBatch as packed messages, up to event.MaxPackedEvents
+	// each: one message, one worker transaction and one archive object per pack instead of per
+	// event.
+	Pack bool
 }
+
+// maxPackedRaw bounds a packed message's JSON so its base64 body stays within SQS's 256 KiB.
+const maxPackedRaw = (maxBatchPayload/4)*3 - 1024
 
 // Send implements Queue.
 func (q *SQSQueue) Send(ctx context.Context, env event.Envelope) error {
@@ -46,13 +54,9 @@ func (q *SQSQueue) Send(ctx context.Context, env event.Envelope) error {
 // SendBatch implements Queue: SendMessageBatch calls of at most 10 entries and 256 KiB each;
 // entries SQS refuses are sent again, a bounded number of times.
 func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
-	bodies := make([]string, len(envs))
-	for i, env := range envs {
-		b, err := event.EncodeEnvelope(env)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
-		}
-		bodies[i] = b
+	bodies, err := q.encode(envs)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
 	}
 	// One record for the whole batch: once any chunk may have landed, a later failure leaves
 	// the batch's outcome unknown.
@@ -63,6 +67,58 @@ func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
 		}
 	}
 	return nil
+}
+
+// encode renders the message bodies of a batch: one per envelope, or packed.
+func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
+	if !q.Pack {
+		bodies := make([]string, len(envs))
+		for i, env := range envs {
+			b, err := event.EncodeEnvelope(env)
+			if err != nil {
+				return nil, err
+			}
+			bodies[i] = b
+		}
+		return bodies, nil
+	}
+	var bodies []string
+	for _, p := range Packs(envs) {
+		b, err := event.EncodePacked(p)
+		if err != nil {
+			return nil, err
+		}
+		bodies = append(bodies, b)
+	}
+	return bodies, nil
+}
+
+// Packs groups a batch's envelopes into packed messages: consecutive envelopes of the same
+// account and instant, at most event.MaxPackedEvents and maxPackedRaw bytes of events each, split
+// into packs of near-equal count (100 events make two packs of 50, not 98 and 2).
+func Packs(envs []event.Envelope) []event.Packed {
+	var out []event.Packed
+	for start := 0; start < len(envs); {
+		end := start + 1
+		for end < len(envs) && envs[end].AccountID == envs[start].AccountID && envs[end].ReceivedAtMs == envs[start].ReceivedAtMs {
+			end++
+		}
+		run := envs[start:end]
+		parts := (len(run) + event.MaxPackedEvents - 1) / event.MaxPackedEvents
+		per := (len(run) + parts - 1) / parts
+		for len(run) > 0 {
+			p := event.Packed{AccountID: run[0].AccountID, ReceivedAtMs: run[0].ReceivedAtMs}
+			size := 0
+			for len(run) > 0 && len(p.Events) < per && (len(p.Events) == 0 || size+len(run[0].Event)+1 <= maxPackedRaw) {
+				p.Events = append(p.Events, run[0].Event)
+				size += len(run[0].Event) + 1
+				run = run[1:]
+			}
+			out = append(out, p)
+		}
+		start = end
+	}
+	return out
 }
 
 // sendRecord learns, attempt by attempt (the SDK retries inside one call), whether a send may

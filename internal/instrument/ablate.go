@@ -82,6 +82,9 @@ func (w Write) Matches(g dynamo.Guard) bool {
 	if g.SortKeyPrefix != "" && !strings.HasPrefix(w.SortKey, g.SortKeyPrefix) {
 		return false
 	}
+	if g.KeyPrefix != "" && !strings.HasPrefix(w.Key, g.KeyPrefix) {
+		return false
+	}
 	return dynamo.HasClause(w.Condition, g.Clause)
 }
 
@@ -304,7 +307,8 @@ func Unlisted(params any, tables map[string]string) []string {
 			for _, g := range guards {
 				if w.Kind == g.Kind && w.Table == g.Table && (dynamo.ClauseIs(clause, g.Clause) || dynamo.ClauseIs(w.Condition, g.Clause)) &&
 					(g.Update == "" || g.Update == w.Update) && (g.UpdatePrefix == "" || strings.HasPrefix(w.Update, g.UpdatePrefix)) &&
-					(g.SortKeyPrefix == "" || strings.HasPrefix(w.SortKey, g.SortKeyPrefix)) {
+					(g.SortKeyPrefix == "" || strings.HasPrefix(w.SortKey, g.SortKeyPrefix)) &&
+					(g.KeyPrefix == "" || strings.HasPrefix(w.Key, g.KeyPrefix)) {
 					listed = true
 					break
 				}

@@ -174,6 +174,29 @@ func units(params, result any) (read, write float64, reported bool) {
 			return readUnits(ItemSize(out.Item), consistent(in.ConsistentRead)), 0, false
 		}
 		return readUnits(0, consistent(in.ConsistentRead)), 0, false
+	case *dynamodb.BatchGetItemInput:
+		// Each key is a read of its own: an item by its size, a key with no item at the minimum
+		// (as GetItem), a key left unprocessed at the minimum too (an over-count, not an under).
+		if out, _ := result.(*dynamodb.BatchGetItemOutput); out != nil {
+			if _, w, ok := reportedUnits(ptrs(out.ConsumedCapacity)...); ok {
+				return w, 0, true
+			}
+		}
+		var out *dynamodb.BatchGetItemOutput
+		if o, _ := result.(*dynamodb.BatchGetItemOutput); o != nil {
+			out = o
+		}
+		for table, ka := range in.RequestItems {
+			found := 0
+			if out != nil {
+				for _, item := range out.Responses[table] {
+					read += readUnits(ItemSize(item), consistent(ka.ConsistentRead))
+					found++
+				}
+			}
+			read += float64(max(0, len(ka.Keys)-found)) * readUnits(0, consistent(ka.ConsistentRead))
+		}
+		return read, 0, false
 	case *dynamodb.QueryInput:
 		if out, _ := result.(*dynamodb.QueryOutput); out != nil {
 			if _, w, ok := reportedUnits(out.ConsumedCapacity); ok {

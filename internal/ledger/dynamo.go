@@ -30,8 +30,9 @@ const (
 	// entries alone), so the entry carries its checkpoint here.
 	markCondition    = "#status = :inserting"
 	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
-	// reopenUpdate takes the entry out of the failure index in the write that reopens it.
-	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs"
+	// reopenUpdate takes the entry out of the failure index in the write that reopens it, and
+	// out of its batch: the batch's record of being done no longer speaks for it.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs, #batch"
 	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
 	// UNINSERTABLE end) from touching an entry another delivery finished.
 	insertingCondition = "#status = :inserting"
@@ -76,6 +77,11 @@ type entryItem struct {
 	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
 	// identity, the key of the ledger's sparse meter index.
 	MeterRow string `dynamodbav:"meterRow,omitempty"`
+	// The archive location and the batch of an event claimed in a batch (see batch.go).
+	ArchiveKey    string `dynamodbav:"archiveKey,omitempty"`
+	ArchiveOffset int64  `dynamodbav:"archiveOffset,omitempty"`
+	ArchiveLength int64  `dynamodbav:"archiveLength,omitempty"`
+	Batch         string `dynamodbav:"batch,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -84,7 +90,8 @@ func (it entryItem) entry() Entry {
 		RowInsertedAtMs: it.RowInsertedAtMs, ReceivedAtMs: it.ReceivedAtMs, Cycle: it.Cycle,
 		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
 		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
-		InsertedAtMs: it.InsertedAtMs,
+		InsertedAtMs: it.InsertedAtMs, ArchiveKey: it.ArchiveKey, ArchiveOffset: it.ArchiveOffset,
+		ArchiveLength: it.ArchiveLength, Batch: it.Batch,
 	}
 }
 
@@ -121,8 +128,22 @@ func (s *DynamoStore) Claim(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// Get reads an entry with a strongly consistent read.
+// Get reads an entry with a strongly consistent read, resolved (Resolve): an INSERTING entry of
+// a batch recorded done reads INSERTED.
 func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry, error) {
+	e, err := s.GetStored(ctx, accountID, eventID)
+	if err != nil || e.Status != Inserting || e.Batch == "" {
+		return e, err
+	}
+	done, at, err := s.BatchDone(ctx, accountID, e.Batch)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Resolve(e, done, at), nil
+}
+
+// GetStored reads an entry as stored, with a strongly consistent read.
+func (s *DynamoStore) GetStored(ctx context.Context, accountID, eventID string) (Entry, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.Table),
 		Key:            s.key(accountID, eventID),
@@ -248,6 +269,7 @@ func (s *DynamoStore) meteredCheckpoint(e Entry, b Billing, rowSK string, nowMs 
 		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
 		Tier: string(b.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
 		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, b.Feature, e.Cycle, rowSK),
+		ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: e.Batch,
 	})
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)

@@ -8,8 +8,13 @@ import (
 // Guards are the condition clauses the ledger sends, each with what it keeps. The guard-ablation
 // test removes each one at the wire and must find the money or the state going wrong.
 var Guards = []dynamo.Guard{
+	// A batch's transaction puts each member's entry under the same condition: it is the same
+	// write (an entry's first put), so it is the same guard, needed there too
+	// (TestGuard_BatchClaimOfAnEventClaimedAlone_IsCancelled).
 	{Name: "ledger.claim.first-writer", Kind: "Put", Table: resources.TableLedger, Clause: claimCondition,
-		Keeps: "exactly one delivery of an event wins the claim and runs the pipeline from the top"},
+		Keeps: "exactly one delivery of an event wins the claim and runs the pipeline from the top; a batch never overwrites, nor bills again, an entry another unit claimed"},
+	{Name: "ledger.batch-done.first", Kind: "Put", Table: resources.TableLedger, KeyPrefix: batchKeyPrefix, Clause: claimCondition,
+		Keeps: "a batch is recorded done once: a redelivery never moves the instant its entries were shown INSERTED"},
 	{Name: "ledger.checkpoint.inserting", Kind: "Update", Table: resources.TableLedger, Update: checkpointUpdate, Clause: "#status = :inserting",
 		Keeps: "an event another delivery rejected or finished is never billed"},
 	{Name: "ledger.checkpoint.unbilled", Kind: "Update", Table: resources.TableLedger, Update: checkpointUpdate, Clause: "attribute_not_exists(#billingAcceptedAtMs)",

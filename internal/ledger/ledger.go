@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
 )
@@ -48,6 +49,22 @@ type Entry struct {
 	CreatedAtMs         int64
 	UpdatedAtMs         int64
 	InsertedAtMs        int64
+	// ArchiveKey, ArchiveOffset and ArchiveLength locate the payload of an event claimed in a
+	// batch: a byte range of its batch's archive object, fixed by the claim. Empty ArchiveKey:
+	// the payload is an object of its own (archive.Key).
+	ArchiveKey    string
+	ArchiveOffset int64
+	ArchiveLength int64
+	// Batch is the batch that claimed the event, if one did.
+	Batch string
+}
+
+// ArchiveLocation is where the event's payload is archived.
+func (e Entry) ArchiveLocation() archive.Location {
+	if e.ArchiveKey == "" {
+		return archive.Location{Key: archive.Key(e.AccountID, e.EventID, e.RowInsertedAtMs)}
+	}
+	return archive.Location{Key: e.ArchiveKey, Offset: e.ArchiveOffset, Length: e.ArchiveLength}
 }
 
 // Billed reports whether the checkpoint is present.

@@ -41,8 +41,20 @@ type Scenario struct {
 // got. Rows six and seven differ only in the checkpoint: "bill now" versus "never bill again".
 var Scenarios = []Scenario{
 	{
+		// A batch claim puts the entry already checkpointed: claim and bill are one write.
+		Name:   "batch claim won, billed: store then mark",
+		Match:  func(s State) bool { return s.ClaimWon && s.Billed },
+		Stages: []Stage{StageArchive, StageInsert, StageMark},
+	},
+	{
+		// A batch claim puts the events past the cap (or of an account that may not spend)
+		// REJECTED, with the reason, in the same write.
+		Name:  "batch claim won, rejected: ack",
+		Match: func(s State) bool { return s.ClaimWon && s.Status == Rejected },
+	},
+	{
 		Name:   "claim won: bill, store, mark",
-		Match:  func(s State) bool { return s.ClaimWon },
+		Match:  func(s State) bool { return s.ClaimWon && s.Status == Inserting && !s.Billed },
 		Stages: []Stage{StageBill, StageArchive, StageInsert, StageMark},
 	},
 	{

@@ -12,6 +12,8 @@ func TestScenarios_Order(t *testing.T) {
 		names = append(names, sc.Name)
 	}
 	want := []string{
+		"batch claim won, billed: store then mark",
+		"batch claim won, rejected: ack",
 		"claim won: bill, store, mark",
 		"INSERTED: ack",
 		"REJECTED: ack",
@@ -40,6 +42,8 @@ func TestMatch_EveryReachableStateMatchesExactlyItsScenario(t *testing.T) {
 		retry bool
 	}{
 		{"claim won", State{ClaimWon: true, Readable: true, Status: Inserting}, "claim won: bill, store, mark", full, false},
+		{"batch claim won, billed", State{ClaimWon: true, Readable: true, Status: Inserting, Billed: true}, "batch claim won, billed: store then mark", append(append([]Stage(nil), store...), mark), false},
+		{"batch claim won, rejected", State{ClaimWon: true, Readable: true, Status: Rejected}, "batch claim won, rejected: ack", nil, false},
 		{"inserted", State{Readable: true, Status: Inserted, Billed: true}, "INSERTED: ack", nil, false},
 		{"rejected", State{Readable: true, Status: Rejected}, "REJECTED: ack", nil, false},
 		{"uninsertable", State{Readable: true, Status: Uninsertable, Billed: true}, "UNINSERTABLE: ack", nil, false},

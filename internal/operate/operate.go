@@ -80,13 +80,13 @@ func (s *Stack) Inspect(ctx context.Context, accountID, eventID string) (Inspect
 	if err != nil {
 		return Inspection{}, err
 	}
-	key := archive.Key(accountID, eventID, e.RowInsertedAtMs)
-	_, archErr := s.Archive.Get(ctx, key)
+	loc := e.ArchiveLocation()
+	_, archErr := s.Archive.Read(ctx, loc)
 	row, err := s.Analytics.Exists(ctx, accountID, eventID, e.RowInsertedAtMs)
 	if err != nil {
 		return Inspection{}, err
 	}
-	return Inspection{Ledger: e, ArchiveKey: key, Archived: archErr == nil, AnalyticsRow: row}, nil
+	return Inspection{Ledger: e, ArchiveKey: loc.Key, Archived: archErr == nil, AnalyticsRow: row}, nil
 }
 
 // Redrive queues an UNINSERTABLE event again from the archive (worker.Redrive) and returns its

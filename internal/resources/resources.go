@@ -443,6 +443,10 @@ const (
 	// to Stripe uses the Stripe API settings of inbox.go (EnvStripeAPIKey,
 	// EnvStripeAPIKeySecretARN, EnvStripeAPIBase).
 	EnvReportKinde = "FERRY_REPORT_KINDE" // "true": report usage to Kinde's meters
+
+	// EnvBatchMode "true" packs the batch route's events several to a queue message, so the
+	// worker claims, meters and archives each pack at once (README, "Performance").
+	EnvBatchMode = "FERRY_BATCH_MODE"
 )
 
 // Environment kinds for EnvVar.

@@ -78,6 +78,11 @@ func markKey(accountID, feature, cycleLabel, rowSK string) map[string]types.Attr
 	}
 }
 
+// MarkKey is the key of the mark item of a counter row.
+func MarkKey(accountID, feature, cycleLabel, rowSK string) map[string]types.AttributeValue {
+	return markKey(accountID, feature, cycleLabel, rowSK)
+}
+
 // MarkCheck is the transaction item that checks a counter row's mark is present.
 func (t Table) MarkCheck(accountID, feature, cycleLabel, rowSK string) types.TransactWriteItem {
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{

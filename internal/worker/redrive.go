@@ -21,7 +21,7 @@ type Redrive struct {
 		Reopen(ctx context.Context, accountID, eventID string, nowMs int64) error
 	}
 	Archive interface {
-		Get(ctx context.Context, key string) ([]byte, error)
+		Read(ctx context.Context, loc archive.Location) ([]byte, error)
 	}
 	Queue interface {
 		Send(ctx context.Context, env event.Envelope) error
@@ -41,7 +41,7 @@ func (r *Redrive) Run(ctx context.Context, accountID, eventID string) (ledger.St
 	if e.Status != ledger.Uninsertable && e.Status != ledger.Inserting {
 		return e.Status, fmt.Errorf("%s is %s: %w", eventID, e.Status, ErrNotRedrivable)
 	}
-	payload, err := r.Archive.Get(ctx, archive.Key(accountID, eventID, e.RowInsertedAtMs))
+	payload, err := r.Archive.Read(ctx, e.ArchiveLocation())
 	if err != nil {
 		return e.Status, fmt.Errorf("read the archived payload: %w", err)
 	}

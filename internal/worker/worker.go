@@ -57,6 +57,7 @@ type Hook func(ctx context.Context, p Point) error
 // Archive is where payloads go before their analytics row.
 type Archive interface {
 	Put(ctx context.Context, key string, body []byte) error
+	Exists(ctx context.Context, key string) (bool, error)
 }
 
 // Ledger is the worker's view of the event ledger.
@@ -68,6 +69,11 @@ type Ledger interface {
 	Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error)
 	MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error
 	MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error
+	// Batches (see batch.go).
+	WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error
+	ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, eventIDs []string) (ledger.BatchState, error)
+	MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error
+	BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error)
 }
 
 // Worker processes queued events.
@@ -83,6 +89,9 @@ type Worker struct {
 	Now            func() time.Time
 	MaxQuarantines int
 	Hook           Hook
+	// RowChunk is how many analytics rows of a batch go in one bulk write (at most, and by
+	// default, 25: BatchWriteItem's bound). Tests make it small to crash between chunks.
+	RowChunk int
 }
 
 // Result says what one message's processing did.
@@ -92,6 +101,9 @@ type Result struct {
 	Final ledger.Status
 	// Billed is true when this delivery stamped the checkpoint.
 	Billed bool
+	// Events is, for a packed message, each event's result by event id; Scenario and Final
+	// are then its first event's.
+	Events map[string]Result
 }
 
 // errRetry marks a scenario that fails the message on purpose.
@@ -140,23 +152,31 @@ type job struct {
 // Process runs one queued event through the pipeline. A nil error means the message can be
 // deleted: the event is INSERTED, REJECTED or UNINSERTABLE.
 func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
-	env, ev, err := event.DecodeEnvelope(body)
+	m, err := event.DecodeMessage(body)
 	if err != nil {
 		// Ingest never queues such a message; retrying cannot fix it, and after maxReceiveCount
 		// it lands in the DLQ, whose alarm calls an operator.
 		w.Log.Error("undecodable message", "err", err)
 		return Result{}, err
 	}
+	if m.Packed {
+		return w.processBatch(ctx, m)
+	}
+	return w.processOne(ctx, m.Envelopes[0], m.Events[0], accounts.Account{})
+}
+
+// processOne runs one event through the per-event pipeline. acct is the account when the
+// caller has read it already (a batch handing over an event another unit claimed).
+func (w *Worker) processOne(ctx context.Context, env event.Envelope, ev event.Event, acct accounts.Account) (Result, error) {
 	now := w.Now()
 	j := &job{env: env, ev: ev, nowMs: now.UnixMilli()}
 	j.log = w.Log.With("account", env.AccountID, "eventId", env.EventID)
 
-	acct, err := w.Accounts.GetOrUnknown(ctx, env.AccountID)
-	if err != nil {
-		return Result{}, fmt.Errorf("load account %s: %w", env.AccountID, err)
-	}
-	if acct, err = w.Accounts.EnsureUsageStarted(ctx, acct, now); err != nil {
-		return Result{}, err
+	if acct.ID == "" {
+		var err error
+		if acct, err = w.account(ctx, env.AccountID, now); err != nil {
+			return Result{}, err
+		}
 	}
 	j.account = acct
 
@@ -197,6 +217,16 @@ func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
 	}
 	j.log.Info("event stored")
 	return j.result, nil
+}
+
+// account reads the account an event bills (every message reads it afresh: see the README on
+// why there is no account cache) and records its first usage.
+func (w *Worker) account(ctx context.Context, accountID string, now time.Time) (accounts.Account, error) {
+	acct, err := w.Accounts.GetOrUnknown(ctx, accountID)
+	if err != nil {
+		return accounts.Account{}, fmt.Errorf("load account %s: %w", accountID, err)
+	}
+	return w.Accounts.EnsureUsageStarted(ctx, acct, now)
 }
 
 // load claims the event or, when another delivery claimed it first, reads the durable state a
@@ -247,8 +277,7 @@ func (w *Worker) run(ctx context.Context, j *job, stage ledger.Stage) (stop bool
 	case ledger.StageBill:
 		return w.bill(ctx, j)
 	case ledger.StageArchive:
-		key := archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs)
-		return false, w.Archive.Put(ctx, key, j.env.Event)
+		return false, w.archiveOne(ctx, j)
 	case ledger.StageInsert:
 		return w.insert(ctx, j)
 	case ledger.StageMark:
@@ -297,9 +326,33 @@ func (w *Worker) reject(ctx context.Context, j *job, reason string) (bool, error
 	return true, nil
 }
 
+// archiveOne archives one event's payload. An event a batch claimed is archived in its batch's
+// object, which only the batch's message can write (it holds every payload the object does): it
+// is archived once that object exists, and until then the message is retried.
+func (w *Worker) archiveOne(ctx context.Context, j *job) error {
+	if j.entry.ArchiveKey == "" {
+		return w.Archive.Put(ctx, archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs), j.env.Event)
+	}
+	ok, err := w.Archive.Exists(ctx, j.entry.ArchiveKey)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("event %s: its batch %s has not archived it yet: %w", j.entry.EventID, j.entry.Batch, errRetry)
+	}
+	return nil
+}
+
+// rowFor is an event's analytics row, pointing at its archived payload.
+func (w *Worker) rowFor(ev event.Event, e ledger.Entry) (analytics.Row, error) {
+	loc := e.ArchiveLocation()
+	row, err := analytics.RowFor(w.Schema, ev, e.AccountID, e.ReceivedAtMs, e.RowInsertedAtMs, e.Cycle, loc.Key)
+	row.ArchiveOffset, row.ArchiveLength = loc.Offset, loc.Length
+	return row, err
+}
+
 func (w *Worker) insert(ctx context.Context, j *job) (bool, error) {
-	key := archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs)
-	row, err := analytics.RowFor(w.Schema, j.ev, j.entry.AccountID, j.entry.ReceivedAtMs, j.entry.RowInsertedAtMs, j.entry.Cycle, key)
+	row, err := w.rowFor(j.ev, j.entry)
 	if err == nil {
 		err = w.Analytics.Write(ctx, row)
 	}

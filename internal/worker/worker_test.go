@@ -72,16 +72,13 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 	if e.Status != ledger.Inserted || !e.Billed() {
 		t.Errorf("%s: status %s billed %v; want INSERTED and billed", eventID, e.Status, e.Billed())
 	}
-	env, _, err := event.DecodeEnvelope(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key(accountID, eventID, e.RowInsertedAtMs))
+	want := payloadOf(t, body, eventID)
+	obj, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation())
 	if err != nil {
 		t.Fatalf("%s: archive: %v", eventID, err)
 	}
-	if !bytes.Equal(obj, env.Event) {
-		t.Errorf("%s: archived bytes differ from the queued event:\n%s\n%s", eventID, obj, env.Event)
+	if !bytes.Equal(obj, want) {
+		t.Errorf("%s: archived bytes differ from the queued event:\n%s\n%s", eventID, obj, want)
 	}
 	present, err := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), accountID, eventID, e.RowInsertedAtMs)
 	if err != nil || !present {
@@ -105,7 +102,9 @@ func killAt(p worker.Point) worker.Hook {
 }
 
 // One test per crash window between two durable writes: kill the worker there, redeliver, and
-// count the money. The meter must move exactly once and storage must end complete.
+// count the money. The meter must move exactly once and storage must end complete. In batch mode
+// the claim and the billing are one write, so the crash "after the claim" already finds the
+// event billed.
 func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 	windows := []struct {
 		name  string
@@ -130,57 +129,75 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 	}
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_crash", "free", map[string]any{"events": 100})
-	for i, w := range windows {
-		t.Run(w.name, func(t *testing.T) {
-			id := fmt.Sprintf("evt_%d", i)
-			body := message(t, h, "acct_crash", id, map[string]any{"route": "/x"})
-			before := used(t, h, "acct_crash")
+	for _, m := range modes {
+		for i, w := range windows {
+			t.Run(m.name+"/"+w.name, func(t *testing.T) {
+				if m.batch && w.point == (worker.Point{Stage: worker.StageClaim}) {
+					w.wantBilled, w.scenario = true, "INSERTING, billed, no row: store then mark, never bill"
+				}
+				id := fmt.Sprintf("evt_%s_%d", m.name, i)
+				ids := m.ids(id)
+				n := int64(len(ids))
+				body := m.body(t, h, "acct_crash", id, map[string]any{"route": "/x"})
+				before := used(t, h, "acct_crash")
 
-			h.Fn(resources.FunctionWorker).Worker.Hook = killAt(w.point)
-			_, err := process(t, h, body)
-			h.Fn(resources.FunctionWorker).Worker.Hook = nil
-			if !errors.Is(err, errKilled) {
-				t.Fatalf("the worker was not killed at %s: %v", w.point, err)
-			}
-			e := entry(t, h, "acct_crash", id)
-			if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
-				t.Fatalf("after the crash: status %s billed %v; want INSERTING billed=%v", e.Status, e.Billed(), w.wantBilled)
-			}
-			if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
-				t.Fatalf("after the crash: row present %v, want %v", row, w.wantRow)
-			}
-			if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: 1, false: 0}[w.wantBilled] {
-				t.Fatalf("after the crash the meter moved %d", got)
-			}
+				h.Fn(resources.FunctionWorker).Worker.Hook = killAt(w.point)
+				_, err := process(t, h, body)
+				h.Fn(resources.FunctionWorker).Worker.Hook = nil
+				if !errors.Is(err, errKilled) {
+					t.Fatalf("the worker was not killed at %s: %v", w.point, err)
+				}
+				for _, id := range ids {
+					e := entry(t, h, "acct_crash", id)
+					if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
+						t.Fatalf("after the crash: %s status %s billed %v; want INSERTING billed=%v", id, e.Status, e.Billed(), w.wantBilled)
+					}
+					if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
+						t.Fatalf("after the crash: %s row present %v, want %v", id, row, w.wantRow)
+					}
+				}
+				if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: n, false: 0}[w.wantBilled] {
+					t.Fatalf("after the crash the meter moved %d", got)
+				}
 
-			res, err := process(t, h, body) // the redelivery
-			if err != nil {
-				t.Fatalf("redelivery: %v", err)
-			}
-			if res.Scenario != w.scenario {
-				t.Errorf("redelivery scenario %q, want %q", res.Scenario, w.scenario)
-			}
-			if got := used(t, h, "acct_crash") - before; got != 1 {
-				t.Errorf("the meter moved %d for one event", got)
-			}
-			assertStoredOnce(t, h, "acct_crash", id, body)
+				res, err := process(t, h, body) // the redelivery
+				if err != nil {
+					t.Fatalf("redelivery: %v", err)
+				}
+				if res.Scenario != w.scenario {
+					t.Errorf("redelivery scenario %q, want %q", res.Scenario, w.scenario)
+				}
+				if got := used(t, h, "acct_crash") - before; got != n {
+					t.Errorf("the meter moved %d for %d events", got, n)
+				}
+				for _, id := range ids {
+					assertStoredOnce(t, h, "acct_crash", id, body)
+				}
 
-			// A further redelivery acks and moves nothing.
-			if res, err := process(t, h, body); err != nil || res.Scenario != "INSERTED: ack" {
-				t.Errorf("third delivery: %q %v", res.Scenario, err)
-			}
-			if got := used(t, h, "acct_crash") - before; got != 1 {
-				t.Errorf("the meter moved %d after a redelivery of an INSERTED event", got)
-			}
-		})
+				// A further redelivery acks and moves nothing.
+				if res, err := process(t, h, body); err != nil || res.Scenario != "INSERTED: ack" {
+					t.Errorf("third delivery: %q %v", res.Scenario, err)
+				}
+				if got := used(t, h, "acct_crash") - before; got != n {
+					t.Errorf("the meter moved %d after a redelivery of INSERTED events", got)
+				}
+			})
+		}
 	}
 }
 
 // The worker dies right after each DynamoDB write it makes (the write commits, the answer is
-// lost), or right before it (the write never happens), for every write of the pipeline and every
-// tier. A redelivery must then finish the event with the meter moved exactly once. If billing
-// were two writes instead of one transaction, the crash between them would bill twice here.
+// lost), or right before it (the write never happens), for every write of the pipeline, every
+// tier and both modes. A redelivery must then finish the events with the meter moved exactly
+// once. If billing were two writes instead of one transaction, the crash between them would bill
+// twice here.
 func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { crashAroundEveryWrite(t, m) })
+	}
+}
+
+func crashAroundEveryWrite(t *testing.T, m mode) {
 	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	for _, tier := range []struct{ plan, account string }{
@@ -188,23 +205,24 @@ func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
 	} {
 		h.CreateAccount(t, tier.account, tier.plan, nil)
 		// Count the writes of one clean run (after the account's first usage is recorded).
-		warm := message(t, h, tier.account, "warm", nil)
+		warm := m.body(t, h, tier.account, "warm", nil)
 		if _, err := process(t, h, warm); err != nil {
 			t.Fatal(err)
 		}
 		faults.SetPlan(nil)
-		if _, err := process(t, h, message(t, h, tier.account, "probe", nil)); err != nil {
+		if _, err := process(t, h, m.body(t, h, tier.account, "probe", nil)); err != nil {
 			t.Fatal(err)
 		}
 		writes := faults.Writes()
 		if writes < 3 {
 			t.Fatalf("%s: a clean run made %d writes", tier.plan, writes)
 		}
-		wantUsed := int64(2)
+		per := int64(len(m.ids("x")))
+		wantUsed := 2 * per
 		for n := 1; n <= writes; n++ {
 			for _, kind := range []instrument.Fault{instrument.CrashAfter, instrument.CrashBefore} {
 				id := fmt.Sprintf("evt_%d_%d", n, kind)
-				body := message(t, h, tier.account, id, map[string]any{"n": n})
+				body := m.body(t, h, tier.account, id, map[string]any{"n": n})
 				faults.SetPlan(func(_ string, _, write int) instrument.Fault {
 					if write == n {
 						return kind
@@ -220,8 +238,10 @@ func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
 				if _, err := process(t, h, body); err != nil {
 					t.Fatalf("%s: redelivery after %v: %v", tier.plan, fired, err)
 				}
-				assertStoredOnce(t, h, tier.account, id, body)
-				wantUsed++
+				for _, id := range m.ids(id) {
+					assertStoredOnce(t, h, tier.account, id, body)
+				}
+				wantUsed += per
 				if tier.plan == "internal" {
 					continue // internal traffic consumes nothing
 				}
@@ -405,7 +425,7 @@ func TestWorker_PoisonRow_GoesUninsertableAfterBoundedQuarantines(t *testing.T) 
 		t.Errorf("EventsUninsertable = %d, want 1", got)
 	}
 	e := entry(t, h, "acct_p", "evt_drift")
-	if _, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key("acct_p", "evt_drift", e.RowInsertedAtMs)); err != nil {
+	if _, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation()); err != nil {
 		t.Errorf("the payload of an UNINSERTABLE event is not archived: %v", err)
 	}
 }

@@ -1,0 +1,455 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/analytics"
+	"github.com/ferrymeter/ferry/internal/archive"
+	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/metrics"
+	"github.com/ferrymeter/ferry/internal/retry"
+)
+
+// The batch pipeline: the events of one packed message (event.Packed), one account's, billed
+// together. Its steps are the per-event pipeline's, each done once for the whole batch:
+//
+//  1. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
+//     located in the batch's archive object, or REJECTED past the cap, and moves the meter once
+//     (ledger.DynamoStore.WriteBatchClaim). A cancelled transaction is resolved from durable
+//     state (ReadBatch), and the next lap claims what is still unclaimed, admitting as many as
+//     fit, in message order.
+//  2. Each event's scenario is picked from the ordered table in package ledger, from durable
+//     state: its entry as the claim wrote it or as read, the batch's record and, for an
+//     INSERTING entry, one bulk probe of the analytics rows.
+//  3. Archive: one object under a key the claim fixed, holding the admitted events' payloads in
+//     message order; its bytes derive from the message and the entries alone, so every retry
+//     writes the same bytes (and the conditional put makes the retry free).
+//  4. Insert: the rows in bulk; a refused bulk write is retried row by row, so a poison row is
+//     quarantined alone.
+//  5. Mark: one item records the batch finished (MarkBatchDone).
+//
+// An event of the message that another unit claimed (sent before, alone or in another batch) is
+// handed to the per-event pipeline, which finishes it from its own entry.
+
+// batchRun is one packed message's processing.
+type batchRun struct {
+	msg     event.Message
+	batch   string
+	account accounts.Account
+	billing ledger.Billing
+	cycle   string
+	nowMs   int64
+	ids     []string
+	log     *slog.Logger
+}
+
+// member is one event of the batch as the scenario table sees it.
+type member struct {
+	env      event.Envelope
+	ev       event.Event
+	entry    ledger.Entry
+	state    ledger.State
+	scenario ledger.Scenario
+	foreign  bool // claimed by another unit
+	done     bool // claimed by another unit and finished
+}
+
+// BatchID is a packed message's identity: the hash of its bytes, the same on every delivery.
+func BatchID(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:16])
+}
+
+// errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
+var errBatchCancelled = errors.New("batch claim cancelled")
+
+func (w *Worker) processBatch(ctx context.Context, m event.Message) (res Result, err error) {
+	now := w.Now()
+	first := m.Envelopes[0]
+	r := &batchRun{msg: m, batch: BatchID(m.Raw), nowMs: now.UnixMilli()}
+	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(m.Envelopes))
+	acct, err := w.account(ctx, first.AccountID, now)
+	if err != nil {
+		return Result{}, err
+	}
+	r.account, r.billing = acct, ledger.BillingFor(acct, w.Catalog)
+	r.cycle = acct.CycleAt(time.UnixMilli(first.ReceivedAtMs)).Label()
+	for _, env := range m.Envelopes {
+		r.ids = append(r.ids, env.EventID)
+	}
+
+	won, read, err := w.claimBatch(ctx, r)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := w.hook(ctx, Point{Stage: StageClaim}); err != nil {
+		return Result{}, err
+	}
+	if len(won) > 0 {
+		if err := w.hook(ctx, Point{Stage: ledger.StageBill}); err != nil {
+			return Result{}, err
+		}
+	}
+	members, err := w.batchMembers(ctx, r, won, read)
+	if err != nil {
+		return Result{}, err
+	}
+	res = Result{Events: map[string]Result{}}
+	defer func() {
+		res.Scenario, res.Final = res.Events[r.ids[0]].Scenario, res.Events[r.ids[0]].Final
+	}()
+	for _, mb := range members {
+		if !mb.foreign {
+			res.Events[mb.env.EventID] = Result{Scenario: mb.scenario.Name, Final: mb.entry.Status, Billed: won[mb.env.EventID].Billed()}
+			if mb.scenario.Retry {
+				return res, fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
+			}
+		}
+	}
+	err = w.storeBatch(ctx, r, members, &res)
+	return res, err
+}
+
+// claimBatch claims every event of the batch that has no entry, in bounded laps. It reads the
+// batch's durable state first (one BatchGetItem: the entries, the batch's record, the budget row
+// and the meter row's mark), so that a redelivery, or a batch whose events were all sent before,
+// costs that one read and no write, and the claim is planned against the budget as it is. Every
+// lap's transaction is conditional on that state (no entry for what it claims, room on the
+// budget row), so a stale plan is cancelled, never applied; the lap after a cancellation reads
+// the state again. It returns the entries this delivery's claim wrote and the state last read.
+func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger.Entry, *ledger.BatchState, error) {
+	var (
+		read *ledger.BatchState
+		won  map[string]ledger.Entry
+	)
+	_, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
+		if err != nil {
+			return struct{}{}, err
+		}
+		read = &st
+		c := w.planClaim(r, read, st.Marked)
+		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
+			return struct{}{}, nil
+		}
+		err = w.Ledger.WriteBatchClaim(ctx, c)
+		if err == nil {
+			won = map[string]ledger.Entry{}
+			for _, e := range c.Admit {
+				e.Status, e.BillingAcceptedAtMs, e.Tier = ledger.Inserting, r.nowMs, r.billing.Tier
+				won[e.EventID] = e
+			}
+			for _, e := range c.Reject {
+				e.Status, e.Reason = ledger.Rejected, c.RejectReason
+				won[e.EventID] = e
+			}
+			w.Metrics.Count(metrics.EventsBilled, len(c.Admit), metrics.Dimension{Name: "Tier", Value: string(r.billing.Tier)})
+			if len(c.Reject) > 0 {
+				w.Metrics.Count(metrics.EventsRejected, len(c.Reject))
+			}
+			r.log.Info("batch claimed", "admitted", len(c.Admit), "rejected", len(c.Reject))
+			return struct{}{}, nil
+		}
+		if !errors.Is(err, ledger.ErrCancelled) {
+			return struct{}{}, err
+		}
+		return struct{}{}, retry.Again(errBatchCancelled)
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return nil, nil, fmt.Errorf("claim batch %s: still contended after %d tries", r.batch, retry.Contended.Tries)
+	}
+	return won, read, err
+}
+
+// planClaim is one lap's claim: every event without an entry, admitted or, past the cap or for
+// an account that may not spend, rejected. The events admitted are the first ones in message
+// order that the budget row as read has room for: the same message and the same durable state
+// always admit the same events. Claiming every unclaimed event at once (rejected ones too) is
+// what makes the claim one commit per message: after it no event of the message is unclaimed,
+// so the archive layout the commit recorded is the only one.
+func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
+	c := ledger.BatchClaim{
+		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.msg.Envelopes[0].ReceivedAtMs,
+		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
+	}
+	var open []int
+	for i, id := range r.ids {
+		if _, ok := read.Entries[id]; !ok {
+			open = append(open, i)
+		}
+	}
+	admit := len(open)
+	switch {
+	case r.billing.Kind == ledger.BillReject:
+		admit, c.RejectReason = 0, r.billing.Reason
+	case r.billing.Kind == ledger.BillCapped && !r.billing.Limit.Unlimited:
+		for admit > 0 && !r.billing.Limit.Check(read.Budget.Committed, int64(admit)*r.billing.Amount).Fits {
+			admit--
+		}
+		c.RejectReason = ledger.LimitReason(r.billing)
+	}
+	key := archive.BatchKey(r.account.ID, r.batch, r.nowMs)
+	offset := int64(0)
+	for n, i := range open {
+		env := r.msg.Envelopes[i]
+		e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
+			RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch}
+		if n >= admit {
+			c.Reject = append(c.Reject, e)
+			continue
+		}
+		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = key, offset, int64(len(env.Event))
+		offset += int64(len(env.Event)) + 1
+		c.Admit = append(c.Admit, e)
+	}
+	return c
+}
+
+// batchMembers builds each event's durable state and picks its scenario.
+func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]ledger.Entry, read *ledger.BatchState) ([]*member, error) {
+	members := make([]*member, len(r.ids))
+	var probe []analytics.RowKey
+	foreignBatches := map[string]bool{}
+	for i, env := range r.msg.Envelopes {
+		mb := &member{env: env, ev: r.msg.Events[i]}
+		members[i] = mb
+		if e, ok := won[env.EventID]; ok {
+			mb.entry = e
+			mb.state = ledger.State{ClaimWon: true, Readable: true, Status: e.Status, Billed: e.Billed()}
+			continue
+		}
+		e, ok := read.Entries[env.EventID]
+		if !ok {
+			return nil, fmt.Errorf("batch %s: event %s has no entry after the claim", r.batch, env.EventID)
+		}
+		if e.Batch != r.batch {
+			mb.foreign, mb.entry = true, e
+			if e.Status == ledger.Inserting && e.Batch != "" {
+				foreignBatches[e.Batch] = true
+			}
+			continue
+		}
+		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
+		mb.state = ledger.State{Readable: true, Status: mb.entry.Status, Billed: mb.entry.Billed()}
+		if mb.entry.Status == ledger.Inserting {
+			probe = append(probe, analytics.RowKey{EventID: e.EventID, RowInsertedAtMs: e.RowInsertedAtMs})
+		}
+	}
+	if len(probe) > 0 {
+		present, err := w.Analytics.ExistsBatch(ctx, r.account.ID, probe)
+		if err != nil {
+			return nil, err
+		}
+		for _, mb := range members {
+			if !mb.foreign && mb.state.Status == ledger.Inserting && !mb.state.ClaimWon {
+				mb.state.RowPresent = present[mb.env.EventID]
+			}
+		}
+	}
+	// An event another batch claimed is finished when its own status says so or its batch is
+	// recorded done: then it is acked here, with no further read or write.
+	done := map[string]ledger.Entry{}
+	for b := range foreignBatches {
+		ok, at, err := w.Ledger.BatchDone(ctx, r.account.ID, b)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			done[b] = ledger.Entry{InsertedAtMs: at}
+		}
+	}
+	for _, mb := range members {
+		if mb.foreign {
+			if d, ok := done[mb.entry.Batch]; ok {
+				mb.entry = ledger.Resolve(mb.entry, true, d.InsertedAtMs)
+			}
+			mb.done = mb.entry.Status.Terminal()
+			continue
+		}
+		mb.scenario = ledger.Match(mb.state)
+	}
+	return members, nil
+}
+
+func has(stages []ledger.Stage, s ledger.Stage) bool {
+	for _, x := range stages {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// storeBatch runs the batch's stages: archive, insert, the events other units claimed, mark.
+func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member, res *Result) error {
+	var archiveNeeded, markNeeded bool
+	var insert []*member
+	for _, mb := range members {
+		if mb.foreign {
+			continue
+		}
+		st := mb.scenario.Stages
+		if has(st, ledger.StageBill) {
+			// A batch's entries are claimed checkpointed or rejected; nothing else is.
+			return fmt.Errorf("event %s of batch %s: %s: not a batch entry's state: %w", mb.env.EventID, r.batch, mb.scenario.Name, errRetry)
+		}
+		archiveNeeded = archiveNeeded || has(st, ledger.StageArchive)
+		markNeeded = markNeeded || has(st, ledger.StageMark)
+		if has(st, ledger.StageInsert) {
+			insert = append(insert, mb)
+		}
+		if len(st) == 0 {
+			w.Metrics.Count(metrics.EventsDuplicate, 1)
+		}
+	}
+	if archiveNeeded {
+		if err := w.archiveBatch(ctx, r, members); err != nil {
+			return err
+		}
+	}
+	var failed []error
+	if len(insert) > 0 {
+		if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageInsert}); err != nil {
+			return err
+		}
+		errs, err := w.insertBatch(ctx, r, insert, res)
+		if err != nil {
+			return err
+		}
+		failed = append(failed, errs...)
+	}
+	for _, mb := range members {
+		if !mb.foreign {
+			continue
+		}
+		if mb.done {
+			res.Events[mb.env.EventID] = Result{Scenario: "claimed elsewhere, finished: ack", Final: mb.entry.Status}
+			w.Metrics.Count(metrics.EventsDuplicate, 1)
+			continue
+		}
+		// Claimed by another unit: its own entry says where it re-enters.
+		one, err := w.processOne(ctx, mb.env, mb.ev, r.account)
+		res.Events[mb.env.EventID] = one
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("batch %s: %d events not finished: %w", r.batch, len(failed), errors.Join(failed...))
+	}
+	if !markNeeded {
+		r.log.Info("redelivery of a finished batch; acked")
+		return nil
+	}
+	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageMark}); err != nil {
+		return err
+	}
+	if err := w.Ledger.MarkBatchDone(ctx, r.account.ID, r.batch, r.nowMs); err != nil {
+		return err
+	}
+	for _, mb := range members {
+		if !mb.foreign && has(mb.scenario.Stages, ledger.StageMark) && res.Events[mb.env.EventID].Final != ledger.Uninsertable {
+			one := res.Events[mb.env.EventID]
+			one.Final = ledger.Inserted
+			res.Events[mb.env.EventID] = one
+			w.Metrics.Count(metrics.EventsInserted, 1)
+		}
+	}
+	if err := w.hook(ctx, Point{Stage: ledger.StageMark}); err != nil {
+		return err
+	}
+	r.log.Info("batch stored")
+	return nil
+}
+
+// archiveBatch writes the batch's archive object: the payloads of the events the batch admitted,
+// in message order, each followed by a newline, at the byte ranges their entries record. The
+// object's key and bytes derive from the message and the entries only, so every retry writes the
+// same object; entries whose recorded layout does not match the message fail the message (it
+// cannot be repaired by retrying, and reaches the DLQ).
+func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*member) error {
+	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
+		return err
+	}
+	var key string
+	var body []byte
+	for _, mb := range members {
+		e := mb.entry
+		if mb.foreign || e.ArchiveKey == "" {
+			continue
+		}
+		if key == "" {
+			key = e.ArchiveKey
+		}
+		if e.ArchiveKey != key || e.ArchiveOffset != int64(len(body)) || e.ArchiveLength != int64(len(mb.env.Event)) {
+			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which this message does not lay out",
+				r.batch, e.EventID, e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength)
+		}
+		body = append(append(body, mb.env.Event...), '\n')
+	}
+	if key != "" {
+		if err := w.Archive.Put(ctx, key, body); err != nil {
+			return err
+		}
+	}
+	return w.hook(ctx, Point{Stage: ledger.StageArchive})
+}
+
+// insertBatch writes the rows of the events that need one, in bulk writes of RowChunk rows. A
+// chunk the sink refuses is written row by row through the per-event insert, which quarantines
+// the refused row alone (and, after the bound, ends its event UNINSERTABLE). It returns the
+// events left quarantined for another try.
+func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member, res *Result) ([]error, error) {
+	chunk := w.RowChunk
+	if chunk <= 0 || chunk > 25 {
+		chunk = 25
+	}
+	var failed []error
+	for start := 0; start < len(insert); start += chunk {
+		part := insert[start:min(start+chunk, len(insert))]
+		rows := make([]analytics.Row, 0, len(part))
+		var rowErr error
+		for _, mb := range part {
+			row, err := w.rowFor(mb.ev, mb.entry)
+			if err != nil {
+				rowErr = err
+				break
+			}
+			rows = append(rows, row)
+		}
+		err := rowErr
+		if err == nil {
+			err = w.Analytics.WriteBatch(ctx, rows)
+		}
+		if err != nil && !errors.Is(err, analytics.ErrRowRejected) {
+			return nil, err
+		}
+		if err != nil {
+			r.log.Warn("a bulk analytics write was refused; writing its rows one by one", "err", err)
+			for _, mb := range part {
+				j := &job{env: mb.env, ev: mb.ev, account: r.account, entry: mb.entry, nowMs: r.nowMs,
+					log: r.log.With("eventId", mb.env.EventID)}
+				if _, err := w.insert(ctx, j); err != nil {
+					failed = append(failed, err)
+				}
+				if j.result.Final == ledger.Uninsertable {
+					one := res.Events[mb.env.EventID]
+					one.Final = ledger.Uninsertable
+					res.Events[mb.env.EventID] = one
+				}
+			}
+		}
+		if err := w.hook(ctx, Point{Stage: ledger.StageInsert}); err != nil {
+			return nil, err
+		}
+	}
+	return failed, nil
+}
