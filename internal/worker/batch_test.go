@@ -136,6 +136,15 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 	if got := used(t, h, "acct_cap"); got != 7 {
 		t.Errorf("meter %d, want the cap 7", got)
 	}
+	// The rejected members are listed where an operator looks for REJECTED events.
+	r := h.Do(t, "GET", "/v1/events?status=REJECTED&account=acct_cap", apptest.AdminKey, nil)
+	listed := map[string]bool{}
+	for _, it := range r.JSON(t)["items"].([]any) {
+		listed[it.(map[string]any)["id"].(string)] = true
+	}
+	if r.Status != 200 || len(listed) != 2 || !listed[ids[4]] || !listed[ids[5]] {
+		t.Errorf("REJECTED list: %d %s; want %s and %s", r.Status, r.Body, ids[4], ids[5])
+	}
 }
 
 // A batch half claimed: some of its events were sent before on their own — one finished, one
