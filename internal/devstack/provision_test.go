@@ -103,7 +103,7 @@ func TestProvision_AResourceThatDiffersFromItsDefinition_IsAnErrorNamingTheDiffe
 		existing resources.Table
 		want     []string
 	}{
-		"another sort key":     {wrongKey, []string{"ledger", "key schema is HASH pk, RANGE other, want HASH pk;"}},
+		"another sort key":     {wrongKey, []string{"ledger", "key schema is HASH pk", "RANGE other", "want HASH pk"}},
 		"an index missing":     {noIndex, []string{"ledger", "is missing"}},
 		"an index too many":    {withIndex, []string{"ledger", "index byOther is not in the definition"}},
 		"TTL on another field": {otherTTL, []string{"ledger", `TTL is on "goneAt"`}},
