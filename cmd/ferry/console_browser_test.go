@@ -24,7 +24,7 @@ import (
 const (
 	// EnvChromium names the Chromium binary; by default, the headless shell `make tools` unpacks
 	// from the npm package @sparticuz/chromium into _tools/chromium (scripts/unpack-chromium.mjs).
-	EnvChromium = "FERRY_CHROMIUM"
+	EnvChromium     = "FERRY_CHROMIUM"
 	defaultChromium = "../../_tools/chromium/chrome"
 	// consoleScript drives the browser through every page (playwright-core, under _tools/).
 	consoleScript = "testdata/console-browser.mjs"

@@ -3,8 +3,8 @@ package webhook_test
 import (
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/provider/providertest"
 	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
+	"github.com/ferrymeter/ferry/internal/provider/providertest"
 )
 
 // Every Kinde fixture reads as its golden line says: the reader finds each field wherever a
