@@ -92,6 +92,9 @@ type Worker struct {
 	// RowChunk is how many analytics rows of a batch go in one bulk write (at most, and by
 	// default, 25: BatchWriteItem's bound). Tests make it small to crash between chunks.
 	RowChunk int
+	// Coalesce (batch mode) groups the messages of one invocation by account into units, each
+	// claimed, metered and archived as one (coalesce.go); otherwise each message runs alone.
+	Coalesce bool
 }
 
 // Result says what one message's processing did.
@@ -112,6 +115,9 @@ var errRetry = errors.New("retry later")
 // HandleSQS is the Lambda handler: it processes a batch and reports the messages that failed,
 // so SQS redelivers only those (ReportBatchItemFailures).
 func (w *Worker) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+	if w.Coalesce {
+		return w.handleCoalesced(ctx, batch), nil
+	}
 	var (
 		mu       sync.Mutex
 		failures []events.SQSBatchItemFailure
