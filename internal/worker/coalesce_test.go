@@ -364,3 +364,43 @@ func invokeQuiet(w *worker.Worker, bodies map[string]string) error {
 	_, err := w.HandleSQS(context.Background(), batch)
 	return errors.Join(err)
 }
+
+// One invocation holding events of two billing cycles (a batch gathered across the cycle's
+// end): each cycle's events are their own unit, billed on their own cycle's meter.
+func TestCoalesce_UnitsNeverSpanTwoCycles(t *testing.T) {
+	h := apptest.New(t)
+	w := coalescing(t, h)
+	h.CreateAccount(t, "acct_cyc", "free", nil)
+	start := h.Clock.Now()
+	if got := invoke(t, w, map[string]string{"w": message(t, h, "acct_cyc", "warm", nil)}); len(got) != 0 {
+		t.Fatalf("warm-up failed: %v", got)
+	}
+	acct, err := h.Fn(resources.FunctionWorker).Accounts.Get(context.Background(), "acct_cyc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	this, next := acct.CycleAt(start), acct.CycleAt(start.AddDate(0, 1, 0))
+	if this.Label() == next.Label() {
+		t.Fatalf("one cycle: %s", this.Label())
+	}
+	bodies := singles(t, h, "acct_cyc", nil, idsN("old", 3)...)
+	h.Clock.Set(start.AddDate(0, 1, 0))
+	for id, b := range singles(t, h, "acct_cyc", nil, idsN("new", 2)...) {
+		bodies[id] = b
+	}
+	if failed := invoke(t, w, bodies); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	for label, want := range map[string]int64{this.Label(): 4, next.Label(): 2} {
+		tot, err := h.Fn(resources.FunctionWorker).Usage.Read(context.Background(), "acct_cyc", "events", label)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tot.Used != want {
+			t.Errorf("cycle %s: used %d, want %d", label, tot.Used, want)
+		}
+	}
+	for _, id := range append(idsN("old", 3), idsN("new", 2)...) {
+		assertStoredOnce(t, h, "acct_cyc", id, bodies[id])
+	}
+}
