@@ -426,7 +426,8 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			continue
 		}
 		// Claimed by another unit: its own entry says where it re-enters.
-		one, err := w.processOne(ctx, mb.env, mb.ev, r.account)
+		known := mb.entry
+		one, err := w.processOne(ctx, mb.env, mb.ev, r.account, &known)
 		res.Events[mb.env.EventID] = one
 		if err != nil {
 			failed[mb.env.EventID] = err
