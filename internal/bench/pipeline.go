@@ -48,6 +48,8 @@ const (
 	// benchWindow bounds how long the event source gathers one invocation's messages (the CDK
 	// app's batching window is 1 s; the queue is full here, so a receive rarely comes back empty).
 	benchWindow = time.Second
+	// benchLongPollSeconds is the receive wait of an idle poller.
+	benchLongPollSeconds = 1
 )
 
 // phase is one way of running the same events: the route they are sent on (events per ingest
@@ -261,7 +263,9 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 		go func() {
 			defer wg.Done()
 			for drainCtx.Err() == nil && handled.Load() < int64(res.messages) {
-				if _, err := source.PollOnce(drainCtx, 0); err != nil && drainCtx.Err() == nil {
+				// A long poll, as Lambda's pollers make: an idle poller waits for messages
+				// instead of spinning on empty receives, which SQS would bill.
+				if _, err := source.PollOnce(drainCtx, benchLongPollSeconds); err != nil && drainCtx.Err() == nil {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
