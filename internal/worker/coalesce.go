@@ -6,12 +6,12 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/fanout"
 	"github.com/ferrymeter/ferry/internal/metrics"
 )
 
@@ -80,27 +80,29 @@ func units(msgs []queued, cycle func(event.Envelope) string) [][]queued {
 // maxUnitEvents bounds a unit: one transaction holds its entries, the meter row and its mark.
 const maxUnitEvents = event.MaxPackedEvents
 
-// handleCoalesced is HandleSQS in batch mode. Accounts run concurrently (bounded); one account's
-// units run one after another, so they do not contend for its budget row.
+// handleCoalesced is HandleSQS in batch mode. Accounts run concurrently (at most
+// maxBatchConcurrency at once); one account's units run one after another, so they do not
+// contend for its budget row.
 func (w *Worker) handleCoalesced(ctx context.Context, batch events.SQSEvent) events.SQSEventResponse {
+	type failed struct {
+		q   queued
+		err error
+	}
 	var (
-		mu       sync.Mutex
-		failures []events.SQSBatchItemFailure
-		fail     = func(q queued, err error) {
-			w.Metrics.Count(metrics.WorkerFailures, 1)
-			w.Log.Warn("message failed; it will be redelivered", "messageId", q.id, "err", err)
-			mu.Lock()
-			failures = append(failures, events.SQSBatchItemFailure{ItemIdentifier: q.id})
-			mu.Unlock()
-		}
+		failures  []events.SQSBatchItemFailure
 		byAccount = map[string][]queued{}
 		order     []string
 	)
+	fail := func(f failed) {
+		w.Metrics.Count(metrics.WorkerFailures, 1)
+		w.Log.Warn("message failed; it will be redelivered", "messageId", f.q.id, "err", f.err)
+		failures = append(failures, events.SQSBatchItemFailure{ItemIdentifier: f.q.id})
+	}
 	for _, rec := range batch.Records {
 		m, err := event.DecodeMessage(rec.Body)
 		if err != nil {
 			w.Log.Error("undecodable message", "err", err)
-			fail(queued{id: rec.MessageId}, err)
+			fail(failed{queued{id: rec.MessageId}, err})
 			continue
 		}
 		raw := m.Raw
@@ -113,41 +115,37 @@ func (w *Worker) handleCoalesced(ctx context.Context, batch events.SQSEvent) eve
 		}
 		byAccount[acct] = append(byAccount[acct], queued{id: rec.MessageId, msg: m, raw: raw})
 	}
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, maxBatchConcurrency)
-	for _, accountID := range order {
+	fanout.Each(order, maxBatchConcurrency, func(accountID string) ([]failed, error) {
 		msgs := byAccount[accountID]
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			now := w.Now()
-			acct, err := w.account(ctx, accountID, now)
-			if err != nil {
-				for _, q := range msgs {
-					fail(q, err)
-				}
-				return
+		var out []failed
+		acct, err := w.account(ctx, accountID, w.Now())
+		if err != nil {
+			for _, q := range msgs {
+				out = append(out, failed{q, err})
 			}
-			cycle := func(env event.Envelope) string { return acct.CycleAt(time.UnixMilli(env.ReceivedAtMs)).Label() }
-			for _, u := range units(msgs, cycle) {
-				_, pending, err := w.processUnit(ctx, u, acct)
-				for _, q := range u {
-					if err != nil {
-						fail(q, err)
-						continue
-					}
-					for _, env := range q.msg.Envelopes {
-						if e := pending[env.EventID]; e != nil {
-							fail(q, fmt.Errorf("event %s not finished: %w", env.EventID, e))
-							break
-						}
+			return out, nil
+		}
+		cycle := func(env event.Envelope) string { return acct.CycleAt(time.UnixMilli(env.ReceivedAtMs)).Label() }
+		for _, u := range units(msgs, cycle) {
+			_, pending, err := w.processUnit(ctx, u, acct)
+			for _, q := range u {
+				if err != nil {
+					out = append(out, failed{q, err})
+					continue
+				}
+				for _, env := range q.msg.Envelopes {
+					if e := pending[env.EventID]; e != nil {
+						out = append(out, failed{q, fmt.Errorf("event %s not finished: %w", env.EventID, e)})
+						break
 					}
 				}
 			}
-		}()
-	}
-	wg.Wait()
+		}
+		return out, nil
+	}, func(_ string, out []failed, _ error) {
+		for _, f := range out {
+			fail(f)
+		}
+	})
 	return events.SQSEventResponse{BatchItemFailures: failures}
 }
