@@ -203,7 +203,7 @@ func TestGuardAblation_EachRemovedGuardBreaksAnInvariant(t *testing.T) {
 			g, _ := instrument.GuardNamed(a.guard)
 			rep, err := harness.Run(context.Background(), harness.Options{
 				Schedules: a.budget, Pipelines: []string{a.pipeline}, Ablate: []dynamo.Guard{g}, StopAtFailure: true,
-				Endpoints: testenv.Endpoints(t),
+				Endpoints: emulators(t),
 			})
 			if err != nil {
 				t.Fatal(err)
