@@ -225,7 +225,11 @@ func runWorker(ctx context.Context, endpoints cloud.Endpoints, opts Options, pip
 		reused := false
 		if !res.Failed() {
 			var err error
-			if reused, err = env.reset(ctx); err != nil {
+			reused, err = env.reset(ctx)
+			if ctx.Err() != nil {
+				return nil // stopped while resetting: the schedule ran to its end, and is not reported
+			}
+			if err != nil {
 				res.Violations = append(res.Violations, "isolation: "+err.Error())
 			}
 		}
