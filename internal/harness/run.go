@@ -32,8 +32,9 @@ type Options struct {
 	// (default 1). A seed's schedule is the same whatever the number; with more than one, the
 	// order in which schedules end (and Progress sees them) is not.
 	Workers int
-	// Endpoints are the emulators to run on. DynamoDB and S3 left empty run in process; SQS left
-	// empty is started (or taken from FERRY_SQS_ENDPOINT).
+	// Endpoints are the emulators to run on; none given takes those FERRY_*_ENDPOINT name.
+	// DynamoDB and S3 left empty run in process (and are reset between schedules; on external
+	// ones each schedule gets new resources); SQS left empty is started.
 	Endpoints cloud.Endpoints
 	Log       *slog.Logger
 	// Progress, if set, is called after each schedule.
@@ -83,9 +84,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	endpoints := opts.Endpoints
+	if endpoints == (cloud.Endpoints{}) {
+		endpoints = cloud.EndpointsFromEnv() // what FERRY_*_ENDPOINT name; the rest in process
+	}
 	if endpoints.SQS == "" {
 		emu, err := devstack.StartEmulators(devstack.EmulatorOptions{External: cloud.Endpoints{
-			DynamoDB: "-", S3: "-", SQS: cloud.EndpointsFromEnv().SQS,
+			DynamoDB: "-", S3: "-", // not started: only SQS is wanted
 		}})
 		if err != nil {
 			return Report{}, err
