@@ -38,8 +38,14 @@ $(TOOLS_STAMP): $(TOOLS_DIR)/package.json $(TOOLS_DIR)/package-lock.json
 	npm ci --prefix $(TOOLS_DIR) --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Chromium's headless shell for the console's browser test, unpacked from the npm package
+# @sparticuz/chromium (no system package, no download beyond the npm registry).
+CHROMIUM := $(TOOLS_DIR)/chromium/chrome
+$(CHROMIUM): $(TOOLS_STAMP) scripts/unpack-chromium.mjs
+	node scripts/unpack-chromium.mjs $(TOOLS_DIR)/node_modules/@sparticuz/chromium/bin $(TOOLS_DIR)/chromium
+
 .PHONY: tools
-tools: $(TOOLS_STAMP) $(STRIPE_MOCK) ## install the Go modules, stripe-mock and the npm tools (fauxqs, the CDK CLI) under _tools/
+tools: $(TOOLS_STAMP) $(STRIPE_MOCK) $(CHROMIUM) ## install the Go modules, stripe-mock and the npm tools (fauxqs, the CDK CLI, playwright-core and a headless Chromium) under _tools/
 	$(GO) mod download
 
 # One virtualenv under _tools/ per lock file in _tools/python/, installed only from the pinned
@@ -72,11 +78,6 @@ run: tools ## run the whole stack on 127.0.0.1:8080 (embedded emulators, no AWS 
 
 .PHONY: test
 test: tools ## run every test against the emulators (or FERRY_*_ENDPOINT)
-	@[ -x "$${FERRY_CHROMIUM:-/usr/bin/chromium}" ] || { \
-		echo "**************************************************************************"; \
-		echo "* No Chromium at $${FERRY_CHROMIUM:-/usr/bin/chromium}: the console's browser test is SKIPPED."; \
-		echo "* Install it (apt-get install chromium) or set FERRY_CHROMIUM to run it."; \
-		echo "**************************************************************************"; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-moto

@@ -52,20 +52,10 @@ if [ "$steps" -eq 0 ]; then
 	exit 1
 fi
 
-# 2. Run every step in one shell, against this stack, from the repository root.
-esc() { printf '%s' "$1" | sed -e 's/[\/&|]/\\&/g'; }
-runner="$work/run.sh"
-{
-	echo "cd $(printf '%q' "$root")"
-	for step in "$work"/*.sh; do
-		[ "$step" = "$runner" ] && continue
-		sed -i -e "s|http://127.0.0.1:8080|http://$(esc "$addr")|g" -e "s|dev-admin-key|$(esc "$key")|g" "$step"
-		echo "{ . $(printf '%q' "$step"); } > $(printf '%q' "${step%.sh}.actual") 2> $(printf '%q' "${step%.sh}.stderr") || true"
-	done
-} > "$runner"
-FERRY_ADDR=$addr FERRY_ADMIN_KEY=$key bash "$runner"
-
-# 3. Compare, after masking what differs on every run.
+# 2. How an answer is compared, after masking what differs on every run: same() says whether
+# step NN's answer is the README's.
+lib="$work/compare.bash"
+cat > "$lib" <<'LIB'
 mask() {
 	tr -d '\r' | sed -E \
 		-e 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z/…/g' \
@@ -77,39 +67,69 @@ mask() {
 		-e 's/[0-9][0-9,.]* (ms|s)([^A-Za-z]|$)/… \1\2/g' \
 		-e 's/[[:space:]]+/ /g' -e 's/^ //' -e 's/ $//' | sed -e '/^$/d'
 }
+same() {
+	local n=$1 dir=$WALKTHROUGH_WORK
+	[ -f "$dir/$n.expected" ] || return 0
+	mask < "$dir/$n.expected" > "$dir/$n.want"
+	mask < "$dir/$n.actual" > "$dir/$n.got"
+	if [ "$(cat "$dir/$n.mode")" = unordered ]; then
+		sort "$dir/$n.want" > "$dir/$n.want.sorted"
+		sort "$dir/$n.got" > "$dir/$n.got.sorted"
+		cmp -s "$dir/$n.want.sorted" "$dir/$n.got.sorted"
+		return
+	fi
+	# Match line by line; "…" within a line is any text, a line of "…" any number of lines.
+	[ "$(awk '
+		function pattern(line,   p) {
+			p = line
+			gsub(/[][\\.^$*+?(){}|\/]/, "\\\\&", p)
+			gsub(/…/, ".*", p)
+			return "^" p "$"
+		}
+		FNR == NR { want[++nw] = $0; next }
+		{ got[++ng] = $0 }
+		function matches(i, j,   k) {
+			if (i > nw) return j > ng
+			if (want[i] == "…") {
+				for (k = j; k <= ng + 1; k++) if (matches(i + 1, k)) return 1
+				return 0
+			}
+			return j <= ng && got[j] ~ pattern(want[i]) && matches(i + 1, j + 1)
+		}
+		END { print matches(1, 1) }
+	' "$dir/$n.want" "$dir/$n.got")" = 1 ]
+}
+LIB
+
+# 3. Run every step in one shell, against this stack, from the repository root. A step that
+# waits for the stack's asynchronous work (a line starting with `sleep`) and whose answer is not
+# yet the README's is run again, up to $WALKTHROUGH_RETRIES times: a slow machine or a slow
+# emulator may stretch the wait, never change the answer. (Those steps only read, or repeat a
+# request under the same Idempotency-Key.)
+retries=${WALKTHROUGH_RETRIES:-30}
+esc() { printf '%s' "$1" | sed -e 's/[\/&|]/\\&/g'; }
+runner="$work/run.sh"
+{
+	echo "cd $(printf '%q' "$root")"
+	echo ". $(printf '%q' "$lib")"
+	for step in "$work"/*.sh; do
+		[ "$step" = "$runner" ] && continue
+		n=$(basename "$step" .sh)
+		sed -i -e "s|http://127.0.0.1:8080|http://$(esc "$addr")|g" -e "s|dev-admin-key|$(esc "$key")|g" "$step"
+		tries=1
+		grep -qE '^[[:space:]]*sleep ' "$step" && tries=$retries
+		echo "for try in \$(seq $tries); do { . $(printf '%q' "$step"); } > $(printf '%q' "${step%.sh}.actual") 2> $(printf '%q' "${step%.sh}.stderr") || true; same $n && break; done"
+	done
+} > "$runner"
+WALKTHROUGH_WORK=$work FERRY_ADDR=$addr FERRY_ADMIN_KEY=$key bash "$runner"
+
+# 4. Report.
+. "$lib"
+export WALKTHROUGH_WORK=$work
 failed=0
 for expected in "$work"/*.expected; do
 	n=$(basename "$expected" .expected)
-	actual="${expected%.expected}.actual"
-	mode=$(cat "$work/$n.mode")
-	mask < "$expected" > "$work/$n.want"
-	mask < "$actual" > "$work/$n.got"
-	if [ "$mode" = unordered ]; then
-		sort "$work/$n.want" > "$work/$n.want.sorted"
-		sort "$work/$n.got" > "$work/$n.got.sorted"
-		cmp -s "$work/$n.want.sorted" "$work/$n.got.sorted" && ok=1 || ok=0
-	else
-		# Match line by line; "…" within a line is any text, a line of "…" any number of lines.
-		ok=$(awk '
-			function pattern(line,   p) {
-				p = line
-				gsub(/[][\\.^$*+?(){}|\/]/, "\\\\&", p)
-				gsub(/…/, ".*", p)
-				return "^" p "$"
-			}
-			FNR == NR { want[++nw] = $0; next }
-			{ got[++ng] = $0 }
-			function matches(i, j,   k) {
-				if (i > nw) return j > ng
-				if (want[i] == "…") {
-					for (k = j; k <= ng + 1; k++) if (matches(i + 1, k)) return 1
-					return 0
-				}
-				return j <= ng && got[j] ~ pattern(want[i]) && matches(i + 1, j + 1)
-			}
-			END { print matches(1, 1) }
-		' "$work/$n.want" "$work/$n.got")
-	fi
+	same "$n" && ok=1 || ok=0
 	if [ "$ok" = 1 ]; then
 		echo "walkthrough step $n: ok"
 	else

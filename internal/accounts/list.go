@@ -88,37 +88,20 @@ func (s *DynamoStore) List(ctx context.Context, prefix, cursor string, limit int
 			resources.IndexAccountsListKey: dynamo.S(resources.AccountsListValue), "id": dynamo.S(after),
 		}
 	}
-	out, err := s.DB.Query(ctx, in)
+	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "id")
 	if err != nil {
 		return Page{}, fmt.Errorf("list accounts: %w", err)
 	}
 	var page Page
-	if last := out.LastEvaluatedKey; len(last) > 0 {
+	if last != nil {
 		page.Next = base64.RawURLEncoding.EncodeToString([]byte(dynamo.Str(last, "id")))
 	}
-	if len(out.Items) == 0 {
-		return page, nil
-	}
-	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
-	for _, item := range out.Items {
-		keys = append(keys, map[string]types.AttributeValue{"id": item["id"]})
-	}
-	items, err := dynamo.BatchGet(ctx, s.DB, s.AccountsTable, keys)
-	if err != nil {
-		return Page{}, fmt.Errorf("list accounts: %w", err)
-	}
-	byID := map[string]Account{}
 	for _, item := range items {
 		var it accountItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return Page{}, fmt.Errorf("decode account %s: %w", dynamo.Str(item, "id"), err)
 		}
-		byID[it.ID] = it.account()
-	}
-	for _, k := range keys {
-		if a, ok := byID[dynamo.Str(k, "id")]; ok {
-			page.Accounts = append(page.Accounts, a)
-		}
+		page.Accounts = append(page.Accounts, it.account())
 	}
 	return page, nil
 }

@@ -139,7 +139,18 @@ func ensureTable(ctx context.Context, db *dynamodb.Client, name string, t resour
 	var missing *ddbtypes.ResourceNotFoundException
 	switch {
 	case errors.As(err, &missing):
-		return createTable(ctx, db, name, t)
+		err = createTable(ctx, db, name, t)
+		var exists *ddbtypes.ResourceInUseException
+		if !errors.As(err, &exists) {
+			return err
+		}
+		// Made meanwhile: by another provisioning of the same prefix, or by this CreateTable
+		// itself, when the SDK retried a request whose answer it lost after the endpoint acted
+		// on it. Either way the table is checked like any that was there.
+		out, err = db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+		if err != nil {
+			return fmt.Errorf("describe table %s: %w", name, err)
+		}
 	case err != nil:
 		return fmt.Errorf("describe table %s: %w", name, err)
 	}
@@ -261,7 +272,11 @@ func ensureBucket(ctx context.Context, c *s3.Client, name string) error {
 	if !errors.As(err, &missing) && !(errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusNotFound) {
 		return fmt.Errorf("head bucket %s: %w", name, err)
 	}
-	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+	_, err = c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)})
+	// Already this account's: made meanwhile, or by this request when a retry followed an
+	// answer lost after the endpoint acted on it.
+	var owned *s3types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/resources"
@@ -157,4 +158,44 @@ func tableDef(t *testing.T, logical string) resources.Table {
 	}
 	t.Fatalf("no table %s", logical)
 	return resources.Table{}
+}
+
+// A table that appears between provisioning's look and its CreateTable — made by another
+// provisioning of the prefix, or by the CreateTable itself when the SDK retried a request whose
+// answer was lost after the endpoint acted on it — is checked and used like one that was there,
+// not an error: CreateTable's "already exists" is the answer such a retry gets.
+func TestProvision_ATableMadeMeanwhile_IsCheckedAndUsed(t *testing.T) {
+	env := testenv.New(t)
+	ctx := context.Background()
+	only := devstack.ProvisionOptions{Tables: []resources.Table{tableDef(t, resources.TableLedger)}, Queues: []resources.Queue{}, Buckets: []resources.Bucket{}}
+	prefix := testenv.UniquePrefix()
+	name := resources.PhysicalName(prefix, resources.TableLedger)
+	made := false
+	meanwhile := func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("madeMeanwhile", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleInitialize(ctx, in)
+				var missing *ddbtypes.ResourceNotFoundException
+				if d, ok := in.Parameters.(*dynamodb.DescribeTableInput); ok && !made && aws.ToString(d.TableName) == name && errors.As(err, &missing) {
+					made = true
+					if _, perr := devstack.Provision(ctx, env.Clients, prefix, only); perr != nil {
+						return out, md, perr
+					}
+				}
+				return out, md, err
+			}), middleware.After)
+		})
+	}
+	clients := env.ClientsWith(t, meanwhile)
+	names, err := devstack.Provision(ctx, clients, prefix, only)
+	t.Cleanup(func() { _ = devstack.Teardown(context.Background(), env.Clients, names) })
+	if !made {
+		t.Fatal("the table was never made meanwhile: the test did not reach its window")
+	}
+	if err != nil {
+		t.Fatalf("provisioning with the table made meanwhile: %v", err)
+	}
+	if names.Table(resources.TableLedger) != name {
+		t.Errorf("names %+v", names)
+	}
 }

@@ -52,3 +52,49 @@ func BatchGet(ctx context.Context, db *dynamodb.Client, table string, keys []map
 	}
 	return items, nil
 }
+
+// IndexPage reads one page of a keys-only index (in's IndexName) and then the items themselves
+// from the table, strongly consistent, in the index's order: an index is eventually consistent,
+// so a list shows each item as it is now, never as the index last saw it. keyAttrs are the
+// table's key attributes, strings (every index projects them). An item the index still names but that is
+// gone is left out. last is the page's LastEvaluatedKey (nil at the end of the index).
+func IndexPage(ctx context.Context, db *dynamodb.Client, in *dynamodb.QueryInput, keyAttrs ...string) (items []map[string]types.AttributeValue, last map[string]types.AttributeValue, err error) {
+	out, err := db.Query(ctx, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(out.LastEvaluatedKey) > 0 {
+		last = out.LastEvaluatedKey
+	}
+	if len(out.Items) == 0 {
+		return nil, last, nil
+	}
+	keys := make([]map[string]types.AttributeValue, len(out.Items))
+	for i, item := range out.Items {
+		keys[i] = make(map[string]types.AttributeValue, len(keyAttrs))
+		for _, a := range keyAttrs {
+			keys[i][a] = item[a]
+		}
+	}
+	got, err := BatchGet(ctx, db, aws.ToString(in.TableName), keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	byKey := make(map[string]map[string]types.AttributeValue, len(got))
+	keyOf := func(item map[string]types.AttributeValue) string {
+		k := ""
+		for _, a := range keyAttrs {
+			k += Str(item, a) + "\x00"
+		}
+		return k
+	}
+	for _, item := range got {
+		byKey[keyOf(item)] = item
+	}
+	for _, k := range keys {
+		if item, ok := byKey[keyOf(k)]; ok {
+			items = append(items, item)
+		}
+	}
+	return items, last, nil
+}

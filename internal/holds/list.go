@@ -70,37 +70,21 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 			"pk": dynamo.S(partition(accountID, holdID)), "sk": dynamo.S(holdSK),
 		}
 	}
-	out, err := s.DB.Query(ctx, in)
+	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "pk", "sk")
 	if err != nil {
 		return Page{}, fmt.Errorf("list %s holds of %s: %w", status, accountID, err)
 	}
 	var page Page
-	if last := out.LastEvaluatedKey; len(last) > 0 {
+	if last != nil {
 		_, holdID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
 		page.Next = pageCursor.Encode(dynamo.Int(last, resources.IndexHoldsCreatedAt), holdID)
 	}
-	if len(out.Items) == 0 {
-		return page, nil
-	}
-	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
-	for _, item := range out.Items {
-		keys = append(keys, map[string]types.AttributeValue{"pk": item["pk"], "sk": item["sk"]})
-	}
-	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, keys)
-	if err != nil {
-		return Page{}, fmt.Errorf("list %s holds of %s: %w", status, accountID, err)
-	}
-	byPK := map[string]Hold{}
 	for _, item := range items {
 		h, err := decodeHold(item)
 		if err != nil {
 			return Page{}, err
 		}
-		byPK[dynamo.Str(item, "pk")] = h
-	}
-	for _, k := range keys {
-		h, ok := byPK[dynamo.Str(k, "pk")]
-		if ok && h.Status == status && h.AccountID == accountID {
+		if h.Status == status && h.AccountID == accountID {
 			page.Holds = append(page.Holds, h)
 		}
 	}

@@ -67,37 +67,21 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 			"pk": dynamo.S(Key(accountID, eventID)),
 		}
 	}
-	out, err := s.DB.Query(ctx, in)
+	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "pk")
 	if err != nil {
 		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
 	}
 	var page FailedPage
-	if last := out.LastEvaluatedKey; len(last) > 0 {
+	if last != nil {
 		_, eventID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
 		page.Next = failureCursor.Encode(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
 	}
-	if len(out.Items) == 0 {
-		return page, nil
-	}
-	keys := make([]map[string]types.AttributeValue, 0, len(out.Items))
-	for _, item := range out.Items {
-		keys = append(keys, map[string]types.AttributeValue{"pk": item["pk"]})
-	}
-	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, keys)
-	if err != nil {
-		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
-	}
-	byPK := map[string]Entry{}
 	for _, item := range items {
 		var it entryItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return FailedPage{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
 		}
-		byPK[it.PK] = it.entry()
-	}
-	for _, k := range keys {
-		e, ok := byPK[dynamo.Str(k, "pk")]
-		if ok && e.Status == status && e.AccountID == accountID {
+		if e := it.entry(); e.Status == status && e.AccountID == accountID {
 			page.Entries = append(page.Entries, e)
 		}
 	}
