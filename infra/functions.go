@@ -20,12 +20,15 @@ import (
 
 // eventSourceBatchSize is how many messages one worker invocation gets, and
 // eventSourceBatchingWindow how long Lambda gathers them first (SQS allows more than 10 only with
-// a window). Failed messages are reported one by one (ReportBatchItemFailures), so a bigger batch
-// costs no redelivered work; a packed message already carries up to 98 events, so invocations
-// cost little either way, and the second of gathering is the latency a batch of single events
-// pays for ten times fewer invocations.
+// a window). In batch mode the worker groups an invocation's messages by account into units of
+// at most 98 events (event.MaxPackedEvents: one transaction holds 98 entries, the meter row and
+// its mark), so 98 single-event messages of one account are one transaction and one archive
+// object; a bigger batch would leave a remainder unit, a smaller one pays the per-unit writes
+// more often. Failed messages are reported one by one (ReportBatchItemFailures), so a bigger
+// batch costs no redelivered work; the second of gathering is the latency a single event pays
+// for it. Lambda also ends a batch at 6 MB of payload, whichever comes first.
 const (
-	eventSourceBatchSize      = 100
+	eventSourceBatchSize      = 98
 	eventSourceBatchingWindow = 1 // seconds
 )
 

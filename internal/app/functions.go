@@ -102,7 +102,7 @@ func buildWorker(c *Composer) (*Function, error) {
 	fn.Worker = &worker.Worker{
 		Accounts: fn.Accounts, Ledger: fn.Ledger, Archive: fn.Archive, Analytics: fn.Analytics,
 		Schema: c.Config.Schema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
-		MaxQuarantines: c.Config.MaxQuarantines,
+		MaxQuarantines: c.Config.MaxQuarantines, Coalesce: c.Config.BatchMode,
 	}
 	fn.Consume = fn.Worker.HandleSQS
 	return fn, nil

@@ -45,6 +45,11 @@ const (
 	benchDrainDeadline = 10 * time.Minute
 	benchLambdaMemGB   = 0.5 // the worker's memory size, for the compute lower bound
 	benchAccountID     = "acct_bench"
+	// benchWindow bounds how long the event source gathers one invocation's messages (the CDK
+	// app's batching window is 1 s; the queue is full here, so a receive rarely comes back empty).
+	benchWindow = time.Second
+	// benchLongPollSeconds is the receive wait of an idle poller.
+	benchLongPollSeconds = 1
 )
 
 // phase is one way of running the same events: the route they are sent on (events per ingest
@@ -55,18 +60,26 @@ type phase struct {
 	request int
 	pack    bool
 	naive   bool
+	// coalesce: the worker groups each invocation's messages by account (batch mode).
+	coalesce bool
+	// invocation is how many messages the event source hands one worker invocation at most.
+	invocation int
 }
+
+// benchInvocation is the event source's batch in batch mode, as the CDK app configures it.
+const benchInvocation = event.MaxPackedEvents
 
 // pipelinePhases are the run's columns, side by side on the same emulators: Ferry's per-event
 // design on the batch route and on the single-event route, batch mode on the batch route (100
 // events a request) and at 10 events a request (the figure the hot-account ceiling is measured
 // at), and the naive worker.
 var pipelinePhases = []phase{
-	{name: "per-event", request: benchIngestBatch},
-	{name: "batch", request: benchIngestBatch, pack: true},
-	{name: "batch/10", request: 10, pack: true},
-	{name: "single", request: 1},
-	{name: "naive", request: benchIngestBatch, naive: true},
+	{name: "per-event", request: benchIngestBatch, invocation: devstack.DefaultBatchSize},
+	{name: "batch", request: benchIngestBatch, pack: true, coalesce: true, invocation: benchInvocation},
+	{name: "batch/10", request: 10, pack: true, coalesce: true, invocation: benchInvocation},
+	{name: "single", request: 1, invocation: devstack.DefaultBatchSize},
+	{name: "single/batch", request: 1, pack: true, coalesce: true, invocation: benchInvocation},
+	{name: "naive", request: benchIngestBatch, naive: true, invocation: devstack.DefaultBatchSize},
 }
 
 // phaseResult is what one worker did to the same deliveries.
@@ -74,7 +87,8 @@ type phaseResult struct {
 	phase      phase
 	name       string
 	requests   int // ingest requests (API Gateway requests, ingest invocations)
-	messages   int // queue messages (worker invocations: one per 10)
+	messages   int // queue messages
+	invoked    int // worker invocations
 	budgetTx   int // transactions that moved the budget row
 	delivered  int
 	meter      int64
@@ -166,6 +180,7 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	if q, ok := ingest.Queue.(*ingestpkg.SQSQueue); ok {
 		q.Pack = ph.pack
 	}
+	ferry.Coalesce = ph.coalesce
 	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
 	if _, _, err := api.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
 		return res, err
@@ -230,9 +245,11 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	if err != nil {
 		return res, err
 	}
-	var handled atomic.Int64
+	var handled, invoked atomic.Int64
 	source := &devstack.EventSource{SQS: clients.SQS, QueueURL: names.QueueURL(resources.QueueEvents), QueueARN: arn, Log: log,
+		BatchSize: ph.invocation, Window: benchWindow,
 		Handler: func(ctx context.Context, b events.SQSEvent) (events.SQSEventResponse, error) {
+			invoked.Add(1)
 			resp, err := handler(ctx, b)
 			handled.Add(int64(len(b.Records) - len(resp.BatchItemFailures)))
 			return resp, err
@@ -246,7 +263,9 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 		go func() {
 			defer wg.Done()
 			for drainCtx.Err() == nil && handled.Load() < int64(res.messages) {
-				if _, err := source.PollOnce(drainCtx, 0); err != nil && drainCtx.Err() == nil {
+				// A long poll, as Lambda's pollers make: an idle poller waits for messages
+				// instead of spinning on empty receives, which SQS would bill.
+				if _, err := source.PollOnce(drainCtx, benchLongPollSeconds); err != nil && drainCtx.Err() == nil {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
@@ -258,7 +277,7 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 		return res, fmt.Errorf("the queue did not drain within %s (%d of %d handled)", benchDrainDeadline, handled.Load(), res.messages)
 	}
 	// What the pipeline did; the read-back below is the benchmark's own and is not counted.
-	res.calls, res.units, res.budgetTx = calls.Snapshot(), units.Snapshot(), int(budgetTx.Load())
+	res.calls, res.units, res.budgetTx, res.invoked = calls.Snapshot(), units.Snapshot(), int(budgetTx.Load()), int(invoked.Load())
 	return res, measureOutcome(ctx, &res, api, clients, names, ids)
 }
 

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -31,7 +30,7 @@ func (f pipelineFigures) total() float64 {
 // prices (bench.go):
 //
 //	API Gateway (HTTP API)  ingest requests × $1.00/M
-//	Lambda requests         (ingest requests + worker invocations, one per 10 messages) × $0.20/M
+//	Lambda requests         (ingest requests + worker invocations, as counted) × $0.20/M
 //	Lambda compute          Ferry's CPU time × 0.5 GB × $0.0000133334/GB-s (a lower bound: Lambda
 //	                        bills wall time, which waiting on DynamoDB adds to)
 //	SQS                     send, receive and delete calls × $0.40/M
@@ -58,8 +57,7 @@ func perAccepted(r phaseResult, accepted int) pipelineFigures {
 		u.WriteUnits += o.WriteUnits
 	}
 	f.readUnits, f.writeUnits, f.budgetTx = u.ReadUnits, u.WriteUnits, float64(r.budgetTx)
-	workerInvocations := math.Ceil(float64(r.messages) / 10)
-	f.invocations = float64(r.requests) + workerInvocations
+	f.invocations = float64(r.requests + r.invoked)
 	perMillion := 1e6 / a
 	f.costAPI = float64(r.requests) * priceAPIGatewayPerMillion / 1e6 * perMillion
 	f.costDynamo = (u.WriteUnits*priceDynamoWriteUnitPerMillion + u.ReadUnits*priceDynamoReadUnitPerMillion) / 1e6 * perMillion
@@ -99,11 +97,16 @@ func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
 		t.add(cells...)
 	}
 	line("events per ingest request", func(_ int, r phaseResult) string { return fmt.Sprint(r.phase.request) })
-	line("batch mode (packed messages)", func(_ int, r phaseResult) string {
+	line("batch mode (FERRY_BATCH_MODE)", func(_ int, r phaseResult) string {
 		return map[bool]string{true: "yes", false: "no"}[r.phase.pack]
 	})
+	line("worker: messages grouped by account", func(_ int, r phaseResult) string {
+		return map[bool]string{true: "yes", false: "no"}[r.phase.coalesce]
+	})
+	line("messages per worker invocation (at most)", func(_ int, r phaseResult) string { return fmt.Sprint(r.phase.invocation) })
 	line("events sent (with the duplicates)", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.delivered)) })
 	line("queue messages", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.messages)) })
+	line("worker invocations", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.invoked)) })
 	line(fmt.Sprintf("meter after the run (exact: %s)", figures.Thousands(int64(distinct))), func(_ int, r phaseResult) string { return figures.Thousands(r.meter) })
 	line("ledger", func(_ int, r phaseResult) string {
 		if r.phase.naive {

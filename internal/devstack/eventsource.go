@@ -21,7 +21,9 @@ type SQSHandler func(ctx context.Context, batch events.SQSEvent) (events.SQSEven
 // Event source defaults, as Lambda's SQS event source mapping has them.
 const (
 	DefaultBatchSize = 10
-	longPollSeconds  = 1
+	// MaxBatchSize is the largest batch Lambda's SQS event source hands one invocation.
+	MaxBatchSize    = 10_000
+	longPollSeconds = 1
 	// errorPause is how long a poller rests after a receive error before trying again.
 	errorPause = 500 * time.Millisecond
 )
@@ -37,7 +39,10 @@ type EventSource struct {
 	QueueARN  string
 	Handler   SQSHandler
 	BatchSize int
-	Log       *slog.Logger
+	// Window bounds how long one batch is gathered when BatchSize is above 10 (Lambda's
+	// MaximumBatchingWindowInSeconds); zero gathers until a receive comes back empty.
+	Window time.Duration
+	Log    *slog.Logger
 }
 
 // Run polls with the given number of concurrent pollers until ctx ends.
@@ -59,27 +64,45 @@ func (s *EventSource) Run(ctx context.Context, pollers int) {
 	}
 }
 
-// PollOnce receives one batch (waiting up to waitSeconds for messages), invokes the handler and
-// deletes what succeeded. It returns how many messages it received.
+// PollOnce receives one batch (waiting up to waitSeconds for the first messages), invokes the
+// handler and deletes what succeeded. It returns how many messages it received. A BatchSize
+// above SQS's 10 a receive gathers several receives into one batch, as Lambda's batching window
+// does: receives continue while they bring messages and the batch has room, for at most Window.
 func (s *EventSource) PollOnce(ctx context.Context, waitSeconds int32) (int, error) {
 	size := s.BatchSize
-	if size <= 0 || size > DefaultBatchSize {
+	if size <= 0 {
 		size = DefaultBatchSize
 	}
-	out, err := s.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(s.QueueURL),
-		MaxNumberOfMessages:         int32(size),
-		WaitTimeSeconds:             waitSeconds,
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
-	if err != nil {
-		return 0, err
+	size = min(size, MaxBatchSize)
+	var msgs []types.Message
+	deadline := time.Now().Add(s.Window)
+	for len(msgs) < size {
+		wait := waitSeconds
+		if len(msgs) > 0 {
+			wait = 0
+		}
+		out, err := s.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(s.QueueURL),
+			MaxNumberOfMessages:         int32(min(size-len(msgs), DefaultBatchSize)),
+			WaitTimeSeconds:             wait,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			if len(msgs) > 0 {
+				break // hand over what was gathered; the error shows on the next poll
+			}
+			return 0, err
+		}
+		msgs = append(msgs, out.Messages...)
+		if len(out.Messages) == 0 || size <= DefaultBatchSize || (s.Window > 0 && time.Now().After(deadline)) {
+			break
+		}
 	}
-	if len(out.Messages) == 0 {
+	if len(msgs) == 0 {
 		return 0, nil
 	}
-	batch := events.SQSEvent{Records: make([]events.SQSMessage, len(out.Messages))}
-	for i, m := range out.Messages {
+	batch := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
+	for i, m := range msgs {
 		batch.Records[i] = events.SQSMessage{
 			MessageId:      aws.ToString(m.MessageId),
 			ReceiptHandle:  aws.ToString(m.ReceiptHandle),
@@ -108,16 +131,16 @@ func (s *EventSource) PollOnce(ctx context.Context, waitSeconds int32) (int, err
 		}
 		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(m.ReceiptHandle)})
 	}
-	if len(entries) == 0 {
-		return len(batch.Records), nil
-	}
-	del, err := s.SQS.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.QueueURL), Entries: entries})
-	if err != nil {
-		// Undeleted messages are redelivered; the worker acks redeliveries of finished events.
-		return len(batch.Records), err
-	}
-	if len(del.Failed) > 0 {
-		return len(batch.Records), errors.New("some processed messages could not be deleted; they will be redelivered and acked")
+	for start := 0; start < len(entries); start += DefaultBatchSize {
+		part := entries[start:min(start+DefaultBatchSize, len(entries))]
+		del, err := s.SQS.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.QueueURL), Entries: part})
+		if err != nil {
+			// Undeleted messages are redelivered; the worker acks redeliveries of finished events.
+			return len(batch.Records), err
+		}
+		if len(del.Failed) > 0 {
+			return len(batch.Records), errors.New("some processed messages could not be deleted; they will be redelivered and acked")
+		}
 	}
 	return len(batch.Records), nil
 }

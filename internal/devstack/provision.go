@@ -442,3 +442,35 @@ func emptyBucket(ctx context.Context, c *s3.Client, bucket string) error {
 	}
 	return nil
 }
+
+// CreateAnew makes tables and buckets under prefix on endpoints known to hold none of them (an
+// emulator just started): it creates each, enables its TTL, and reads nothing first, which is
+// what sets it apart from Provision. Tables on an emulator are active as soon as they are made.
+func CreateAnew(ctx context.Context, c cloud.Clients, prefix string, tables []resources.Table, buckets []resources.Bucket) (resources.Names, error) {
+	names := resources.Names{Tables: map[string]string{}, Queues: map[string]string{}, Buckets: map[string]string{}}
+	for _, t := range tables {
+		name := resources.PhysicalName(prefix, t.Logical)
+		if err := createTable(ctx, c.DynamoDB, name, t); err != nil {
+			return names, err
+		}
+		if t.TTLAttribute != "" {
+			if _, err := c.DynamoDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+				TableName: aws.String(name),
+				TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{
+					AttributeName: aws.String(t.TTLAttribute), Enabled: aws.Bool(true),
+				},
+			}); err != nil {
+				return names, fmt.Errorf("enable TTL on %s: %w", name, err)
+			}
+		}
+		names.Tables[t.Logical] = name
+	}
+	for _, b := range buckets {
+		name := resources.PhysicalName(prefix, b.Logical)
+		if _, err := c.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+			return names, fmt.Errorf("create bucket %s: %w", name, err)
+		}
+		names.Buckets[b.Logical] = name
+	}
+	return names, nil
+}

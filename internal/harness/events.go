@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -28,8 +29,9 @@ const (
 	maxEvents = 8
 	// maxSendAttempts bounds a client's retries of one event at the front door.
 	maxSendAttempts = 6
-	// maxQuietDeliveries bounds the deliveries an event may need once faults are over: a clean
-	// system finishes any event in one (two if a redelivery raced it).
+	// maxQuietDeliveries bounds the deliveries an event may need once faults are over, per
+	// delivery of it still running then: a clean system finishes any event in one (two if a
+	// redelivery raced it).
 	maxQuietDeliveries = 3
 	// receiveBatch and receiveHold: the harness takes queued messages off SQS into its own
 	// pool, where it decides their deliveries; hold keeps them from coming back by themselves.
@@ -49,10 +51,24 @@ const (
 // min(limit, events), so no event is rejected while there is room; every INSERTED event is
 // billed, its payload archived byte for byte, with its analytics row; no REJECTED event is
 // billed.
-type Events struct{}
+//
+// With Packed, it is the batch-mode pipeline (FERRY_BATCH_MODE): the events reach the queue
+// packed several to a message (event.Packed, as the batch route queues them), the worker claims,
+// bills and archives each message's events together (internal/worker/batch.go), and some events
+// also travel alone or in both messages, so that a batch meets events another unit claimed. The
+// invariants are the same; an INSERTED event's payload is then a byte range of its batch's
+// archive object.
+type Events struct {
+	Packed bool
+}
 
 // Name implements Pipeline.
-func (*Events) Name() string { return "events" }
+func (p *Events) Name() string {
+	if p.Packed {
+		return "events-batch"
+	}
+	return "events"
+}
 
 type eventsState struct {
 	acct  accounts.Account
@@ -72,6 +88,9 @@ type eventsState struct {
 	// deliveries counts deliveries per event, and quiet those made once faults were over.
 	deliveries map[string]int
 	quiet      map[string]int
+	// running counts the deliveries of each message running now; chains is how many were
+	// running (with the new one) when its first delivery after the faults was made.
+	running, chains map[string]int
 	// entries are the last ledger entries seen after a write, by event id.
 	entries map[string]ledger.Entry
 }
@@ -80,6 +99,7 @@ type eventsState struct {
 func (p *Events) Start(ctx context.Context, s *Schedule) error {
 	r := s.Rand
 	st := &eventsState{bodies: map[string][]byte{}, queued: map[string]bool{}, deliveries: map[string]int{}, quiet: map[string]int{},
+		running: map[string]int{}, chains: map[string]int{},
 		entries: map[string]ledger.Entry{}}
 	s.State = st
 	n := 2 + r.IntN(maxEvents-1)
@@ -92,7 +112,7 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 	case st.plan == "free" && r.IntN(3) == 0:
 		st.raised = st.limit + 1 + int64(r.IntN(n))
 	}
-	st.viaIngest = r.IntN(3) == 0
+	st.viaIngest = !p.Packed && r.IntN(3) == 0
 	in := accounts.CreateInput{
 		ID: fmt.Sprintf("acct_e%d", s.Seed), Plan: st.plan, Status: accounts.Active,
 		Limits: map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.limit)},
@@ -126,6 +146,16 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		}
 		return nil
 	}
+	if p.Packed {
+		msgs, err := p.pack(s, st)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			p.deliver(s, st, m)
+		}
+		return nil
+	}
 	var msgs []string
 	for _, id := range st.ids {
 		ev, err := event.Parse(st.bodies[id])
@@ -147,6 +177,56 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		p.deliver(s, st, m)
 	}
 	return nil
+}
+
+// pack queues the events in one or two packed messages, as the batch route does: each event in
+// one of them, some in both, and some also alone (a client that sent it by itself first); each
+// message may be delivered twice.
+func (p *Events) pack(s *Schedule, st *eventsState) ([]string, error) {
+	r := s.Rand
+	now := s.Env.Clock.Now().UnixMilli()
+	packs := [][]json.RawMessage{nil, nil}
+	var alone []string
+	for _, id := range st.ids {
+		ev, err := event.Parse(st.bodies[id])
+		if err != nil {
+			return nil, err
+		}
+		st.queued[id] = true
+		switch k := r.IntN(8); {
+		case k == 0:
+			packs[0], packs[1] = append(packs[0], ev.Canonical), append(packs[1], ev.Canonical)
+			s.Count("event-in-two-batches")
+		case k == 1:
+			body, err := event.EncodeEnvelope(event.Envelope{AccountID: st.acct.ID, EventID: id, ReceivedAtMs: now, Event: ev.Canonical})
+			if err != nil {
+				return nil, err
+			}
+			alone = append(alone, body)
+			packs[0] = append(packs[0], ev.Canonical)
+			s.Count("event-alone-and-batched")
+		default:
+			packs[k%2] = append(packs[k%2], ev.Canonical)
+		}
+	}
+	var msgs []string
+	for _, evs := range packs {
+		if len(evs) == 0 {
+			continue
+		}
+		body, err := event.EncodePacked(event.Packed{AccountID: st.acct.ID, ReceivedAtMs: now, Events: evs})
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, body)
+		if r.IntN(2) == 0 {
+			s.Count("duplicate-delivery")
+			msgs = append(msgs, body)
+		}
+	}
+	msgs = append(msgs, alone...)
+	r.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs, nil
 }
 
 // produce spawns a client sending one event through ingest, retrying what the front door asks it
@@ -207,25 +287,35 @@ func (p *Events) receive(ctx context.Context, s *Schedule) []string {
 // worker dies) comes back, as SQS redelivers after the visibility timeout; one that succeeds
 // may still be delivered again (SQS delivers at least once).
 func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
-	env, _, err := event.DecodeEnvelope(body)
+	m, err := event.DecodeMessage(body)
 	if err != nil {
 		s.Violate("harness: a queued message does not decode: %v", err)
 		return
 	}
-	id := env.EventID
+	id := m.Envelopes[0].EventID
+	if m.Packed {
+		id = "batch " + worker.BatchID(m.Raw)[:8]
+	}
 	st.deliveries[id]++
 	if s.Quiet() {
+		if st.quiet[id] == 0 {
+			// Deliveries still running when the faults ended each lead a chain of their own:
+			// one that finds another mid-pipeline answers "retry" and comes back.
+			st.chains[id] = st.running[id] + 1
+		}
 		st.quiet[id]++
-		if st.quiet[id] > maxQuietDeliveries {
-			s.Violate("events: %s needed more than %d deliveries after the faults ended", id, maxQuietDeliveries)
+		if bound := maxQuietDeliveries * st.chains[id]; st.quiet[id] > bound {
+			s.Violate("events: %s needed more than %d deliveries after the faults ended (%d per delivery then running)", id, bound, maxQuietDeliveries)
 			return
 		}
 	}
 	w := s.Env.Function(resources.FunctionWorker).Worker
+	st.running[id]++
 	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
 		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
 		return err
 	}, func(err error) {
+		st.running[id]--
 		switch {
 		case err != nil:
 			s.Count("redelivery")
@@ -412,7 +502,7 @@ func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, 
 		bad("parse %s: %v", e.EventID, err)
 		return
 	}
-	got, err := wfn.Archive.Get(ctx, archive.Key(e.AccountID, e.EventID, e.RowInsertedAtMs))
+	got, err := wfn.Archive.Read(ctx, e.ArchiveLocation())
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
 		bad("%s is INSERTED and its payload is not archived", e.EventID)

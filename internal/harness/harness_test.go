@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/harness"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
@@ -29,7 +30,7 @@ func TestHarness_SeededSchedules_KeepEveryInvariant(t *testing.T) {
 		t.Skip("the harness owns every interleaving and injects faults at the client; it runs on the embedded emulators")
 	}
 	rep, err := harness.Run(context.Background(), harness.Options{
-		First: 0, Schedules: schedules(t, ciSchedules), Endpoints: testenv.Endpoints(t),
+		First: 0, Schedules: schedules(t, ciSchedules), Endpoints: emulators(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -42,4 +43,11 @@ func TestHarness_SeededSchedules_KeepEveryInvariant(t *testing.T) {
 		}
 		t.Errorf("seed %d (%s) broke %d invariants: %v\nreproduce: %s", f.Seed, f.Pipeline, len(f.Violations), f.Violations, harness.Reproduce(f, nil))
 	}
+}
+
+// emulators are the endpoints a harness run in a test uses: the test binary's SQS emulator, and
+// DynamoDB and S3 in the run's own process (left empty), which it resets between schedules.
+func emulators(t *testing.T) cloud.Endpoints {
+	t.Helper()
+	return cloud.Endpoints{SQS: testenv.Endpoints(t).SQS}
 }

@@ -265,7 +265,7 @@ func TestHarness_Mutant(t *testing.T) {
 		t.Fatalf("%s=%q: want mutant:pipeline:budget", envMutant, spec)
 	}
 	rep, err := harness.Run(context.Background(), harness.Options{
-		Schedules: n, Pipelines: []string{pipeline}, StopAtFailure: true, Endpoints: testenv.Endpoints(t),
+		Schedules: n, Pipelines: []string{pipeline}, StopAtFailure: true, Endpoints: emulators(t),
 	})
 	if err != nil {
 		t.Fatal(err)

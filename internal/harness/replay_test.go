@@ -21,7 +21,7 @@ func TestHarness_AFailingSeedReproducesExactly(t *testing.T) {
 		t.Skip("the harness runs on the embedded emulators")
 	}
 	g, _ := instrument.GuardNamed("ledger.checkpoint-put.unbilled")
-	opts := harness.Options{Pipelines: []string{"events"}, Ablate: []dynamo.Guard{g}, Endpoints: testenv.Endpoints(t)}
+	opts := harness.Options{Pipelines: []string{"events"}, Ablate: []dynamo.Guard{g}, Endpoints: emulators(t)}
 	run := opts
 	run.Schedules, run.StopAtFailure = 100, true
 	rep, err := harness.Run(context.Background(), run)
@@ -68,4 +68,33 @@ func firstDifference(a, b string) string {
 		}
 	}
 	return "one trace is a prefix of the other"
+}
+
+// A schedule does not depend on the ones before it on the same resources: each seed of a run,
+// replayed alone on fresh resources, makes the same calls in the same order, meets the same
+// faults and ends the same way (reset leaves it what fresh resources hold).
+func TestHarness_ASeedRunsTheSameInARunAndAlone(t *testing.T) {
+	if testenv.External() {
+		t.Skip("the harness runs on the embedded emulators")
+	}
+	var inRun []harness.Result
+	opts := harness.Options{Endpoints: emulators(t)}
+	run := opts
+	run.Schedules = 9
+	run.Progress = func(r harness.Result) { inRun = append(inRun, r) }
+	if _, err := harness.Run(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range inRun[len(inRun)-3:] {
+		got, err := harness.RunSeed(context.Background(), opts, want.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := got.TraceText(), want.TraceText(); g != w {
+			t.Errorf("seed %d (%s) alone differs from the run:\n%s", want.Seed, want.Pipeline, firstDifference(g, w))
+		}
+		if !reflect.DeepEqual(got.Faults, want.Faults) || !reflect.DeepEqual(got.Violations, want.Violations) {
+			t.Errorf("seed %d alone: faults %v, violations %v; in the run %v, %v", want.Seed, got.Faults, got.Violations, want.Faults, want.Violations)
+		}
+	}
 }

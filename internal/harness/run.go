@@ -2,20 +2,18 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/devstack"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 )
-
-// DefaultBatch is how many schedules share one set of fresh resources: the emulator's cost grows
-// with a table's size, so tables are replaced before they grow.
-const DefaultBatch = 8
 
 // Options select what a run does.
 type Options struct {
@@ -30,9 +28,13 @@ type Options struct {
 	Ablate []dynamo.Guard
 	// StopAtFailure ends the run at the first failing schedule.
 	StopAtFailure bool
-	// Batch is how many schedules share one set of resources (default DefaultBatch).
-	Batch int
-	// Endpoints are the emulators to run on; empty starts them (or uses FERRY_*_ENDPOINT).
+	// Workers is how many schedules run at once, each worker on its own in-process emulators
+	// (default 1). A seed's schedule is the same whatever the number; with more than one, the
+	// order in which schedules end (and Progress sees them) is not.
+	Workers int
+	// Endpoints are the emulators to run on; none given takes those FERRY_*_ENDPOINT name.
+	// DynamoDB and S3 left empty run in process (and are reset between schedules; on external
+	// ones each schedule gets new resources); SQS left empty is started.
 	Endpoints cloud.Endpoints
 	Log       *slog.Logger
 	// Progress, if set, is called after each schedule.
@@ -82,47 +84,34 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	endpoints := opts.Endpoints
-	if endpoints.DynamoDB == "" {
-		emu, err := devstack.StartEmulators(devstack.EmulatorOptions{External: cloud.EndpointsFromEnv()})
+	if endpoints == (cloud.Endpoints{}) {
+		endpoints = cloud.EndpointsFromEnv() // what FERRY_*_ENDPOINT name; the rest in process
+	}
+	if endpoints.SQS == "" {
+		emu, err := devstack.StartEmulators(devstack.EmulatorOptions{External: cloud.Endpoints{
+			DynamoDB: "-", S3: "-", // not started: only SQS is wanted
+		}})
 		if err != nil {
 			return Report{}, err
 		}
 		defer emu.Stop()
-		endpoints = emu.Endpoints
+		endpoints.SQS = emu.Endpoints.SQS
 	}
-	batch := opts.Batch
-	if batch <= 0 {
-		batch = DefaultBatch
-	}
+	workers := max(1, opts.Workers)
 	rep := Report{Faults: map[string]int{}, ByPipeline: map[string]int{}}
 	start := time.Now()
-	var env *Env
-	used := 0
-	defer func() {
-		if env != nil {
-			env.Close()
-		}
-	}()
-	for i := range opts.Schedules {
-		if ctx.Err() != nil {
-			break
-		}
-		if env == nil || used >= batch {
-			if env != nil {
-				env.Close()
-			}
-			if env, err = NewEnv(ctx, endpoints, opts.Log); err != nil {
-				return rep, err
-			}
-			used = 0
-		}
-		seed := opts.First + uint64(i)
-		p := pipelines[seed%uint64(len(pipelines))]
-		res := runSchedule(ctx, env, seed, p, opts.Ablate)
-		if ctx.Err() != nil {
-			break // the run was stopped mid-schedule: that schedule did not run to its end
-		}
-		used++
+	// Seeds are handed out in order; with one worker the run is one sequence of schedules, and
+	// StopAtFailure stops at the first failing seed.
+	seeds := make(chan uint64)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	emit := func(res Result) {
+		mu.Lock()
+		defer mu.Unlock()
 		rep.Schedules++
 		rep.Steps += res.Steps
 		rep.ByPipeline[res.Pipeline]++
@@ -134,13 +123,39 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		}
 		if res.Failed() {
 			rep.Failures = append(rep.Failures, res)
-			// A failed schedule may leave work behind that a later one on the same tables
-			// would meet: the next schedule starts on fresh ones.
-			used = batch
 			if opts.StopAtFailure {
-				break
+				stopped = true
 			}
 		}
+	}
+	halted := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stopped
+	}
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := runWorker(ctx, endpoints, opts, pipelines, seeds, emit, halted); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				stopped = true
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range opts.Schedules {
+		if halted() || ctx.Err() != nil {
+			break
+		}
+		seeds <- opts.First + uint64(i)
+	}
+	close(seeds)
+	wg.Wait()
+	sort.Slice(rep.Failures, func(i, j int) bool { return rep.Failures[i].Seed < rep.Failures[j].Seed })
+	if len(errs) > 0 {
+		return rep, errors.Join(errs...)
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
@@ -178,4 +193,58 @@ func Reproduce(r Result, ablate []dynamo.Guard) string {
 		cmd += " --ablate " + g.Name
 	}
 	return cmd
+}
+
+// runWorker runs the schedules of the seeds it receives, one after another, on one Env over its
+// own in-process emulators (DynamoDB and S3 left empty in endpoints). After each schedule, reset
+// gives the emulators fresh state: minidyn copies a whole table for every transaction and scans
+// it for every query, so a schedule must not meet the items of the ones before it, and each
+// seed's schedule is then the same in any run as alone.
+func runWorker(ctx context.Context, endpoints cloud.Endpoints, opts Options, pipelines []Pipeline, seeds <-chan uint64, emit func(Result), halted func() bool) error {
+	endpoints, transport, ip := newInProcess(endpoints)
+	var env *Env
+	defer func() {
+		if env != nil {
+			env.Close()
+		}
+		for range seeds {
+			// drain: the run is over for this worker
+		}
+	}()
+	for seed := range seeds {
+		if ctx.Err() != nil || halted() {
+			return nil
+		}
+		if env == nil {
+			var err error
+			if env, err = newEnv(ctx, endpoints, transport, ip, opts.Log); err != nil {
+				return err
+			}
+		}
+		p := pipelines[seed%uint64(len(pipelines))]
+		res := runSchedule(ctx, env, seed, p, opts.Ablate)
+		if ctx.Err() != nil {
+			return nil // the run was stopped mid-schedule: that schedule did not run to its end
+		}
+		reused := false
+		if !res.Failed() {
+			var err error
+			reused, err = env.reset(ctx)
+			if ctx.Err() != nil {
+				return nil // stopped while resetting: the schedule ran to its end, and is not reported
+			}
+			if err != nil {
+				res.Violations = append(res.Violations, "isolation: "+err.Error())
+			}
+		}
+		if !reused {
+			// A failed schedule may leave work behind (a message on a queue, an abandoned
+			// actor's write): the next schedule starts on fresh resources.
+			env.Close()
+			env = nil
+			ip.fresh()
+		}
+		emit(res)
+	}
+	return nil
 }

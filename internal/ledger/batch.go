@@ -97,7 +97,7 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 	for _, e := range c.Admit {
 		it := entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Inserting),
-			RowInsertedAtMs: c.NowMs, ReceivedAtMs: c.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
+			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
 			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
 			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
 		}
@@ -113,7 +113,7 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 	for _, e := range c.Reject {
 		put, err := s.claimPut(entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Rejected),
-			RowInsertedAtMs: c.NowMs, ReceivedAtMs: c.ReceivedAtMs, Cycle: c.Cycle, Reason: c.RejectReason,
+			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, Reason: c.RejectReason,
 			CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs, Batch: c.Batch,
 			// Born REJECTED, so listed in the failure index like a per-event rejection.
 			FailureKey: FailureKey(c.AccountID, Rejected), FailedAtMs: c.NowMs,

@@ -444,8 +444,9 @@ const (
 	// EnvStripeAPIKeySecretARN, EnvStripeAPIBase).
 	EnvReportKinde = "FERRY_REPORT_KINDE" // "true": report usage to Kinde's meters
 
-	// EnvBatchMode "true" packs the batch route's events several to a queue message, so the
-	// worker claims, meters and archives each pack at once (README, "Performance").
+	// EnvBatchMode "true" packs the batch route's events several to a queue message, and the
+	// worker groups each invocation's messages by account into units it claims, meters and
+	// archives at once (README, "Batch mode" and "Performance").
 	EnvBatchMode = "FERRY_BATCH_MODE"
 )
 

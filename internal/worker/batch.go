@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
@@ -39,9 +40,11 @@ import (
 // An event of the message that another unit claimed (sent before, alone or in another batch) is
 // handed to the per-event pipeline, which finishes it from its own entry.
 
-// batchRun is one packed message's processing.
+// batchRun is one unit's processing: one account's events, from one packed message or, in
+// batch mode, from every message of one invocation that bills the same account and cycle.
 type batchRun struct {
-	msg     event.Message
+	envs    []event.Envelope // the unit's distinct events, in unit order
+	evs     []event.Event
 	batch   string
 	account accounts.Account
 	billing ledger.Billing
@@ -49,6 +52,8 @@ type batchRun struct {
 	nowMs   int64
 	ids     []string
 	log     *slog.Logger
+	// archivedKey is the object this delivery wrote just before its claim committed.
+	archivedKey string
 }
 
 // member is one event of the batch as the scenario table sees it.
@@ -68,41 +73,88 @@ func BatchID(raw []byte) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// unitID is a unit's identity: a packed message alone keeps its own (BatchID); several messages
+// hash their identities in unit order, so the same messages make the same unit.
+func unitID(msgs []queued) string {
+	if len(msgs) == 1 {
+		return BatchID(msgs[0].raw)
+	}
+	h := sha256.New()
+	for _, q := range msgs {
+		sum := sha256.Sum256(q.raw)
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-func (w *Worker) processBatch(ctx context.Context, m event.Message) (res Result, err error) {
+func (w *Worker) processBatch(ctx context.Context, m event.Message) (Result, error) {
+	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw}}, accounts.Account{})
+	if err == nil && len(pending) > 0 {
+		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
+	}
+	return res.Result, err
+}
+
+// unitResult is a unit's outcome: each event's result, and the unit's id.
+type unitResult struct {
+	Result
+	batch string
+}
+
+// processUnit runs one unit: msgs are one account's messages, in unit order, holding at most
+// event.MaxPackedEvents distinct events. acct is the account when the caller read it already. A
+// non-nil error leaves every event of the unit to a redelivery; otherwise pending lists the
+// events not finished (each message holding one is failed, the others acked).
+func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.Account) (res unitResult, pending map[string]error, err error) {
 	now := w.Now()
-	first := m.Envelopes[0]
-	r := &batchRun{msg: m, batch: BatchID(m.Raw), nowMs: now.UnixMilli()}
-	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(m.Envelopes))
-	acct, err := w.account(ctx, first.AccountID, now)
-	if err != nil {
-		return Result{}, err
+	first := msgs[0].msg.Envelopes[0]
+	r := &batchRun{batch: unitID(msgs), nowMs: now.UnixMilli()}
+	res.batch = r.batch
+	seen := map[string]bool{}
+	for _, q := range msgs {
+		for i, env := range q.msg.Envelopes {
+			if seen[env.EventID] {
+				continue // the same event twice in one unit: its first copy is the member
+			}
+			seen[env.EventID] = true
+			r.envs, r.evs, r.ids = append(r.envs, env), append(r.evs, q.msg.Events[i]), append(r.ids, env.EventID)
+		}
+	}
+	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(r.ids), "messages", len(msgs))
+	if acct.ID == "" {
+		if acct, err = w.account(ctx, first.AccountID, now); err != nil {
+			return res, nil, err
+		}
 	}
 	r.account, r.billing = acct, ledger.BillingFor(acct, w.Catalog)
 	r.cycle = acct.CycleAt(time.UnixMilli(first.ReceivedAtMs)).Label()
-	for _, env := range m.Envelopes {
-		r.ids = append(r.ids, env.EventID)
+	for _, env := range r.envs {
+		if c := acct.CycleAt(time.UnixMilli(env.ReceivedAtMs)).Label(); c != r.cycle {
+			// A unit bills one cycle's meter; the caller splits units at cycle boundaries.
+			return res, nil, fmt.Errorf("batch %s: event %s belongs to cycle %s, the unit to %s", r.batch, env.EventID, c, r.cycle)
+		}
 	}
 
 	won, read, err := w.claimBatch(ctx, r)
 	if err != nil {
-		return Result{}, err
+		return res, nil, err
 	}
 	if err := w.hook(ctx, Point{Stage: StageClaim}); err != nil {
-		return Result{}, err
+		return res, nil, err
 	}
 	if len(won) > 0 {
 		if err := w.hook(ctx, Point{Stage: ledger.StageBill}); err != nil {
-			return Result{}, err
+			return res, nil, err
 		}
 	}
 	members, err := w.batchMembers(ctx, r, won, read)
 	if err != nil {
-		return Result{}, err
+		return res, nil, err
 	}
-	res = Result{Events: map[string]Result{}}
+	res.Events = map[string]Result{}
 	defer func() {
 		res.Scenario, res.Final = res.Events[r.ids[0]].Scenario, res.Events[r.ids[0]].Final
 	}()
@@ -110,12 +162,12 @@ func (w *Worker) processBatch(ctx context.Context, m event.Message) (res Result,
 		if !mb.foreign {
 			res.Events[mb.env.EventID] = Result{Scenario: mb.scenario.Name, Final: mb.entry.Status, Billed: won[mb.env.EventID].Billed()}
 			if mb.scenario.Retry {
-				return res, fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
+				return res, nil, fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
 			}
 		}
 	}
-	err = w.storeBatch(ctx, r, members, &res)
-	return res, err
+	pending, err = w.storeBatch(ctx, r, members, &res.Result, len(msgs) > 1)
+	return res, pending, err
 }
 
 // claimBatch claims every event of the batch that has no entry, in bounded laps. It reads the
@@ -136,9 +188,26 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			return struct{}{}, err
 		}
 		read = &st
-		c := w.planClaim(r, read, st.Marked)
+		c, body := w.planClaim(r, read, st.Marked)
 		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
 			return struct{}{}, nil
+		}
+		// Archive, then claim: the object this lap's entries point to exists before any of
+		// them does, so whichever unit later finishes one of them (a redelivery grouped
+		// differently) finds its payload. A lap whose claim is then cancelled leaves an object
+		// no entry points to; the next lap's layout is its own object.
+		if len(c.Admit) > 0 {
+			key := c.Admit[0].ArchiveKey
+			if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
+				return struct{}{}, err
+			}
+			if err := w.Archive.Put(ctx, key, body); err != nil {
+				return struct{}{}, err
+			}
+			if err := w.hook(ctx, Point{Stage: ledger.StageArchive}); err != nil {
+				return struct{}{}, err
+			}
+			r.archivedKey = key
 		}
 		err = w.Ledger.WriteBatchClaim(ctx, c)
 		if err == nil {
@@ -170,14 +239,17 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 }
 
 // planClaim is one lap's claim: every event without an entry, admitted or, past the cap or for
-// an account that may not spend, rejected. The events admitted are the first ones in message
-// order that the budget row as read has room for: the same message and the same durable state
-// always admit the same events. Claiming every unclaimed event at once (rejected ones too) is
-// what makes the claim one commit per message: after it no event of the message is unclaimed,
-// so the archive layout the commit recorded is the only one.
-func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
+// an account that may not spend, rejected. The events admitted are the first ones in unit order
+// that the budget row as read has room for: the same unit and the same durable state always
+// admit the same events. Claiming every unclaimed event at once (rejected ones too) is what makes
+// the claim one commit per unit: after it no event of the unit is unclaimed, so the archive
+// layout the commit recorded is the only one. body is the archive object of the admitted
+// events' payloads, in unit order, each followed by a newline; its key is derived from the
+// account, the unit, the bytes themselves and the first event's arrival day, so the same lap
+// always writes the same bytes under the same key.
+func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, []byte) {
 	c := ledger.BatchClaim{
-		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.msg.Envelopes[0].ReceivedAtMs,
+		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
 		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
 	}
 	var open []int
@@ -196,10 +268,18 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 		}
 		c.RejectReason = ledger.LimitReason(r.billing)
 	}
-	key := archive.BatchKey(r.account.ID, r.batch, r.nowMs)
+	var body []byte
+	for _, i := range open[:admit] {
+		body = append(append(body, r.envs[i].Event...), '\n')
+	}
+	key := ""
+	if admit > 0 {
+		sum := sha256.Sum256(append([]byte(r.account.ID+"\n"+r.batch+"\n"), body...))
+		key = archive.BatchKey(r.account.ID, hex.EncodeToString(sum[:16]), r.envs[0].ReceivedAtMs)
+	}
 	offset := int64(0)
 	for n, i := range open {
-		env := r.msg.Envelopes[i]
+		env := r.envs[i]
 		e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
 			RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch}
 		if n >= admit {
@@ -210,7 +290,7 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 		offset += int64(len(env.Event)) + 1
 		c.Admit = append(c.Admit, e)
 	}
-	return c
+	return c, body
 }
 
 // batchMembers builds each event's durable state and picks its scenario.
@@ -218,8 +298,8 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 	members := make([]*member, len(r.ids))
 	var probe []analytics.RowKey
 	foreignBatches := map[string]bool{}
-	for i, env := range r.msg.Envelopes {
-		mb := &member{env: env, ev: r.msg.Events[i]}
+	for i, env := range r.envs {
+		mb := &member{env: env, ev: r.evs[i]}
 		members[i] = mb
 		if e, ok := won[env.EventID]; ok {
 			mb.entry = e
@@ -288,9 +368,13 @@ func has(stages []ledger.Stage, s ledger.Stage) bool {
 	return false
 }
 
-// storeBatch runs the batch's stages: archive, insert, the events other units claimed, mark.
-func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member, res *Result) error {
-	var archiveNeeded, markNeeded bool
+// storeBatch runs the unit's stages: archive, insert, the events other units claimed, mark. It
+// returns the events left unfinished. When partial is set (a unit of several messages, which are
+// acked one by one), the finished members are marked one by one if any other is left, since the
+// batch's record would also cover the unfinished ones; a unit of one message is retried whole.
+func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member, res *Result, partial bool) (map[string]error, error) {
+	var markNeeded bool
+	archiveNeeded := false
 	var insert []*member
 	for _, mb := range members {
 		if mb.foreign {
@@ -299,9 +383,13 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 		st := mb.scenario.Stages
 		if has(st, ledger.StageBill) {
 			// A batch's entries are claimed checkpointed or rejected; nothing else is.
-			return fmt.Errorf("event %s of batch %s: %s: not a batch entry's state: %w", mb.env.EventID, r.batch, mb.scenario.Name, errRetry)
+			return nil, fmt.Errorf("event %s of batch %s: %s: not a batch entry's state: %w", mb.env.EventID, r.batch, mb.scenario.Name, errRetry)
 		}
-		archiveNeeded = archiveNeeded || has(st, ledger.StageArchive)
+		// This delivery archived what it claimed before claiming it; an entry an earlier
+		// delivery claimed has its object rewritten, byte for byte.
+		if has(st, ledger.StageArchive) && (r.archivedKey == "" || mb.entry.ArchiveKey != r.archivedKey) {
+			archiveNeeded = true
+		}
 		markNeeded = markNeeded || has(st, ledger.StageMark)
 		if has(st, ledger.StageInsert) {
 			insert = append(insert, mb)
@@ -312,19 +400,21 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 	}
 	if archiveNeeded {
 		if err := w.archiveBatch(ctx, r, members); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	var failed []error
+	failed := map[string]error{}
 	if len(insert) > 0 {
 		if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageInsert}); err != nil {
-			return err
+			return nil, err
 		}
 		errs, err := w.insertBatch(ctx, r, insert, res)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		failed = append(failed, errs...)
+		for id, e := range errs {
+			failed[id] = e
+		}
 	}
 	for _, mb := range members {
 		if !mb.foreign {
@@ -336,27 +426,46 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			continue
 		}
 		// Claimed by another unit: its own entry says where it re-enters.
-		one, err := w.processOne(ctx, mb.env, mb.ev, r.account)
+		known := mb.entry
+		one, err := w.processOne(ctx, mb.env, mb.ev, r.account, &known)
 		res.Events[mb.env.EventID] = one
 		if err != nil {
-			failed = append(failed, err)
+			failed[mb.env.EventID] = err
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("batch %s: %d events not finished: %w", r.batch, len(failed), errors.Join(failed...))
+	if len(failed) > 0 && !partial {
+		return failed, nil
 	}
 	if !markNeeded {
-		r.log.Info("redelivery of a finished batch; acked")
-		return nil
+		if len(failed) == 0 {
+			r.log.Info("redelivery of a finished batch; acked")
+		}
+		return failed, nil
 	}
 	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageMark}); err != nil {
-		return err
+		return nil, err
 	}
-	if err := w.Ledger.MarkBatchDone(ctx, r.account.ID, r.batch, r.nowMs); err != nil {
-		return err
+	finished := func(mb *member) bool {
+		return !mb.foreign && has(mb.scenario.Stages, ledger.StageMark) && failed[mb.env.EventID] == nil &&
+			res.Events[mb.env.EventID].Final != ledger.Uninsertable
+	}
+	if len(failed) == 0 {
+		if err := w.Ledger.MarkBatchDone(ctx, r.account.ID, r.batch, r.nowMs); err != nil {
+			return nil, err
+		}
+	} else {
+		// Some members are left for a redelivery, which will group them differently: the
+		// batch's record would show them INSERTED, so the finished ones are marked alone.
+		for _, mb := range members {
+			if finished(mb) {
+				if err := w.Ledger.MarkInserted(ctx, r.account.ID, mb.env.EventID, r.nowMs); err != nil {
+					failed[mb.env.EventID] = err
+				}
+			}
+		}
 	}
 	for _, mb := range members {
-		if !mb.foreign && has(mb.scenario.Stages, ledger.StageMark) && res.Events[mb.env.EventID].Final != ledger.Uninsertable {
+		if finished(mb) {
 			one := res.Events[mb.env.EventID]
 			one.Final = ledger.Inserted
 			res.Events[mb.env.EventID] = one
@@ -364,10 +473,12 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 		}
 	}
 	if err := w.hook(ctx, Point{Stage: ledger.StageMark}); err != nil {
-		return err
+		return nil, err
 	}
-	r.log.Info("batch stored")
-	return nil
+	if len(failed) == 0 {
+		r.log.Info("batch stored")
+	}
+	return failed, nil
 }
 
 // archiveBatch writes the batch's archive object: the payloads of the events the batch admitted,
@@ -407,12 +518,12 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 // chunk the sink refuses is written row by row through the per-event insert, which quarantines
 // the refused row alone (and, after the bound, ends its event UNINSERTABLE). It returns the
 // events left quarantined for another try.
-func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member, res *Result) ([]error, error) {
+func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member, res *Result) (map[string]error, error) {
 	chunk := w.RowChunk
 	if chunk <= 0 || chunk > 25 {
 		chunk = 25
 	}
-	var failed []error
+	failed := map[string]error{}
 	for start := 0; start < len(insert); start += chunk {
 		part := insert[start:min(start+chunk, len(insert))]
 		rows := make([]analytics.Row, 0, len(part))
@@ -438,7 +549,7 @@ func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member,
 				j := &job{env: mb.env, ev: mb.ev, account: r.account, entry: mb.entry, nowMs: r.nowMs,
 					log: r.log.With("eventId", mb.env.EventID)}
 				if _, err := w.insert(ctx, j); err != nil {
-					failed = append(failed, err)
+					failed[mb.env.EventID] = err
 				}
 				if j.result.Final == ledger.Uninsertable {
 					one := res.Events[mb.env.EventID]
@@ -452,4 +563,17 @@ func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member,
 		}
 	}
 	return failed, nil
+}
+
+func joinErrors(m map[string]error) error {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		errs[i] = m[id]
+	}
+	return errors.Join(errs...)
 }

@@ -92,6 +92,9 @@ type Worker struct {
 	// RowChunk is how many analytics rows of a batch go in one bulk write (at most, and by
 	// default, 25: BatchWriteItem's bound). Tests make it small to crash between chunks.
 	RowChunk int
+	// Coalesce (batch mode) groups the messages of one invocation by account into units, each
+	// claimed, metered and archived as one (coalesce.go); otherwise each message runs alone.
+	Coalesce bool
 }
 
 // Result says what one message's processing did.
@@ -112,6 +115,9 @@ var errRetry = errors.New("retry later")
 // HandleSQS is the Lambda handler: it processes a batch and reports the messages that failed,
 // so SQS redelivers only those (ReportBatchItemFailures).
 func (w *Worker) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+	if w.Coalesce {
+		return w.handleCoalesced(ctx, batch), nil
+	}
 	var (
 		mu       sync.Mutex
 		failures []events.SQSBatchItemFailure
@@ -162,12 +168,14 @@ func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
 	if m.Packed {
 		return w.processBatch(ctx, m)
 	}
-	return w.processOne(ctx, m.Envelopes[0], m.Events[0], accounts.Account{})
+	return w.processOne(ctx, m.Envelopes[0], m.Events[0], accounts.Account{}, nil)
 }
 
 // processOne runs one event through the per-event pipeline. acct is the account when the
-// caller has read it already (a batch handing over an event another unit claimed).
-func (w *Worker) processOne(ctx context.Context, env event.Envelope, ev event.Event, acct accounts.Account) (Result, error) {
+// caller has read it already, and known the event's entry when the caller read it strongly
+// consistent (a batch handing over an event another unit claimed): the claim, which would be
+// refused, and the re-read are then skipped.
+func (w *Worker) processOne(ctx context.Context, env event.Envelope, ev event.Event, acct accounts.Account, known *ledger.Entry) (Result, error) {
 	now := w.Now()
 	j := &job{env: env, ev: ev, nowMs: now.UnixMilli()}
 	j.log = w.Log.With("account", env.AccountID, "eventId", env.EventID)
@@ -180,7 +188,7 @@ func (w *Worker) processOne(ctx context.Context, env event.Envelope, ev event.Ev
 	}
 	j.account = acct
 
-	state, err := w.load(ctx, j)
+	state, err := w.load(ctx, j, known)
 	if err != nil {
 		return Result{}, err
 	}
@@ -231,7 +239,10 @@ func (w *Worker) account(ctx context.Context, accountID string, now time.Time) (
 
 // load claims the event or, when another delivery claimed it first, reads the durable state a
 // scenario is chosen from.
-func (w *Worker) load(ctx context.Context, j *job) (ledger.State, error) {
+func (w *Worker) load(ctx context.Context, j *job, known *ledger.Entry) (ledger.State, error) {
+	if known != nil {
+		return w.stateOf(ctx, j, *known)
+	}
 	j.entry = ledger.Entry{
 		AccountID: j.env.AccountID, EventID: j.env.EventID, Status: ledger.Inserting,
 		RowInsertedAtMs: j.nowMs, ReceivedAtMs: j.env.ReceivedAtMs,
@@ -251,6 +262,11 @@ func (w *Worker) load(ctx context.Context, j *job) (ledger.State, error) {
 		j.log.Warn("ledger read failed", "err", err)
 		return ledger.State{}, nil
 	}
+	return w.stateOf(ctx, j, stored)
+}
+
+// stateOf is the durable state of an event whose entry another delivery claimed, as read.
+func (w *Worker) stateOf(ctx context.Context, j *job, stored ledger.Entry) (ledger.State, error) {
 	j.entry = stored
 	state := ledger.State{Readable: true, Status: stored.Status, Billed: stored.Billed()}
 	if stored.Status == ledger.Inserting {
