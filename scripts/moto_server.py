@@ -15,10 +15,16 @@ It is moto_server (the same dispatcher, request handler and threads) with two di
   touches (one copy per item, so a transaction of three items on one table copied that table
   three times). The copies made each transaction cost time in proportion to the tables' size:
   a test that bills 2,000 events slowed to about two transactions a second as its tables grew.
-  With requests serialized, restoring the items a failed transaction names is the same rollback.
+  With requests serialized, restoring the items a failed transaction names is the same rollback;
+- a TransactWriteItems sent again with the ClientRequestToken of one that committed (the SDK
+  fills the token in and keeps it on its retries) is answered as the first was and not applied
+  again, as DynamoDB documents for 10 minutes. moto ignores the token, so an SDK retry of a
+  transaction whose answer was lost applied it twice (an ADD counted a webhook copy twice).
 """
 
 import copy
+import hashlib
+import io
 import json
 import os
 import signal
@@ -39,18 +45,62 @@ from moto.moto_server.werkzeug_app import (
 
 
 class SerializeDynamoDB:
-    """Runs each DynamoDB request (X-Amz-Target DynamoDB_*) alone; others pass through."""
+    """Runs each DynamoDB request (X-Amz-Target DynamoDB_*) alone; others pass through. A
+    TransactWriteItems carrying a ClientRequestToken that already committed is answered as it was,
+    without being applied again, as DynamoDB does for 10 minutes (moto ignores the token)."""
 
     def __init__(self, app):
         self.app = app
         self.lock = threading.Lock()
+        # ClientRequestToken -> (expiry, digest of the other parameters, status, headers, body)
+        self.committed = {}
 
     def __call__(self, environ, start_response):
-        if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if not target.startswith("DynamoDB_"):
             return self.app(environ, start_response)
         with self.lock:
+            if target.endswith(".TransactWriteItems"):
+                return self.transact_write(environ, start_response)
             # Produce the whole body under the lock: the answer is computed while iterating.
             return [b"".join(self.app(environ, start_response))]
+
+    def transact_write(self, environ, start_response):
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            params = json.loads(body)
+        except ValueError:
+            params = {}
+        token = params.pop("ClientRequestToken", None) if isinstance(params, dict) else None
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+        now = time.monotonic()
+        self.committed = {t: v for t, v in self.committed.items() if v[0] > now}
+        if token in self.committed:
+            _, seen, status, headers, out = self.committed[token]
+            if seen != digest:
+                out = json.dumps({
+                    "__type": "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
+                    "message": "The request uses the same client token as a previous, but non-identical request.",
+                }).encode()
+                status, headers = "400 Bad Request", [
+                    ("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(out)))]
+            start_response(status, headers)
+            return [out]
+        answer = {}
+
+        def capture(status, headers, exc_info=None):
+            answer["status"], answer["headers"] = status, headers
+            return start_response(status, headers, exc_info)
+
+        out = b"".join(self.app(environ, capture))
+        if token and answer.get("status", "").startswith("200"):
+            self.committed[token] = (now + TOKEN_WINDOW_SECONDS, digest, answer["status"], answer["headers"], out)
+        return [out]
+
+
+# DynamoDB's idempotency window for a TransactWriteItems ClientRequestToken.
+TOKEN_WINDOW_SECONDS = 600
 
 
 class _TablesAreNotCopied:
