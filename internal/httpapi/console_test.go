@@ -201,6 +201,13 @@ func TestConsoleRoutes_AnAccountSeesOnlyItsOwn(t *testing.T) {
 	if items, _ := list["items"].([]any); len(items) != 2 {
 		t.Errorf("prefix search: %v", list)
 	}
+	// A provider id is looked up only as one: anything else is refused, as the document says.
+	for _, bad := range []string{"%20cus_1", "cus%2F1", "-cus"} {
+		assertProblem(t, h.Do(t, "GET", "/v1/accounts?linkedId="+bad, "", nil, "Cookie", cookie), http.StatusBadRequest, "invalid-request")
+	}
+	if r := h.Do(t, "GET", "/v1/accounts?linkedId=cus_none", "", nil, "Cookie", cookie); r.Status != http.StatusOK {
+		t.Errorf("a provider id nobody links: %d %s", r.Status, r.Body)
+	}
 	// An account key: never the operator's routes, never another account's resources.
 	assertProblem(t, h.Do(t, "GET", "/v1/accounts", keyA, nil), http.StatusUnauthorized, "unauthorized")
 	assertProblem(t, h.Do(t, "GET", "/v1/outbox?account=acct_own_a", keyA, nil), http.StatusUnauthorized, "unauthorized")

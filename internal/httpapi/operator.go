@@ -64,6 +64,9 @@ func (a *API) listAccounts(w http.ResponseWriter, r *http.Request) error {
 		if q.Get("prefix") != "" || q.Get("cursor") != "" || q.Get("limit") != "" {
 			return badRequest("linkedId looks one account up; it takes no prefix, cursor or limit.")
 		}
+		if !accounts.ValidLinkID(linked) {
+			return badRequest("linkedId is not a provider id (letters, digits, _ . and -, at most 255, starting with a letter or digit).")
+		}
 		items := []accountBody{}
 		for _, kind := range accounts.LinkKinds {
 			acct, err := a.deps.Accounts.Linked(r.Context(), kind, linked)
