@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -49,6 +50,19 @@ func (in ListInput) Validate() error {
 		}
 	}
 	return problem.Fields(problems)
+}
+
+// Admits reports whether the account id is on the list in asks for: it starts with the prefix
+// and comes after the cursor, in id order. in must be valid.
+func (in ListInput) Admits(id string) bool {
+	if !strings.HasPrefix(id, in.Prefix) {
+		return false
+	}
+	if in.Cursor == "" {
+		return true
+	}
+	after, err := decodeCursor(in.Cursor)
+	return err == nil && id > after
 }
 
 // List returns a page of accounts (the operator's search: an id prefix).

@@ -201,11 +201,24 @@ func TestConsoleRoutes_AnAccountSeesOnlyItsOwn(t *testing.T) {
 	if items, _ := list["items"].([]any); len(items) != 2 {
 		t.Errorf("prefix search: %v", list)
 	}
+	// A provider id is looked up only as one: anything else is refused, as the document says.
+	for _, bad := range []string{"%20cus_1", "cus%2F1", "-cus"} {
+		assertProblem(t, h.Do(t, "GET", "/v1/accounts?linkedId="+bad, "", nil, "Cookie", cookie), http.StatusBadRequest, "invalid-request")
+	}
+	if r := h.Do(t, "GET", "/v1/accounts?linkedId=cus_none", "", nil, "Cookie", cookie); r.Status != http.StatusOK {
+		t.Errorf("a provider id nobody links: %d %s", r.Status, r.Body)
+	}
 	// An account key: never the operator's routes, never another account's resources.
 	assertProblem(t, h.Do(t, "GET", "/v1/accounts", keyA, nil), http.StatusUnauthorized, "unauthorized")
 	assertProblem(t, h.Do(t, "GET", "/v1/outbox?account=acct_own_a", keyA, nil), http.StatusUnauthorized, "unauthorized")
-	assertProblem(t, h.Do(t, "GET", "/v1/events?account=acct_own_b&status=REJECTED", keyA, nil), http.StatusBadRequest, "invalid-request")
-	assertProblem(t, h.Do(t, "GET", "/v1/holds?account=acct_own_b&status=RUNNING", keyA, nil), http.StatusBadRequest, "invalid-request")
+	assertProblem(t, h.Do(t, "GET", "/v1/events?account=acct_own_b&status=REJECTED", keyA, nil), http.StatusNotFound, "not-found")
+	assertProblem(t, h.Do(t, "GET", "/v1/holds?account=acct_own_b&status=RUNNING", keyA, nil), http.StatusNotFound, "not-found")
+	assertProblem(t, h.Do(t, "GET", "/v1/events/evt_x?account=acct_own_b", keyA, nil), http.StatusNotFound, "not-found")
+	for _, path := range []string{"/v1/events?account=acct_own_a&status=REJECTED", "/v1/holds?account=acct_own_a&status=RUNNING"} {
+		if r := h.Do(t, "GET", path, keyA, nil); r.Status != http.StatusOK {
+			t.Errorf("an account naming itself: GET %s: %d %s", path, r.Status, r.Body)
+		}
+	}
 	assertProblem(t, h.Do(t, "POST", "/v1/events/evt_x/redrive", keyA, map[string]any{"account": "acct_own_b"}, "Idempotency-Key", "r-1"), http.StatusUnauthorized, "unauthorized")
 	if r := h.Do(t, "GET", "/v1/events?status=REJECTED", keyA, nil); r.Status != http.StatusOK {
 		t.Errorf("an account's own failed events: %d %s", r.Status, r.Body)

@@ -61,8 +61,18 @@ func (a *API) listAccounts(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := r.URL.Query()
 	if linked := q.Get("linkedId"); linked != "" {
-		if q.Get("prefix") != "" || q.Get("cursor") != "" || q.Get("limit") != "" {
-			return badRequest("linkedId looks one account up; it takes no prefix, cursor or limit.")
+		if !accounts.ValidLinkID(linked) {
+			return badRequest("linkedId is not a provider id (letters, digits, _ . and -, at most 255, starting with a letter or digit).")
+		}
+		limit, err := pageLimit(r, accounts.DefaultPageSize, accounts.MaxPageSize)
+		if err != nil {
+			return err
+		}
+		// The list of the accounts linked to the id — at most one — that the other parameters
+		// admit, as they would on the whole list.
+		in := accounts.ListInput{Prefix: q.Get("prefix"), Cursor: q.Get("cursor"), Limit: limit}
+		if err := in.Validate(); err != nil {
+			return err
 		}
 		items := []accountBody{}
 		for _, kind := range accounts.LinkKinds {
@@ -73,7 +83,9 @@ func (a *API) listAccounts(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return err
 			}
-			items = append(items, a.accountBody(acct))
+			if in.Admits(acct.ID) {
+				items = append(items, a.accountBody(acct))
+			}
 			break
 		}
 		return writeJSON(w, http.StatusOK, map[string]any{"items": items, "next": nil})
@@ -158,14 +170,19 @@ func (a *API) getStanding(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"account": acct.ID, "cycles": labels, "features": features})
 }
 
-// eventScope is whose events a caller reads: an account its own, the operator the account it
-// names with account= (which it must).
+// errOtherAccount answers an account key that names another account on a list or a read of
+// its own resources: not found, as that account's resources are.
+var errOtherAccount = problem.New(problem.NotFound, "account not found", "No such account for this key; an account key reads its own.")
+
+// eventScope is whose events a caller reads: an account its own (naming another is
+// errOtherAccount), the operator the account it names with account= (which it must).
 func eventScope(r *http.Request) (string, error) {
 	p, _ := PrincipalFrom(r.Context())
 	named := r.URL.Query().Get("account")
 	if !p.Operator {
 		if named != "" && named != p.Account.ID {
-			return "", badRequest("account is for the operator key; an account key reads its own events.")
+			// Another account is not found, as its resources are; nothing says whether it exists.
+			return "", errOtherAccount
 		}
 		return p.Account.ID, nil
 	}
@@ -267,10 +284,10 @@ func (a *API) listHolds(w http.ResponseWriter, r *http.Request) error {
 	p, _ := PrincipalFrom(r.Context())
 	accountID, err := eventScope(r)
 	if err != nil {
-		if p.Operator {
+		if p.Operator && r.URL.Query().Get("account") == "" {
 			return badRequest("The operator names the account whose holds to list: account=<id>.")
 		}
-		return badRequest("account is for the operator key; an account key lists its own holds.")
+		return err
 	}
 	status := holds.Status(r.URL.Query().Get("status"))
 	if !status.Valid() {
