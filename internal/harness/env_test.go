@@ -19,9 +19,6 @@ import (
 // Between two schedules, reset leaves what fresh resources hold: the same tables and buckets,
 // under the same names, with nothing in them; and a message left on a queue is refused.
 func TestEnvReset_LeavesTheStateOfFreshResources(t *testing.T) {
-	if testenv.External() {
-		t.Skip("reset gives the in-process emulators fresh state")
-	}
 	ctx := context.Background()
 	endpoints, transport, ip := newInProcess(cloud.Endpoints{SQS: testenv.Endpoints(t).SQS})
 	env, err := newEnv(ctx, endpoints, transport, ip, nil)

@@ -74,9 +74,6 @@ func firstDifference(a, b string) string {
 // replayed alone on fresh resources, makes the same calls in the same order, meets the same
 // faults and ends the same way (reset leaves it what fresh resources hold).
 func TestHarness_ASeedRunsTheSameInARunAndAlone(t *testing.T) {
-	if testenv.External() {
-		t.Skip("the harness runs on the embedded emulators")
-	}
 	var inRun []harness.Result
 	opts := harness.Options{Endpoints: emulators(t)}
 	run := opts
