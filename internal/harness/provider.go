@@ -47,6 +47,10 @@ const (
 	standInStripeBase = "http://127.0.0.1:9"
 )
 
+// providerFaultRate is the chance that a provider call meets a fault while faults are on (in a
+// schedule with faults), beside the schedule's own rate.
+const providerFaultRate = 0.35
+
 // retryAfters are the Retry-After values (seconds) a 429 asks for: within the outbox's first
 // backoff, and past it.
 var retryAfters = []int{1, 20, 90}
@@ -137,11 +141,21 @@ func (p *providerWire) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := Call{Service: providerService, Op: endpoint, Write: req.Method == http.MethodPost}
 	s := a.sched.owner
 	fault := a.sched.park(a, c)
+	if fault == None && !s.Quiet() && s.FaultRate > 0 && a.Rand.Float64() < providerFaultRate {
+		// Provider calls are few in a schedule, and their faults are what the outbox is for:
+		// they meet one more often than AWS calls, drawn from the actor's own stream.
+		kinds := providerFaults(c)
+		fault = kinds[a.Rand.IntN(len(kinds))]
+		if fault.Kills() {
+			a.Kill()
+		}
+		s.Note("#%d %s: %s  !%s", a.ID, a.Name, c, fault)
+	}
 	if fault != Dead && s.timedOut(a, req.Context()) {
 		fault = Dead
 	}
-	if fault != Dead {
-		s.countFault(fault, c)
+	if fault != Dead && fault != None {
+		s.Count(providerKind(fault))
 	}
 	id := ""
 	if endpoint == stripestandin.EndpointMeterEvents {
@@ -179,6 +193,19 @@ func (p *providerWire) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("the provider answered after the client's %s timeout: %w", providerTimeout, errLost)
 	}
 	return resp, err
+}
+
+// providerKind names a provider call's fault in the counts, apart from the AWS calls' faults.
+func providerKind(f Fault) string {
+	switch f {
+	case ProviderThrottle, ProviderError, SlowAnswer:
+		return f.String()
+	case LostAnswer:
+		return "provider-applied-answer-lost"
+	case KillAfter:
+		return "provider-applied-then-killed"
+	}
+	return "provider-" + f.String()
 }
 
 func (p *providerWire) record(identifier string, f Fault) {

@@ -31,7 +31,7 @@ const (
 	runOneIn = 25
 	// Drainer runs start only at random points (every minute, in production), so that most
 	// meet rows the reports wrote.
-	maxDrains  = 12
+	maxDrains  = 16
 	drainOneIn = 40
 	waveOneIn  = 30
 	clockOneIn = 80
@@ -127,7 +127,7 @@ func (p *Reporter) Start(ctx context.Context, s *Schedule) error {
 		p.bill(s, st, ra)
 	}
 	p.report(s, st)
-	p.drain(s, st)
+	p.drain(s, st, nil)
 	if r.IntN(2) == 0 {
 		p.report(s, st) // two runs at once from the start
 	}
@@ -146,7 +146,7 @@ func (p *Reporter) Start(ctx context.Context, s *Schedule) error {
 			p.report(s, st)
 		}
 		if st.drains < maxDrains && rng.IntN(drainOneIn) == 0 {
-			p.drain(s, st)
+			p.drain(s, st, nil)
 		}
 		if rng.IntN(clockOneIn) == 0 {
 			d := clockJumps[rng.IntN(len(clockJumps))]
@@ -206,10 +206,10 @@ func (p *Reporter) bill(s *Schedule, st *reporterState, ra *reportAccount) {
 
 // afterReport starts, while faults are on, a drainer run after a run that reported, which then
 // meets the rows the report wrote.
-func (p *Reporter) afterReport(s *Schedule, st *reporterState, reported *bool) func(error) {
+func (p *Reporter) afterReport(s *Schedule, st *reporterState, reported *bool, one *reportAccount) func(error) {
 	return func(error) {
 		if *reported && !s.Quiet() && st.drains < maxDrains {
-			p.drain(s, st)
+			p.drain(s, st, one)
 		}
 	}
 }
@@ -242,11 +242,11 @@ func (p *Reporter) report(s *Schedule, st *reporterState) {
 		res, err := rep.Run(ictx)
 		*reported = res.Reported > 0
 		return err
-	}, p.afterReport(s, st, reported))
+	}, p.afterReport(s, st, reported, one))
 }
 
 // drain spawns a drainer run: one invocation of the drainer function, under its own owner.
-func (p *Reporter) drain(s *Schedule, st *reporterState) {
+func (p *Reporter) drain(s *Schedule, st *reporterState, target *reportAccount) {
 	st.drains++
 	fn := s.Env.Function(resources.FunctionDrainer)
 	pause := s.FaultRate > 0 && s.Rand.IntN(pauseOneIn) == 0
@@ -254,10 +254,11 @@ func (p *Reporter) drain(s *Schedule, st *reporterState) {
 	// Most runs while faults are on drain one account's cycle by itself (its rows read, each
 	// due one drained, as the reconciler drains a repair row): a whole run reads 8 shards of the
 	// due index first.
-	var one *reportAccount
-	if !s.Quiet() && s.Rand.IntN(3) != 0 {
+	one := target
+	if one == nil && !s.Quiet() && s.Rand.IntN(3) != 0 {
 		one = st.accts[s.Rand.IntN(len(st.accts))]
 	}
+	due := new(bool)
 	s.Spawn(fmt.Sprintf("drainer %d", n), resources.FunctionDrainer, func(ctx context.Context) error {
 		ictx := s.Invoke(ctx, resources.FunctionDrainer)
 		if pause {
@@ -265,7 +266,8 @@ func (p *Reporter) drain(s *Schedule, st *reporterState) {
 		}
 		d := drainerOf(fn, fmt.Sprintf("drainer-%d", n))
 		if one == nil {
-			_, err := d.Run(ictx)
+			res, err := d.Run(ictx)
+			*due = res.Due > 0
 			return err
 		}
 		rows, err := fn.Outbox.Cycle(ictx, one.acct.ID, plans.FeatureEvents, p.cycle(s, one))
@@ -275,13 +277,21 @@ func (p *Reporter) drain(s *Schedule, st *reporterState) {
 		var errs []error
 		for _, row := range rows {
 			if row.Status.Due() {
+				*due = true
 				if _, err := d.Drain(ictx, outbox.RefOf(row)); err != nil {
 					errs = append(errs, err)
 				}
 			}
 		}
 		return errors.Join(errs...)
-	}, nil)
+	}, func(error) {
+		// While faults are on and rows were due, the next minute's drainer run follows.
+		if *due && !s.Quiet() && st.drains < maxDrains {
+			s.Env.Clock.Advance(time.Minute)
+			s.Note("clock +%s (the next drainer run)", time.Minute)
+			p.drain(s, st, one)
+		}
+	})
 }
 
 // reporterOf is the function's reporter under its own owner: each invocation is its own process
@@ -387,7 +397,7 @@ func (p *Reporter) Idle(ctx context.Context, s *Schedule) bool {
 		s.Env.Clock.Advance(wait + time.Millisecond)
 		s.Note("clock +%s (the next outbox row due)", wait+time.Millisecond)
 	}
-	p.drain(s, st)
+	p.drain(s, st, nil)
 	return true
 }
 
