@@ -48,6 +48,9 @@ var harnessAblations = []struct {
 	{"idempotency.takeover.expired", "idempotency", 200},
 	{"idempotency.complete.token", "idempotency", 200},
 	{"idempotency.release.token", "idempotency", 300},
+	// A meter write after a report took its row's mark off lands unmarked without the check:
+	// the ledger moves and Stripe never hears of it.
+	{"usage.mark.present", "reporter", 100},
 }
 
 // storeAblations are the guards no pipeline of the harness reaches (an operator's redrive, a row
@@ -83,7 +86,6 @@ var storeAblations = map[string]string{
 	"accounts.update.kindeAgreementId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
 	// The reporter, the outbox, the reconciler and the review list (no harness pipeline runs
 	// them yet).
-	"usage.mark.present":        "internal/usage TestGuard_AWriteThatChecksAMissingMarkIsCancelled",
 	"usage.mark-clear.rev":      "internal/usage TestGuard_AWriteAfterTheReadKeepsItsMark",
 	"usage.mark-clear.fresh":    "internal/usage TestGuard_AFirstWriteAfterTheReadKeepsItsMark",
 	"usage.rebuild.rev":         "internal/usage TestGuard_ARebuildLosesNoWriteMadeSinceItsRead",

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
@@ -34,8 +37,8 @@ const (
 	maxDrains  = 16
 	drainOneIn = 40
 	waveOneIn  = 30
-	clockOneIn = 80
-	pauseOneIn = 8
+	clockOneIn = 40
+	pauseOneIn = 3
 	// maxIdleRounds bounds the rounds that finish a schedule once faults are over: a report of
 	// what is still marked, or a drain of what is still due, each.
 	maxIdleRounds = 40
@@ -123,6 +126,23 @@ func (p *Reporter) Start(ctx context.Context, s *Schedule) error {
 	}
 	s.Note("reporter: %d accounts, fault rate %.2f, drift %d", n, s.FaultRate, st.drift)
 	installReportHooks(s.Env)
+	// A final row (SENT, DEAD, REVIEW) is never written again but to cancel it: a late drainer
+	// that rewrites one has overwritten what another drainer finished.
+	final := map[string]outbox.Status{}
+	s.Observe(func(a *Actor, c Call, params any, committed bool) {
+		in, ok := params.(*dynamodb.PutItemInput)
+		if !ok || !committed || c.Table != resources.TableOutbox {
+			return
+		}
+		key := dynamo.Str(in.Item, "pk") + " " + dynamo.Str(in.Item, "sk")
+		status := outbox.Status(dynamo.Str(in.Item, "status"))
+		if prev, ok := final[key]; ok && status != outbox.Cancelled {
+			s.Violate("reporter: #%d %s rewrote the %s outbox row %s as %s", a.ID, a.Name, prev, key, status)
+		}
+		if !status.Due() {
+			final[key] = status
+		}
+	})
 	for _, ra := range st.accts {
 		p.bill(s, st, ra)
 	}
