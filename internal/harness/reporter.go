@@ -322,6 +322,8 @@ func reporterOf(fn *app.Function, owner string) *report.Reporter {
 		Usage: r.Usage, Marks: r.Marks, State: r.State, Outbox: r.Outbox, Accounts: r.Accounts, Catalog: r.Catalog,
 		Kinde: r.Kinde, Stripe: r.Stripe, Review: r.Review, Reconcile: r.Reconcile, Metrics: r.Metrics, Log: r.Log,
 		Now: r.Now, Owner: owner, Hook: r.Hook,
+		// One thread: the scheduler owns every interleaving.
+		Concurrency: 1,
 	}
 }
 
@@ -330,6 +332,7 @@ func drainerOf(fn *app.Function, owner string) *outbox.Drainer {
 	d := fn.Drainer
 	return &outbox.Drainer{
 		Store: d.Store, Sender: d.Sender, Review: d.Review, Metrics: d.Metrics, Log: d.Log, Now: d.Now, Owner: owner, Hook: d.Hook,
+		Concurrency: 1,
 	}
 }
 
