@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/instrument"
@@ -312,7 +314,8 @@ func TestBatch_ConcurrentDeliveriesAndRacingBatches_CapExact(t *testing.T) {
 }
 
 // A redelivery of a finished batch acks in one round trip, whatever its size: one read of the
-// batch's state. It writes nothing.
+// batch's state. It writes nothing. A delivery SQS did not count as a redelivery writes the
+// unit's object first (refused as already there) and then reads: no DynamoDB write either.
 func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
@@ -324,13 +327,24 @@ func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	}
 	calls.Reset()
 	puts.n = 0
+	resp, err := h.Fn(resources.FunctionWorker).Worker.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: body, Attributes: map[string]string{"ApproximateReceiveCount": "2"}},
+	}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	snap := calls.Snapshot()
+	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
+		t.Errorf("redelivery calls %v, %d archive writes; want one read of the ledger", snap, puts.n)
+	}
+	calls.Reset()
 	res, err := process(t, h, body)
 	if err != nil || res.Final != ledger.Inserted {
 		t.Fatalf("%+v %v", res, err)
 	}
-	snap := calls.Snapshot()
-	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
-		t.Errorf("redelivery calls %v; want one read of the ledger", snap)
+	snap = calls.Snapshot()
+	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 1 {
+		t.Errorf("first-count delivery of a finished batch: calls %v, %d archive writes; want one read and one archive write", snap, puts.n)
 	}
 	// The same events sent again in another batch (a client retrying): one read of the batch,
 	// one of the batch that owns them, nothing written.
@@ -469,5 +483,93 @@ func TestBatch_TransactionCancelledByOneMember(t *testing.T) {
 			t.Errorf("%s: %s batch %q", id, e.Status, e.Batch)
 		}
 		assertStoredOnce(t, h, "acct_cx", id, map[bool]string{true: single, false: body}[i == 1])
+	}
+}
+
+// orderLedger and orderArchive record the order of a unit's archive write, reads and claims.
+type orderLedger struct {
+	worker.Ledger
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (l orderLedger) ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, ids []string) (ledger.BatchState, error) {
+	l.mu.Lock()
+	*l.log = append(*l.log, "read")
+	l.mu.Unlock()
+	return l.Ledger.ReadBatch(ctx, accountID, batch, cycle, b, ids)
+}
+
+func (l orderLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
+	l.mu.Lock()
+	*l.log = append(*l.log, "claim")
+	l.mu.Unlock()
+	return l.Ledger.WriteBatchClaim(ctx, c)
+}
+
+type orderArchive struct {
+	worker.Archive
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (a orderArchive) Put(ctx context.Context, key string, body []byte) error {
+	a.mu.Lock()
+	*a.log = append(*a.log, "archive")
+	a.mu.Unlock()
+	return a.Archive.Put(ctx, key, body)
+}
+
+// A first delivery writes the unit's object before its read, so nothing stands between the read
+// and the claim: the window in which a concurrent unit holding one of the same events (a
+// client's retry) can claim it and cancel this unit's transaction is the read's and the
+// transaction's own latency. A redelivery reads first and archives only what it will claim;
+// either way the object is written before the claim, and it holds every member (a member claimed
+// elsewhere too), at the ranges the entries record.
+func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_ord", "free", nil)
+	w := h.Fn(resources.FunctionWorker).Worker
+	if _, err := process(t, h, message(t, h, "acct_ord", "evt_00", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var log []string
+	plainL, plainA := w.Ledger, w.Archive
+	w.Ledger, w.Archive = orderLedger{plainL, &mu, &log}, orderArchive{plainA, &mu, &log}
+	defer func() { w.Ledger, w.Archive = plainL, plainA }()
+	ids := idsN("evt", 4)
+	body := packed(t, h, "acct_ord", nil, ids...)
+	if _, err := process(t, h, body); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[archive read claim]" {
+		t.Errorf("first delivery: %s; want [archive read claim]", got)
+	}
+	m, _ := event.DecodeMessage(body)
+	var want []byte
+	for _, env := range m.Envelopes {
+		want = append(append(want, env.Event...), '\n')
+	}
+	if got := archived(t, h, entry(t, h, "acct_ord", ids[1])); !bytes.Equal(got, want) {
+		t.Errorf("the unit's object:\n%s\nwant every member's payload\n%s", got, want)
+	}
+	for _, id := range ids {
+		assertStoredOnce(t, h, "acct_ord", id, map[bool]string{true: message(t, h, "acct_ord", id, nil), false: body}[id == ids[0]])
+	}
+	log = nil
+	again := packed(t, h, "acct_ord", nil, append(idsN("evt", 4), "evt_new")...)
+	resp, err := w.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: again, Attributes: map[string]string{"ApproximateReceiveCount": "3"}},
+	}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	if got := fmt.Sprint(log); got != "[read archive claim]" {
+		t.Errorf("redelivery with one event to claim: %s; want [read archive claim]", got)
+	}
+	assertStoredOnce(t, h, "acct_ord", "evt_new", again)
+	if got := used(t, h, "acct_ord"); got != 5 {
+		t.Errorf("meter %d, want 5", got)
 	}
 }
