@@ -19,23 +19,26 @@ import (
 	"github.com/ferrymeter/ferry/internal/retry"
 )
 
-// The batch pipeline: the events of one packed message (event.Packed), one account's, billed
-// together. Its steps are the per-event pipeline's, each done once for the whole batch:
+// The batch pipeline: the events of one unit (a packed message, or in batch mode several
+// messages of one account coalesced), billed together. Its steps are the per-event pipeline's,
+// each done once for the whole unit:
 //
-//  1. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
-//     located in the batch's archive object, or REJECTED past the cap, and moves the meter once
+//  1. Archive: one object holding every member's payload in unit order, under a key derived
+//     from the unit and those bytes, so every delivery and every lap writes the same bytes (the
+//     conditional put makes a retry free). A first delivery writes it before the read below, so
+//     the read and the claim are adjacent; a redelivery writes it only if its read finds a
+//     member to claim. Either way it exists before any entry points into it.
+//  2. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
+//     located in the unit's archive object, or REJECTED past the cap, and moves the meter once
 //     (ledger.DynamoStore.WriteBatchClaim). A cancelled transaction is resolved from durable
 //     state (ReadBatch), and the next lap claims what is still unclaimed, admitting as many as
-//     fit, in message order.
-//  2. Each event's scenario is picked from the ordered table in package ledger, from durable
-//     state: its entry as the claim wrote it or as read, the batch's record and, for an
+//     fit, in unit order.
+//  3. Each event's scenario is picked from the ordered table in package ledger, from durable
+//     state: its entry as the claim wrote it or as read, the unit's record and, for an
 //     INSERTING entry, one bulk probe of the analytics rows.
-//  3. Archive: one object under a key the claim fixed, holding the admitted events' payloads in
-//     message order; its bytes derive from the message and the entries alone, so every retry
-//     writes the same bytes (and the conditional put makes the retry free).
 //  4. Insert: the rows in bulk; a refused bulk write is retried row by row, so a poison row is
 //     quarantined alone.
-//  5. Mark: one item records the batch finished (MarkBatchDone).
+//  5. Mark: one item records the unit finished (MarkBatchDone).
 //
 // An event of the message that another unit claimed (sent before, alone or in another batch) is
 // handed to the per-event pipeline, which finishes it from its own entry.
