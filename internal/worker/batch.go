@@ -217,7 +217,9 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		r.archivedKey = layout.key
 		return nil
 	}
-	if !r.redelivered {
+	// An account that may not spend admits nothing: its events are claimed REJECTED, with no
+	// payload to archive.
+	if !r.redelivered && r.billing.Kind != ledger.BillReject {
 		if err := archive(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -526,18 +528,37 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 		return err
 	}
 	l := unitLayout(r)
+	write := false
+	stored := map[string]bool{}
 	for _, mb := range members {
 		e := mb.entry
 		if mb.foreign || e.ArchiveKey == "" {
 			continue
 		}
-		if e.ArchiveKey != l.key || e.ArchiveOffset != l.offset[e.EventID] || e.ArchiveLength != int64(len(mb.env.Event)) {
-			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which this unit does not lay out",
+		if e.ArchiveKey == l.key && e.ArchiveOffset == l.offset[e.EventID] && e.ArchiveLength == int64(len(mb.env.Event)) {
+			write = true
+			continue
+		}
+		// Claimed under another layout (an object of the admitted members only, as units were
+		// archived before this one): that object was written before the claim, so it is there
+		// unless the entry is not this unit's to repair.
+		ok, seen := stored[e.ArchiveKey]
+		if !seen {
+			var err error
+			if ok, err = w.Archive.Exists(ctx, e.ArchiveKey); err != nil {
+				return err
+			}
+			stored[e.ArchiveKey] = ok
+		}
+		if !ok {
+			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
 				r.batch, e.EventID, e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength)
 		}
 	}
-	if err := w.Archive.Put(ctx, l.key, l.body); err != nil {
-		return err
+	if write {
+		if err := w.Archive.Put(ctx, l.key, l.body); err != nil {
+			return err
+		}
 	}
 	return w.hook(ctx, Point{Stage: ledger.StageArchive})
 }

@@ -372,9 +372,14 @@ func TestBatch_Tiers(t *testing.T) {
 	if r := h.Do(t, "PATCH", "/v1/accounts/acct_lapsed", apptest.AdminKey, map[string]any{"status": "inactive"}); r.Status != 200 {
 		t.Fatalf("deactivate: %d %s", r.Status, r.Body)
 	}
+	puts := countPuts(h)
 	for _, acct := range []string{"acct_plus", "acct_internal", "acct_lapsed"} {
+		before := puts.n
 		if _, err := process(t, h, packed(t, h, acct, nil, idsN("evt", 4)...)); err != nil {
 			t.Fatalf("%s: %v", acct, err)
+		}
+		if wrote := puts.n - before; wrote != map[bool]int{true: 0, false: 1}[acct == "acct_lapsed"] {
+			t.Errorf("%s: %d archive writes; want one, and none for an inactive account's rejected events", acct, wrote)
 		}
 	}
 	for _, tc := range []struct {
@@ -571,5 +576,77 @@ func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
 	assertStoredOnce(t, h, "acct_ord", "evt_new", again)
 	if got := used(t, h, "acct_ord"); got != 5 {
 		t.Errorf("meter %d, want 5", got)
+	}
+}
+
+// relayoutLedger claims the admitted members into an object of their payloads only, as units
+// were archived before every member's payload was in the unit's object: the entries of such a
+// unit record another layout than the one the unit now writes.
+type relayoutLedger struct {
+	worker.Ledger
+	archive worker.Archive
+	body    func(id string) []byte
+	key     string
+	skipPut bool
+}
+
+func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
+	var obj []byte
+	for i, e := range c.Admit {
+		p := l.body(e.EventID)
+		c.Admit[i].ArchiveKey, c.Admit[i].ArchiveOffset, c.Admit[i].ArchiveLength = l.key, int64(len(obj)), int64(len(p))
+		obj = append(append(obj, p...), '\n')
+	}
+	if !l.skipPut {
+		if err := l.archive.Put(ctx, l.key, obj); err != nil {
+			return err
+		}
+	}
+	return l.Ledger.WriteBatchClaim(ctx, c)
+}
+
+// A unit whose entries were claimed under an older layout (an object of the admitted payloads
+// only) and which died after its claim: its redelivery finishes every member from the object the
+// entries name, which was written before the claim. If that object is missing, the unit fails
+// (it cannot be repaired by a retry, and reaches the DLQ) instead of pointing rows at nothing.
+func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testing.T) {
+	for _, missing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "object stored", true: "object missing"}[missing], func(t *testing.T) {
+			h := apptest.New(t)
+			h.CreateAccount(t, "acct_old", "free", nil)
+			w := h.Fn(resources.FunctionWorker).Worker
+			ids := idsN("evt", 3)
+			if _, err := process(t, h, message(t, h, "acct_old", ids[0], nil)); err != nil {
+				t.Fatal(err)
+			}
+			body := packed(t, h, "acct_old", nil, ids...)
+			plain := w.Ledger
+			w.Ledger = &relayoutLedger{Ledger: plain, archive: w.Archive, key: "events/dt=2026-11-01/account=acct_old/batch-old.jsonl",
+				body: func(id string) []byte { return payloadOf(t, body, id) }, skipPut: missing}
+			w.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+			if _, err := process(t, h, body); !errors.Is(err, errKilled) {
+				t.Fatalf("not killed: %v", err)
+			}
+			w.Ledger, w.Hook = plain, nil
+			_, err := process(t, h, body)
+			if missing {
+				if err == nil {
+					t.Fatal("a unit whose entries name a missing object was acked")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids[1:] {
+				if e := entry(t, h, "acct_old", id); e.ArchiveKey != "events/dt=2026-11-01/account=acct_old/batch-old.jsonl" {
+					t.Errorf("%s archived at %s", id, e.ArchiveKey)
+				}
+				assertStoredOnce(t, h, "acct_old", id, body)
+			}
+			if got := used(t, h, "acct_old"); got != 3 {
+				t.Errorf("meter %d, want 3", got)
+			}
+		})
 	}
 }
