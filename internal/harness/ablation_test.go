@@ -48,6 +48,11 @@ var harnessAblations = []struct {
 	{"idempotency.takeover.expired", "idempotency", 200},
 	{"idempotency.complete.token", "idempotency", 200},
 	{"idempotency.release.token", "idempotency", 300},
+	// A meter write after a report took its row's mark off lands unmarked without the check:
+	// the ledger moves and Stripe never hears of it.
+	{"usage.mark.present", "reporter", 100},
+	// A drainer whose claim lapsed records its failure over the row another drainer sent since.
+	{"outbox.rewrite.rev", "reporter", 100},
 }
 
 // storeAblations are the guards no pipeline of the harness reaches (an operator's redrive, a row
@@ -81,20 +86,26 @@ var storeAblations = map[string]string{
 	"accounts.update.stripeCustomerId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
 	"accounts.update.kindeAgreementId.was-absent": "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
 	"accounts.update.kindeAgreementId.unchanged":  "internal/accounts TestGuard_LinksAreChangedOnlyFromWhatWasRead",
-	// The reporter, the outbox, the reconciler and the review list (no harness pipeline runs
-	// them yet).
-	"usage.mark.present":        "internal/usage TestGuard_AWriteThatChecksAMissingMarkIsCancelled",
-	"usage.mark-clear.rev":      "internal/usage TestGuard_AWriteAfterTheReadKeepsItsMark",
-	"usage.mark-clear.fresh":    "internal/usage TestGuard_AFirstWriteAfterTheReadKeepsItsMark",
-	"usage.rebuild.rev":         "internal/usage TestGuard_ARebuildLosesNoWriteMadeSinceItsRead",
-	"usage.rebuild.fresh":       "internal/usage TestGuard_ARebuildOfARowReadAbsentLosesNoFirstWrite",
-	"usage.correction.absent":   "internal/usage TestGuard_ACorrectionIsWrittenOnce",
-	"report.claim.lease-free":   "internal/report TestGuard_OneRunAtATimeReportsACycle",
-	"report.release.owner":      "internal/report TestGuard_ALapsedRunNeverFreesTheNextRunsLease",
+	// The usage rows' mark clearing and rebuilds, corrections, the reconciler and the review
+	// list: no harness pipeline runs them under faults (the reporter pipeline's reconciler runs
+	// once, quiet, at the end). The reporter's lease (claim, release), the outbox's insert and
+	// the cancellations' lastSent are defence in depth the reporter pipeline does not single
+	// out: with each removed, 200 reporter schedules keep every invariant, because report.sent.prev
+	// (a lapsed or shared lease), the identifier (a row written twice is the same event, which
+	// Stripe counts once) and no over-billing repair in the pipeline cover them; their packages'
+	// tests run the windows they close.
+	"usage.mark-clear.rev":    "internal/usage TestGuard_AWriteAfterTheReadKeepsItsMark",
+	"usage.mark-clear.fresh":  "internal/usage TestGuard_AFirstWriteAfterTheReadKeepsItsMark",
+	"usage.rebuild.rev":       "internal/usage TestGuard_ARebuildLosesNoWriteMadeSinceItsRead",
+	"usage.rebuild.fresh":     "internal/usage TestGuard_ARebuildOfARowReadAbsentLosesNoFirstWrite",
+	"usage.correction.absent": "internal/usage TestGuard_ACorrectionIsWrittenOnce",
+	"report.claim.lease-free": "internal/report TestGuard_OneRunAtATimeReportsACycle",
+	"report.release.owner":    "internal/report TestGuard_ALapsedRunNeverFreesTheNextRunsLease",
+	// The reporter pipeline needs it too (seed 120: two runs on one lastSent over-bill Stripe,
+	// 5 for a ledger of 3), but past the 122 schedules that takes the ablation table's CI size.
 	"report.sent.prev":          "internal/report TestGuard_TwoDeltasFromOneLastSent_OnlyOneCommits",
 	"report.cancelled.prev":     "internal/report TestGuard_CancellationsLowerLastSentOnlyFromWhatTheyRead",
 	"outbox.insert.absent":      "internal/outbox TestGuard_OneIdentifierIsOneRow",
-	"outbox.rewrite.rev":        "internal/outbox TestGuard_ALateDrainerNeverRewritesARowChangedSince",
 	"reconcile.evidence.absent": "internal/reconcile TestGuard_EvidenceIsRecordedOnce",
 	"reconcile.request-done.at": "internal/reconcile TestGuard_ARequestMadeAgainAfterTheReadStays",
 	"review.add.absent":         "internal/review TestGuard_AnEntryIsListedOnce",

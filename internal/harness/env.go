@@ -43,6 +43,8 @@ type Env struct {
 	tables    map[string]string
 	guards    []*instrument.Guard
 	endpoints cloud.Endpoints
+	// provider is the providers' transport, with the schedule's Stripe stand-in.
+	provider *providerWire
 
 	// refusedBefore is how many calls each guard had refused when the schedule began.
 	refusedBefore []int
@@ -91,6 +93,8 @@ func newEnv(ctx context.Context, endpoints cloud.Endpoints, transport cloud.Opti
 	e.tables = tables
 	cfg := app.DefaultConfig()
 	cfg.OperatorKey = "harness-operator-key"
+	e.provider = newProviderWire(e.Clock)
+	cfg.Meters = e.provider.meters()
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
 		guard := instrument.NewGuard(fn, names)
 		e.guards = append(e.guards, guard)

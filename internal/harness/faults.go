@@ -89,6 +89,8 @@ func faultsFor(c Call) []Fault {
 			return []Fault{ServiceError, ServiceError, LostAnswer, KillBefore, KillAfter}
 		}
 		return []Fault{ServiceError}
+	case providerService:
+		return providerFaults(c)
 	}
 	return nil
 }

@@ -66,6 +66,9 @@ type Drainer struct {
 	Now     func() time.Time
 	// Owner names this drainer in its claims; empty picks a random name.
 	Owner string
+	// Concurrency bounds the rows one run sends at once; 0 means sendConcurrency. The fault
+	// harness, which owns every interleaving, runs one at a time.
+	Concurrency int
 	// Hook runs at each Point; an error stops the row there, as if the process died. Tests use
 	// it to kill the drainer in each crash window; production leaves it nil.
 	Hook func(ctx context.Context, p Point, r Row) error
@@ -106,7 +109,11 @@ func (d *Drainer) Run(ctx context.Context) (Result, error) {
 	}
 	var errs []error
 	drain := func(ref Ref) (Outcome, error) { return d.Drain(ctx, ref) }
-	fanout.Each(refs, sendConcurrency, drain, func(_ Ref, out Outcome, err error) {
+	concurrency := sendConcurrency
+	if d.Concurrency > 0 {
+		concurrency = d.Concurrency
+	}
+	fanout.Each(refs, concurrency, drain, func(_ Ref, out Outcome, err error) {
 		switch {
 		case err != nil:
 			res.Failed++

@@ -114,6 +114,9 @@ type Reporter struct {
 	Now       func() time.Time
 	// Owner names this reporter in its leases; empty picks a random name.
 	Owner string
+	// Concurrency bounds the cycles one run reports at once; 0 means reportConcurrency. The
+	// fault harness, which owns every interleaving, runs one at a time.
+	Concurrency int
 	// Hook runs at each Point; an error stops the key there, as if the process died. Tests use
 	// it to kill the reporter in each crash window; production leaves it nil.
 	Hook func(ctx context.Context, p Point, k Key) error
@@ -198,7 +201,11 @@ func (r *Reporter) Run(ctx context.Context) (Result, error) {
 	}
 	var errs []error
 	report := func(k Key) (Outcome, error) { return r.Report(ctx, k, p) }
-	fanout.Each(keys, reportConcurrency, report, func(k Key, out Outcome, err error) {
+	concurrency := reportConcurrency
+	if r.Concurrency > 0 {
+		concurrency = r.Concurrency
+	}
+	fanout.Each(keys, concurrency, report, func(k Key, out Outcome, err error) {
 		switch {
 		case err != nil:
 			res.Failed++

@@ -153,6 +153,13 @@ func (s *Server) SetLag(d time.Duration) {
 	s.lag = d
 }
 
+// SetRetryAfter sets the Retry-After (seconds) a ratelimit fault answers with.
+func (s *Server) SetRetryAfter(secs int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retryAfterS = secs
+}
+
 // SetHang sets how long a timeout-after-write holds its answer.
 func (s *Server) SetHang(d time.Duration) {
 	s.mu.Lock()
