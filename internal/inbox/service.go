@@ -198,10 +198,10 @@ func (w *Worker) Process(ctx context.Context, id string) (Outcome, error) {
 			dead := e
 			dead.Status, dead.Rev, dead.UpdatedAtMs, dead.FinishedAtMs = Dead, e.Rev+1, nowMs, nowMs
 			dead.Reason = fmt.Sprintf("the worker stopped during the last of %d attempts (its lease lapsed)", MaxAttempts)
+			w.dead(dead) // before the write: see dead
 			if err := w.Store.Transition(ctx, e.Rev, dead); err != nil {
 				return claim{}, rereadIfCancelled(err)
 			}
-			w.dead(dead)
 			out = Outcome{Status: Dead}
 			return claim{}, nil
 		}
@@ -362,6 +362,7 @@ func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome,
 	failed.Reason = truncate(fmt.Sprintf("attempt %d of %d failed: %v", claimed.Attempts, MaxAttempts, cause), maxReasonBytes)
 	if status == Dead {
 		failed.FinishedAtMs = now
+		w.dead(failed) // before the write: see dead
 	}
 	if err := w.Store.Transition(ctx, claimed.Rev, failed); err != nil {
 		if IsCancelled(err) {
@@ -371,7 +372,6 @@ func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome,
 		return Outcome{}, errors.Join(cause, err)
 	}
 	if status == Dead {
-		w.dead(failed)
 		return Outcome{Status: Dead}, nil
 	}
 	w.Metrics.Count(metrics.InboxFailed, 1)
@@ -380,6 +380,10 @@ func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome,
 	return Outcome{Status: Failed, RetryAfter: RetryAt(now, next)}, nil
 }
 
+// dead raises the alarm for an event about to be written DEAD. It runs before the write: a DEAD
+// event is never looked at again, so a write that commits but whose answer is lost must not take
+// the alarm with it. A write that does not commit leaves the event to a later attempt, which
+// raises it again (an alarm twice, never none).
 func (w *Worker) dead(e Event) {
 	w.Metrics.Count(metrics.InboxDead, 1)
 	w.Log.Error("billing event is DEAD: replay it once the cause is fixed", "event", e.ID, "source", e.Source,

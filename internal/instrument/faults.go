@@ -46,10 +46,11 @@ type Faults struct {
 // NewFaults returns an injector following plan; a nil plan injects nothing.
 func NewFaults(plan FaultPlan) *Faults { return &Faults{plan: plan} }
 
-// CrashAfterWrite crashes right after the nth write call commits.
+// CrashAfterWrite crashes right after the nth write call commits, and lets every other call
+// through (the calls after it see the same write count).
 func CrashAfterWrite(n int) FaultPlan {
-	return func(_ string, _, write int) Fault {
-		if write == n {
+	return func(op string, _, write int) Fault {
+		if writeOps[op] && write == n {
 			return CrashAfter
 		}
 		return NoFault

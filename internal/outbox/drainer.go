@@ -186,14 +186,18 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 			retryAfter = se.RetryAfter
 		}
 		next, out := claimed.AfterFailure(sendErr.Error(), stripe.IsRetryable(sendErr), retryAfter, nowMs)
-		if _, err := d.Store.Rewrite(ctx, next, claimed.Rev); err != nil && !errors.Is(err, ErrChanged) {
-			return "", fmt.Errorf("record the failed send of %s: %w", claimed.Identifier(), err)
-		}
 		if out == OutcomeDead {
+			// The alarm comes before the write: a DEAD row is never looked at again, so a write
+			// that commits but whose answer is lost must not take the alarm with it. A write that
+			// did not commit leaves the row claimed; the next drainer's last try raises it again.
 			d.Metrics.Count(metrics.OutboxDead, 1)
 			log.Error("outbox row DEAD: its meter event is not on Stripe's meter; the reconciler repairs the meter from the ledger",
 				"attempts", claimed.Attempts, "err", sendErr)
-		} else {
+		}
+		if _, err := d.Store.Rewrite(ctx, next, claimed.Rev); err != nil && !errors.Is(err, ErrChanged) {
+			return "", fmt.Errorf("record the failed send of %s: %w", claimed.Identifier(), err)
+		}
+		if out != OutcomeDead {
 			d.Metrics.Count(metrics.OutboxRetried, 1)
 			log.Warn("meter event not sent; backing off", "attempts", claimed.Attempts, "nextAttemptAt", time.UnixMilli(next.NextAttemptAtMs).UTC(), "err", sendErr)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/instrument"
 	"github.com/ferrymeter/ferry/internal/metrics"
 	"github.com/ferrymeter/ferry/internal/outbox"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -29,10 +30,10 @@ type rig struct {
 	d     *outbox.Drainer
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, dynamoOpts ...func(*dynamodb.Options)) *rig {
 	t.Helper()
 	stand := apptest.NewStandIns(t, plans.Default())
-	h := apptest.New(t, apptest.Options{Meters: stand.Meters})
+	h := apptest.New(t, apptest.Options{Meters: stand.Meters, DynamoDB: dynamoOpts})
 	stand.Stripe.SetClock(h.Clock.Now)
 	return &rig{h: h, stand: stand, d: h.Fn(resources.FunctionMeterAPI).Meters.Drainer}
 }
@@ -264,6 +265,35 @@ func TestDrainer_BacksOffThenDeadLetters(t *testing.T) {
 	}
 	if got := r.stand.Stripe.Counts().MeterEventRequests; got != outbox.MaxAttempts {
 		t.Errorf("%d sends; want %d", got, outbox.MaxAttempts)
+	}
+}
+
+// The write that makes a row DEAD commits but its answer is lost (the drainer dies with it): the
+// row is DEAD, which no drainer looks at again, so the alarm must have been raised before that
+// write, not after it.
+func TestDrainer_DeadWriteWhoseAnswerIsLost_StillAlarms(t *testing.T) {
+	faults := instrument.NewFaults(nil)
+	r := newRig(t, faults.Option)
+	row := r.row(t)
+	fails := make([]standin.Fault, outbox.MaxAttempts)
+	for i := range fails {
+		fails[i] = standin.Fail
+	}
+	r.stand.Stripe.FailNext(standin.EndpointMeterEvents, fails...)
+	for attempt := 1; attempt < outbox.MaxAttempts; attempt++ {
+		r.run(t, r.d)
+		r.h.Clock.Advance(outbox.Backoff(attempt))
+	}
+	// The last attempt writes twice: the claim, then the DEAD row.
+	faults.SetPlan(instrument.CrashAfterWrite(2))
+	if _, err := r.d.Run(context.Background()); !errors.Is(err, instrument.ErrInjectedCrash) {
+		t.Fatalf("the last attempt: %v; want the injected crash (fired %v)", err, faults.Fired())
+	}
+	if got := r.get(t, row); got.Status != outbox.Dead {
+		t.Fatalf("row %+v; want it DEAD (the write committed)", got)
+	}
+	if got := r.h.Counter.Get(metrics.OutboxDead); got != 1 {
+		t.Errorf("OutboxDead = %d; a DEAD row must raise its alarm even when the write's answer is lost", got)
 	}
 }
 
