@@ -89,6 +89,9 @@ const (
 	invoiceOverdue
 	unknownPlan
 	unhandledType
+	// meterUsage is Kinde's meter change: a mark for the reconciler, which changes nothing on
+	// the account and so checks the link on its own.
+	meterUsage
 )
 
 // billingEvent is one provider event of the schedule.
@@ -185,6 +188,12 @@ type inboxState struct {
 	idleRounds  int
 	pauses      bool
 	handler     http.Handler
+	// unlink, when set, is the customer an operator unlinks from account 0 while the events
+	// are applied; unlinked: the unlink committed.
+	unlink accounts.LinkKind
+	// admitted: an admission read account 0's allowance, which opens its cycle (or tops it up
+	// to the plan the account is on).
+	admitted bool
 	// rows counts the committed writes of each grant row; billing counts those of each account
 	// change key.
 	rows    map[string]int
@@ -200,7 +209,11 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 		return err
 	}
 	api := s.Env.Function(resources.FunctionAPI).Accounts
-	nAccounts := 1 + r.IntN(maxInboxAccounts)
+	// Most schedules put every event on one account, so that its events race one another.
+	nAccounts := 1
+	if r.IntN(3) == 0 {
+		nAccounts = maxInboxAccounts
+	}
 	for i := range nAccounts {
 		acct, _, err := api.Create(ctx, accounts.CreateInput{
 			ID: fmt.Sprintf("acct_b%d_%d", s.Seed, i), Plan: "free", Status: accounts.Active,
@@ -212,13 +225,17 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 		st.accounts = append(st.accounts, acct)
 	}
 	n := 3 + r.IntN(maxBillingEvents-2)
-	kinds := []billingKind{toPlus, toPlus, toPlus, toDefault, toDefault, paidPlus, paidPlus, paymentFailed, invoiceOverdue, unknownPlan, unhandledType}
+	kinds := []billingKind{toPlus, toPlus, toPlus, toDefault, toDefault, paidPlus, paidPlus, paymentFailed, paymentFailed,
+		invoiceOverdue, invoiceOverdue, unknownPlan, unhandledType, meterUsage}
 	for i := range n {
 		e := &billingEvent{kind: kinds[r.IntN(len(kinds))], account: r.IntN(nAccounts)}
 		if r.IntN(10) == 0 {
 			e.account = -1
 		}
 		e.source = []inbox.Source{inbox.Kinde, inbox.Stripe}[r.IntN(2)]
+		if e.kind == meterUsage {
+			e.source = inbox.Kinde // Stripe sends no such event
+		}
 		// A few distinct instants, so that events tie: Stripe's are whole seconds, and half of
 		// Kinde's too.
 		e.at = startTime.Add(-time.Duration(r.IntN(5)) * time.Minute)
@@ -253,9 +270,29 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	}
 	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	first := 1 + r.IntN(len(all))
+	if r.IntN(3) == 0 {
+		first = len(all) // a storm: every copy at once
+	}
 	st.late = all[first:]
 	st.pauses = r.IntN(3) == 0
-	s.Note("inbox: %d accounts, %d events, %d deliveries (%d late), pauses %v, fault rate %.2f", nAccounts, n, len(all), len(st.late), st.pauses, s.FaultRate)
+	s.Note("inbox: %d accounts, %d events, %d deliveries (%d late), pauses %v, unlink %q, fault rate %.2f", nAccounts, n, len(all), len(st.late), st.pauses, st.unlink, s.FaultRate)
+	if r.IntN(4) == 0 {
+		// The customer of one of account 0's events, so that the unlink races its effect.
+		st.unlink = accounts.StripeCustomer
+		for _, e := range st.events {
+			if e.account == 0 {
+				st.unlink = linkOf(e.source)
+				break
+			}
+		}
+		p.operate(s, st)
+	}
+	if r.IntN(2) == 0 {
+		st.admitted = true
+		for range 1 + r.IntN(2) {
+			p.admit(s, st)
+		}
+	}
 	p.observe(s, st)
 	s.beforeStep = func() {
 		if s.Quiet() {
@@ -338,11 +375,15 @@ func (p *Inbox) render(e *billingEvent) error {
 			invoiceOverdue: {"customer.invoice_overdue", ""},
 			unknownPlan:    {"customer.plan_changed", "customer_gold_plan"},
 			unhandledType:  {"customer.created", ""},
+			meterUsage:     {"customer.meter_usage_updated", ""},
 		}[e.kind]
 		typ, plan := kinde[0], kinde[1]
 		data := map[string]any{"customer_id": customer, "user_id": "kp_user", "customer_type": "user"}
 		if plan != "" {
 			data["plan"] = map[string]any{"key": plan}
+		}
+		if e.kind == meterUsage {
+			data["feature_code"] = plans.FeatureEvents
 		}
 		e.claims = map[string]any{"type": typ, "event_id": e.id, "source": "api", "data": data, "event_timestamp": kindeTime(e.at)}
 		return nil
@@ -519,6 +560,44 @@ func (p *Inbox) work(s *Schedule, st *inboxState, body string) {
 	})
 }
 
+// operate spawns an operator who unlinks a customer from account 0 while its events are
+// applied: what the link condition of every effect is for.
+func (p *Inbox) operate(s *Schedule, st *inboxState) {
+	svc := s.Env.Function(resources.FunctionAPI).Accounts
+	s.Count("account-unlinked")
+	s.Spawn("operator unlinks "+string(st.unlink), resources.FunctionAPI, func(ctx context.Context) error {
+		for range maxSendAttempts {
+			_, err := svc.Update(s.Invoke(ctx, resources.FunctionAPI), st.accounts[0].ID, accounts.UpdateInput{
+				Links: map[accounts.LinkKind]*string{st.unlink: nil},
+			})
+			if err == nil || ActorFrom(ctx).Dead() {
+				return err
+			}
+		}
+		return errors.New("the operator could not unlink the customer")
+	}, func(error) { p.moved(s, st) })
+}
+
+// admit spawns an admission of account 0 that reads its allowance, as a hold does: the first
+// of the cycle opens it, racing the events' grants on the cycle's rows.
+func (p *Inbox) admit(s *Schedule, st *inboxState) {
+	fn := s.Env.Function(resources.FunctionHolds)
+	s.Count("admission")
+	s.Spawn("admission", resources.FunctionHolds, func(ctx context.Context) error {
+		for range maxSendAttempts {
+			ictx := s.Invoke(ctx, resources.FunctionHolds)
+			acct, err := fn.Accounts.Get(ictx, st.accounts[0].ID)
+			if err == nil {
+				_, err = fn.Allowances.Limit(ictx, acct, creditsFeature, acct.CycleAt(s.Env.Clock.Now()).Label())
+			}
+			if err == nil || ActorFrom(ctx).Dead() {
+				return err
+			}
+		}
+		return errors.New("the admission could not read the allowance")
+	}, func(error) { p.moved(s, st) })
+}
+
 // sweep spawns one run of the sweep.
 func (p *Inbox) sweep(s *Schedule, st *inboxState) {
 	fn := s.Env.Function(resources.FunctionInboxSweep)
@@ -622,7 +701,10 @@ func (p *Inbox) observe(s *Schedule, st *inboxState) {
 					if st.rows[key]++; st.rows[key] > 1 {
 						s.Violate("inbox: the grant row %s was written %d times (the last by %s)", key, st.rows[key], a.Name)
 					}
+				case it.ConditionCheck != nil && logical(it.ConditionCheck.TableName) == resources.TableAccounts:
+					p.linked(s, a, it.ConditionCheck.TableName, it.ConditionCheck.Key, it.ConditionCheck.ExpressionAttributeNames, it.ConditionCheck.ExpressionAttributeValues)
 				case it.Update != nil && logical(it.Update.TableName) == resources.TableAccounts:
+					p.linked(s, a, it.Update.TableName, it.Update.Key, it.Update.ExpressionAttributeNames, it.Update.ExpressionAttributeValues)
 					acct := dynamo.Str(it.Update.Key, "id")
 					for _, k := range []string{":planKey", ":statusKey"} {
 						if v := dynamo.Str(it.Update.ExpressionAttributeValues, k); v != "" {
@@ -636,6 +718,32 @@ func (p *Inbox) observe(s *Schedule, st *inboxState) {
 			}
 		}
 	})
+}
+
+// linked holds a committed billing effect to the account's link as it is at the commit: the
+// account must still be linked to the customer the event was resolved through. (Calls are
+// released one at a time, so nothing has written since.)
+func (p *Inbox) linked(s *Schedule, a *Actor, table *string, key map[string]types.AttributeValue, names map[string]string, values map[string]types.AttributeValue) {
+	link := dynamo.Str(values, ":link")
+	if link == "" {
+		return
+	}
+	var field string
+	for _, f := range []accounts.LinkKind{accounts.StripeCustomer, accounts.KindeCustomer, accounts.KindeAgreement} {
+		for _, n := range names {
+			if n == f.Field() {
+				field = n
+			}
+		}
+	}
+	out, err := s.Env.Admin.DynamoDB.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		s.Violate("harness: read the account after %s's commit: %v", a.Name, err)
+		return
+	}
+	if got := dynamo.Str(out.Item, field); got != link {
+		s.Violate("inbox: %s committed an effect on %s through %s %q, which the account is no longer linked to (it has %q)", a.Name, dynamo.Str(key, "id"), field, link, got)
+	}
 }
 
 // eventWrite holds one committed write of an inbox item to the record's model: an event is
@@ -775,7 +883,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 	allowed := map[string]bool{acct.Plan: true}
 	required := map[string]bool{}
 	grants := false
-	labels := map[string]bool{}
+	labels, marks := map[string]bool{}, map[string]bool{}
 	dead := false
 	for _, e := range st.events {
 		if e.account != i {
@@ -783,6 +891,11 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 		}
 		got, ok := stored[e.stored]
 		if !ok {
+			continue
+		}
+		if i == 0 && st.unlink != "" && linkOf(e.source) == st.unlink && got.Status != inbox.Applied {
+			// Its customer was unlinked, perhaps before the event was decided: IGNORED then,
+			// with no effect.
 			continue
 		}
 		if got.Status == inbox.Dead {
@@ -803,6 +916,9 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 			want[inbox.Applied] = true
 		case e.kind == unknownPlan, e.kind == unhandledType:
 			want[inbox.Ignored] = true
+		case e.kind == meterUsage:
+			want[inbox.Applied] = true
+			marks[acct.CycleAt(e.at).Label()] = true
 		}
 		if e.statusTarget() != "" && (newestStatus == nil || e.newer(newestStatus)) {
 			newestStatus = e
@@ -818,6 +934,20 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 	}
 	if dead {
 		return v
+	}
+	if len(marks) > 0 {
+		list, _, err := s.Env.Function(resources.FunctionInbox).Inbox.MeterMarks.List(ctx, "", inbox.MaxPageSize)
+		if err != nil {
+			bad("list the meter marks: %v", err)
+		}
+		for _, m := range list {
+			if m.AccountID == acct.ID && m.Feature == plans.FeatureEvents {
+				delete(marks, m.Cycle)
+			}
+		}
+		for label := range marks {
+			bad("a meter change of %s was applied, and %s is not marked for the reconciler", label, plans.FeatureEvents)
+		}
 	}
 	now, err := s.Env.Function(resources.FunctionAPI).Accounts.Get(ctx, acct.ID)
 	if err != nil {
@@ -847,9 +977,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 		return pl.Grant(creditsFeature)
 	}
 	fn := s.Env.Function(resources.FunctionInbox)
-	if len(labels) == 0 {
-		labels[acct.CycleAt(startTime).Label()] = true
-	}
+	labels[acct.CycleAt(startTime).Label()] = true
 	for label := range labels {
 		c, err := fn.Allowances.Store.Read(ctx, acct.ID, creditsFeature, label)
 		if err != nil {
@@ -866,7 +994,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 			}
 		}
 		sort.Strings(rows)
-		if !grants {
+		if !grants && !(i == 0 && st.admitted) {
 			if len(c.Grants) > 0 {
 				bad("%s has rows [%s], and no event grants", label, strings.Join(rows, ", "))
 			}
@@ -882,6 +1010,14 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 		}
 	}
 	return v
+}
+
+// linkOf is the link a source's events are resolved through.
+func linkOf(source inbox.Source) accounts.LinkKind {
+	if source == inbox.Kinde {
+		return accounts.KindeCustomer
+	}
+	return accounts.StripeCustomer
 }
 
 // e0 is the stored id of an event, or "" for none.
