@@ -31,7 +31,9 @@ import (
 // Limits of an inbox schedule.
 const (
 	maxInboxAccounts = 2
-	maxBillingEvents = 7
+	maxBillingEvents = 8
+	// maxLinkChanges bounds an operator's unlinks and links of one customer.
+	maxLinkChanges = 8
 	// maxProviderTries bounds one delivery's attempts in a row (a provider retries on any answer
 	// but 200); maxProviderRounds bounds the rounds of retries once faults are over.
 	maxProviderTries  = 4
@@ -190,7 +192,8 @@ type inboxState struct {
 	handler     http.Handler
 	// unlink, when set, is the customer an operator unlinks from account 0 while the events
 	// are applied; unlinked: the unlink committed.
-	unlink accounts.LinkKind
+	unlink    accounts.LinkKind
+	operating bool
 	// admitted: an admission read account 0's allowance, which opens its cycle (or tops it up
 	// to the plan the account is on).
 	admitted bool
@@ -226,7 +229,7 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	}
 	n := 3 + r.IntN(maxBillingEvents-2)
 	kinds := []billingKind{toPlus, toPlus, toPlus, toDefault, toDefault, paidPlus, paidPlus, paymentFailed, paymentFailed,
-		invoiceOverdue, invoiceOverdue, unknownPlan, unhandledType, meterUsage}
+		invoiceOverdue, invoiceOverdue, unknownPlan, unhandledType, meterUsage, meterUsage}
 	for i := range n {
 		e := &billingEvent{kind: kinds[r.IntN(len(kinds))], account: r.IntN(nAccounts)}
 		if r.IntN(10) == 0 {
@@ -270,22 +273,21 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	}
 	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	first := 1 + r.IntN(len(all))
-	if r.IntN(3) == 0 {
+	if r.IntN(2) == 0 {
 		first = len(all) // a storm: every copy at once
 	}
 	st.late = all[first:]
 	st.pauses = r.IntN(3) == 0
-	s.Note("inbox: %d accounts, %d events, %d deliveries (%d late), pauses %v, unlink %q, fault rate %.2f", nAccounts, n, len(all), len(st.late), st.pauses, st.unlink, s.FaultRate)
 	if r.IntN(4) == 0 {
-		// The customer of one of account 0's events, so that the unlink races its effect.
+		// The customer of one of account 0's events, so that the unlink races its effect; a
+		// meter change's first (it changes nothing on the account, so its transaction checks
+		// the link on its own).
 		st.unlink = accounts.StripeCustomer
 		for _, e := range st.events {
-			if e.account == 0 {
+			if e.account == 0 && (e.kind == meterUsage || st.unlink == accounts.StripeCustomer) {
 				st.unlink = linkOf(e.source)
-				break
 			}
 		}
-		p.operate(s, st)
 	}
 	if r.IntN(2) == 0 {
 		st.admitted = true
@@ -293,6 +295,8 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 			p.admit(s, st)
 		}
 	}
+	s.Note("inbox: %d accounts, %d events, %d deliveries (%d late), pauses %v, unlink %q, admissions %v, fault rate %.2f",
+		nAccounts, n, len(all), len(st.late), st.pauses, st.unlink, st.admitted, s.FaultRate)
 	p.observe(s, st)
 	s.beforeStep = func() {
 		if s.Quiet() {
@@ -531,6 +535,11 @@ func (p *Inbox) work(s *Schedule, st *inboxState, body string) {
 	if e := st.byStored[id.ID]; e != nil {
 		name = e.String()
 	}
+	if e := st.byStored[id.ID]; e != nil && st.unlink != "" && !st.operating && e.account == 0 && linkOf(e.source) == st.unlink {
+		// The operator starts as the first of the customer's events is worked on.
+		st.operating = true
+		p.operate(s, st)
+	}
 	pause := st.pauses && !s.Quiet() && s.Rand.IntN(4) == 0
 	s.Spawn(fmt.Sprintf("inbox %s w%d", name, st.workers), resources.FunctionInbox, func(ctx context.Context) error {
 		ictx := s.Invoke(ctx, resources.FunctionInbox)
@@ -561,20 +570,33 @@ func (p *Inbox) work(s *Schedule, st *inboxState, body string) {
 }
 
 // operate spawns an operator who unlinks a customer from account 0 while its events are
-// applied: what the link condition of every effect is for.
+// applied, and links it again, and so on: what the link condition of every effect is for.
 func (p *Inbox) operate(s *Schedule, st *inboxState) {
 	svc := s.Env.Function(resources.FunctionAPI).Accounts
+	id := stripeCustomer(0)
+	if st.unlink == accounts.KindeCustomer {
+		id = kindeCustomer(0)
+	}
+	changes := 1 + s.Rand.IntN(maxLinkChanges)
 	s.Count("account-unlinked")
-	s.Spawn("operator unlinks "+string(st.unlink), resources.FunctionAPI, func(ctx context.Context) error {
-		for range maxSendAttempts {
-			_, err := svc.Update(s.Invoke(ctx, resources.FunctionAPI), st.accounts[0].ID, accounts.UpdateInput{
-				Links: map[accounts.LinkKind]*string{st.unlink: nil},
-			})
-			if err == nil || ActorFrom(ctx).Dead() {
+	s.Spawn("operator links "+string(st.unlink), resources.FunctionAPI, func(ctx context.Context) error {
+		for n := range changes {
+			link := map[accounts.LinkKind]*string{st.unlink: nil}
+			if n%2 == 1 {
+				link[st.unlink] = &id
+			}
+			var err error
+			for range maxSendAttempts {
+				_, err = svc.Update(s.Invoke(ctx, resources.FunctionAPI), st.accounts[0].ID, accounts.UpdateInput{Links: link})
+				if err == nil || ActorFrom(ctx).Dead() {
+					break
+				}
+			}
+			if err != nil {
 				return err
 			}
 		}
-		return errors.New("the operator could not unlink the customer")
+		return nil
 	}, func(error) { p.moved(s, st) })
 }
 
