@@ -155,6 +155,8 @@ type delivery struct {
 	answered bool
 	running  bool
 	rounds   int
+	// quietRounds counts the sends once faults were over.
+	quietRounds int
 }
 
 // nudgeMsg is a message on the inbox queue, due when the clock reaches dueAt.
@@ -648,7 +650,8 @@ func (p *Inbox) Idle(ctx context.Context, s *Schedule) bool {
 	}
 	spawned := false
 	for _, d := range st.sent {
-		if !d.answered && !d.running && d.rounds <= maxProviderRounds+maxProviderTries {
+		if !d.answered && !d.running && d.quietRounds < maxProviderRounds {
+			d.quietRounds++
 			s.Count("provider-retry")
 			p.send(s, st, d)
 			spawned = true
