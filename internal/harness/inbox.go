@@ -183,7 +183,6 @@ type inboxState struct {
 	// late are the deliveries not sent yet; sent are those sent (or being sent).
 	late, sent []*delivery
 	pending    []nudgeMsg
-	messages   int
 	workers    int
 	sweeps     int
 	lastSweeps int
@@ -192,8 +191,8 @@ type inboxState struct {
 	idleRounds  int
 	pauses      bool
 	handler     http.Handler
-	// unlink, when set, is the customer an operator unlinks from account 0 while the events
-	// are applied; unlinked: the unlink committed.
+	// unlink, when set, is the link an operator unlinks (and links again) on account 0 while
+	// its events are applied; operating: the operator has started.
 	unlink    accounts.LinkKind
 	operating bool
 	// admitted: an admission read account 0's allowance, which opens its cycle (or tops it up
@@ -281,12 +280,16 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	st.late = all[first:]
 	st.pauses = r.IntN(3) == 0
 	if r.IntN(4) == 0 {
-		// The customer of one of account 0's events, so that the unlink races its effect; a
-		// meter change's first (it changes nothing on the account, so its transaction checks
-		// the link on its own).
+		// The customer of one of account 0's events, so that the unlink races its effect: a
+		// meter change's if it has one (it changes nothing on the account, so its transaction
+		// checks the link on its own).
 		st.unlink = accounts.StripeCustomer
 		for _, e := range st.events {
-			if e.account == 0 && (e.kind == meterUsage || st.unlink == accounts.StripeCustomer) {
+			if e.account == 0 && e.kind == meterUsage {
+				st.unlink = accounts.KindeCustomer
+				break
+			}
+			if e.account == 0 {
 				st.unlink = linkOf(e.source)
 			}
 		}
