@@ -51,6 +51,10 @@ const (
 	// The Secrets Manager secret holding the Stripe API key: usage is reported to Stripe when it
 	// is set, and the inbox's re-fetch reads with it.
 	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
+	// Batch mode (README, "Batch mode" and "Performance"): the ingest function packs the batch
+	// route's events several to a queue message, and the worker groups each invocation's
+	// messages by account into units it claims, meters and archives at once.
+	ctxBatchMode = "batchMode"
 )
 
 // Defaults for every optional setting. They suit a small production stage; each can be
@@ -151,6 +155,10 @@ type Config struct {
 	StripeAPIKeySecretARN string
 	// APIURL is the stack's public base URL the console's labs use (empty: no labs in AWS).
 	APIURL string
+	// BatchMode sets FERRY_BATCH_MODE=true on the functions that list it (ingest and the
+	// worker). Off, the deployment runs the per-event design; either way a worker reads both
+	// kinds of message, so the switch can be turned either way on a live queue.
+	BatchMode bool
 }
 
 // Settings are the deployment settings functions may list (resources.Function.Settings), by
@@ -165,6 +173,9 @@ func (c Config) Settings() map[string]string {
 	}
 	if c.APIURL != "" {
 		out[resources.EnvAPIURL] = c.APIURL
+	}
+	if c.BatchMode {
+		out[resources.EnvBatchMode] = "true"
 	}
 	if c.StripeRefetch {
 		out[resources.EnvStripeRefetch] = "true"
@@ -233,6 +244,28 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 		}
 	}
 
+	// flag reads a switch: unset is off; a JSON boolean (cdk.json) or "true"/"false" (-c), in
+	// any case, is taken as it says; anything else ("yes", "1") is refused, not guessed at.
+	flag := func(key string) bool {
+		switch v := lookup(key).(type) {
+		case nil:
+			return false
+		case bool:
+			return v
+		case string:
+			switch strings.ToLower(strings.TrimSpace(v)) {
+			case "true":
+				return true
+			case "false":
+				return false
+			}
+			errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", key, v))
+		default:
+			errs = append(errs, fmt.Errorf("context %s: want true or false, got %v", key, v))
+		}
+		return false
+	}
+
 	c.Stage = str(ctxStage, defaultStage)
 	c.AlarmEmail = str(ctxAlarmEmail, "")
 	c.LogRetentionDays = num(ctxLogRetentionDays, defaultLogRetentionDays)
@@ -252,25 +285,9 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.StripeAPIBase = str(ctxStripeAPIBase, "")
 	c.APIURL = str(ctxAPIURL, "")
 	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
-	switch refetch := strings.ToLower(str(ctxStripeRefetch, "false")); refetch {
-	case "true", "false":
-		c.StripeRefetch = refetch == "true"
-	default:
-		errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxStripeRefetch, refetch))
-	}
-	switch v := lookup(ctxReportToKinde).(type) {
-	case nil:
-	case bool:
-		c.ReportToKinde = v
-	case string:
-		on, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("context %s: want true or false, got %q", ctxReportToKinde, v))
-		}
-		c.ReportToKinde = on
-	default:
-		errs = append(errs, fmt.Errorf("context %s: want true or false, got %v", ctxReportToKinde, v))
-	}
+	c.BatchMode = flag(ctxBatchMode)
+	c.StripeRefetch = flag(ctxStripeRefetch)
+	c.ReportToKinde = flag(ctxReportToKinde)
 	if path := str(ctxPlansFile, ""); path != "" {
 		plans, err := readPlans(path)
 		if err != nil {

@@ -227,3 +227,35 @@ func TestConfigFromContext_InboxSettings(t *testing.T) {
 		})
 	}
 }
+
+// A switch is a JSON boolean or "true"/"false" in any case; anything else is refused rather than
+// read as one or the other.
+func TestConfigFromContext_Switches(t *testing.T) {
+	for _, tc := range []struct {
+		value any
+		want  bool
+	}{{nil, false}, {true, true}, {false, false}, {"true", true}, {" TRUE ", true}, {"False", false}} {
+		ctx := map[string]any{}
+		if tc.value != nil {
+			ctx[ctxBatchMode] = tc.value
+		}
+		cfg, err := ConfigFromContext(lookupIn(ctx))
+		if err != nil {
+			t.Fatalf("batchMode %#v: %v", tc.value, err)
+		}
+		if cfg.BatchMode != tc.want {
+			t.Errorf("batchMode %#v read as %v", tc.value, cfg.BatchMode)
+		}
+		if got, on := cfg.Settings()[resources.EnvBatchMode]; on != tc.want || (on && got != "true") {
+			t.Errorf("batchMode %#v: setting %q (present %v)", tc.value, got, on)
+		}
+	}
+	for _, bad := range []any{"yes", "1", "", float64(1)} {
+		_, err := ConfigFromContext(lookupIn(map[string]any{ctxBatchMode: bad, ctxReportToKinde: bad}))
+		for _, key := range []string{ctxBatchMode, ctxReportToKinde} {
+			if err == nil || !strings.Contains(err.Error(), "context "+key+": want true or false") {
+				t.Errorf("%s=%#v: err %v", key, bad, err)
+			}
+		}
+	}
+}

@@ -18,20 +18,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/resources"
 )
 
-// eventSourceBatchSize is how many messages one worker invocation gets, and
-// eventSourceBatchingWindow how long Lambda gathers them first (SQS allows more than 10 only with
-// a window). In batch mode the worker groups an invocation's messages by account into units of
-// at most 98 events (event.MaxPackedEvents: one transaction holds 98 entries, the meter row and
-// its mark), so 98 single-event messages of one account are one transaction and one archive
-// object; a bigger batch would leave a remainder unit, a smaller one pays the per-unit writes
-// more often. Failed messages are reported one by one (ReportBatchItemFailures), so a bigger
-// batch costs no redelivered work; the second of gathering is the latency a single event pays
-// for it. Lambda also ends a batch at 6 MB of payload, whichever comes first.
-const (
-	eventSourceBatchSize      = 98
-	eventSourceBatchingWindow = 1 // seconds
-)
-
 // maxScheduleEventAge bounds how late a scheduled invocation may run; EventBridge Scheduler
 // accepts 1 minute to 24 hours.
 const (
@@ -172,8 +158,8 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 		// The event source grants what it needs on this queue only: receive, delete, change
 		// visibility and read the queue's attributes.
 		fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(props.Storage.Queues[q.Logical], &awslambdaeventsources.SqsEventSourceProps{
-			BatchSize:               jsii.Number(eventSourceBatchSize),
-			MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(eventSourceBatchingWindow)),
+			BatchSize:               jsii.Number(resources.EventSourceBatchSize),
+			MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(resources.EventSourceBatchingWindow.Seconds())),
 			ReportBatchItemFailures: jsii.Bool(true),
 			MaxConcurrency:          jsii.Number(cfg.ConsumerMaxConcurrency),
 		}))

@@ -184,3 +184,23 @@ func allNames() resources.Names {
 	}
 	return names
 }
+
+// Every consumer is served the way the deployment's event source mappings serve it: as many
+// messages an invocation and the same batching window (infra reads the same constants), so
+// `ferry dev` and the tests run the units batch mode makes in AWS.
+func TestEveryConsumer_GetsTheDeploymentsBatch(t *testing.T) {
+	h := apptest.New(t)
+	consumed := 0
+	for _, f := range app.DefaultDefinitions().Functions {
+		consumed += len(app.Consumes(f))
+	}
+	if len(h.Sources) != consumed || consumed == 0 {
+		t.Fatalf("%d event sources for %d consumed queues", len(h.Sources), consumed)
+	}
+	for _, s := range h.Sources {
+		if s.BatchSize != resources.EventSourceBatchSize || s.Window != resources.EventSourceBatchingWindow {
+			t.Errorf("%s: batch %d, window %v; the deployment's is %d, %v", s.QueueURL, s.BatchSize, s.Window,
+				resources.EventSourceBatchSize, resources.EventSourceBatchingWindow)
+		}
+	}
+}

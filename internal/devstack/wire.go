@@ -54,7 +54,9 @@ func Wire(ctx context.Context, routes []httpapi.Route, fns []*app.Function, name
 				if err != nil {
 					return nil, fmt.Errorf("wire %s: %w", fn.Entry.Name, err)
 				}
-				w.Sources = append(w.Sources, &EventSource{SQS: client, QueueURL: url, QueueARN: arn, Handler: fn.Consume, Log: log})
+				// The deployment's batch size and batching window (resources.EventSourceBatchSize).
+				w.Sources = append(w.Sources, &EventSource{SQS: client, QueueURL: url, QueueARN: arn, Handler: fn.Consume, Log: log,
+					BatchSize: resources.EventSourceBatchSize, Window: resources.EventSourceBatchingWindow})
 			}
 		case app.Scheduled:
 			w.Schedules = append(w.Schedules, Schedule{Function: fn.Entry.Name, Every: fn.Entry.Every, Run: fn.Run})

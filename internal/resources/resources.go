@@ -166,6 +166,21 @@ const (
 	OutboxDueShards     = 8
 )
 
+// EventSourceBatchSize is how many messages one invocation of a queue's consumer gets, and
+// EventSourceBatchingWindow how long Lambda gathers them first (SQS allows more than 10 only with
+// a window): the deployment's event sources and `ferry dev`'s read both. In batch mode the worker
+// groups an invocation's messages by account into units of at most 98 events
+// (event.MaxPackedEvents: one transaction holds 98 entries, the meter row and its mark), so 98
+// single-event messages of one account are one transaction and one archive object; a bigger
+// batch would leave a remainder unit, a smaller one pays the per-unit writes more often. Failed
+// messages are reported one by one (ReportBatchItemFailures), so a bigger batch costs no
+// redelivered work; the second of gathering is the latency a single event pays for it. Lambda
+// also ends a batch at 6 MB of payload, whichever comes first.
+const (
+	EventSourceBatchSize      = 98
+	EventSourceBatchingWindow = time.Second
+)
+
 // WorkerTimeout is the event worker's function timeout; the events queue's visibility timeout is
 // six times it, as AWS recommends for SQS event sources.
 const WorkerTimeout = 30 * time.Second
@@ -596,8 +611,10 @@ const SweeperTimeout = 50 * time.Second
 // Functions lists every function. Capabilities add theirs here.
 var Functions = []Function{
 	{
-		Name:     FunctionIngest,
-		Purpose:  "POST /v1/events: authenticate, advisory gate, enqueue",
+		Name:    FunctionIngest,
+		Purpose: "POST /v1/events: authenticate, advisory gate, enqueue",
+		// Batch mode packs the batch route's events several to a message.
+		Settings: []string{EnvBatchMode},
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
 		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read, TableLedger: Read, TableIdempotency: ReadWrite},
@@ -631,8 +648,10 @@ var Functions = []Function{
 		Buckets: map[string]Access{BucketArchive: Read},
 	},
 	{
-		Name:     FunctionWorker,
-		Purpose:  "the SQS worker: claim, bill, archive, insert, mark",
+		Name:    FunctionWorker,
+		Purpose: "the SQS worker: claim, bill, archive, insert, mark",
+		// Batch mode groups an invocation's messages by account into units.
+		Settings: []string{EnvBatchMode},
 		Timeout:  WorkerTimeout,
 		MemoryMB: 512,
 		Tables: map[string]Access{
