@@ -57,7 +57,7 @@ var harnessAblations = []struct {
 	{"allowance.head.first", "inbox", 100},
 	{"allowance.head.rev", "inbox", 100},
 	{"accounts.billing.plan-newer", "inbox", 200},
-	{"accounts.billing.status-newer", "inbox", 100},
+	{"accounts.billing.status-newer", "inbox", 200},
 	{"accounts.billing.linked", "inbox", 200},
 }
 
