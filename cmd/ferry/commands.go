@@ -30,8 +30,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.StringVar(&o.Plan, "plan", o.Plan, "the account's plan: free (capped transaction), plus (sharded counter) or internal")
 		fs.IntVar(&o.Pollers, "pollers", o.Pollers, "concurrent queue pollers (Lambda's concurrent batches)")
 		fs.Uint64Var(&o.Seed, "seed", o.Seed, "random seed for which events are duplicated")
+		columns := fs.String("columns", "", "comma-separated columns to run (all when empty; naive always runs)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if *columns != "" {
+			o.Columns = strings.Split(*columns, ",")
 		}
 		return bench.Pipeline(ctx, o, stdout, stderr)
 	case "holds":

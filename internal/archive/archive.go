@@ -30,9 +30,9 @@ func Key(accountID, eventID string, rowInsertedAtMs int64) string {
 }
 
 // BatchKey is the deterministic object key of a batch's payloads:
-// events/dt=YYYY-MM-DD/account=<id>/batch-<batch id>.jsonl, dated by the batch claim's timestamp.
-// The object holds the payloads of the events the batch admitted, in message order, each as it
-// was sent and followed by a newline; each event's entry records its byte range.
+// events/dt=YYYY-MM-DD/account=<id>/batch-<hash>.jsonl, dated by the unit's first arrival.
+// The object holds the payloads of every event of the unit, in unit order, each as it was sent
+// and followed by a newline; each admitted event's entry records its byte range.
 func BatchKey(accountID, batch string, rowInsertedAtMs int64) string {
 	day := time.UnixMilli(rowInsertedAtMs).UTC().Format(time.DateOnly)
 	return fmt.Sprintf("events/dt=%s/account=%s/batch-%s.jsonl", day, accountID, batch)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,6 +116,9 @@ type PipelineOptions struct {
 	Pollers int
 	// Seed picks which events are duplicated.
 	Seed uint64
+	// Columns names the columns to run (all when empty); the naive worker always runs, since
+	// every throughput figure is a ratio to it.
+	Columns []string
 }
 
 // DefaultPipeline is the run the README reports: 2,000 events, 20% delivered twice, free plan.
@@ -144,6 +148,9 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 
 	var results []phaseResult
 	for _, ph := range pipelinePhases {
+		if len(o.Columns) > 0 && !ph.naive && !slices.Contains(o.Columns, ph.name) {
+			continue
+		}
 		fmt.Fprintf(stderr, "running %s…\n", ph.name)
 		r, err := runPipelinePhase(ctx, endpoints, ph, *plan, *n, dups, *pollers, *seed)
 		if err != nil {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -151,6 +153,16 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		if err != nil {
 			return err
 		}
+		// Some schedules hand the worker invocations of several messages, which it coalesces
+		// into units (Worker.Coalesce, as batch mode runs it): units made of several messages
+		// meet the faults too.
+		coalesce := r.IntN(2) == 0
+		s.Env.Function(resources.FunctionWorker).Worker.Coalesce = coalesce
+		if coalesce {
+			s.Count("coalesced-invocations")
+			p.deliverInvocations(s, st, msgs)
+			return nil
+		}
 		for _, m := range msgs {
 			p.deliver(s, st, m)
 		}
@@ -287,10 +299,34 @@ func (p *Events) receive(ctx context.Context, s *Schedule) []string {
 // worker dies) comes back, as SQS redelivers after the visibility timeout; one that succeeds
 // may still be delivered again (SQS delivers at least once).
 func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
+	id, ok := p.count(s, st, body)
+	if !ok {
+		return
+	}
+	w := s.Env.Function(resources.FunctionWorker).Worker
+	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
+		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
+		return err
+	}, func(err error) {
+		st.running[id]--
+		switch {
+		case err != nil:
+			s.Count("redelivery")
+			p.deliver(s, st, body)
+		case !s.Quiet() && s.Rand.IntN(6) == 0:
+			s.Count("duplicate-delivery")
+			p.deliver(s, st, body)
+		}
+	})
+}
+
+// count records one delivery of a message, holds the deliveries made once the faults are over
+// to their bound, and returns the message's name; false: the bound is broken (a violation).
+func (p *Events) count(s *Schedule, st *eventsState, body string) (string, bool) {
 	m, err := event.DecodeMessage(body)
 	if err != nil {
 		s.Violate("harness: a queued message does not decode: %v", err)
-		return
+		return "", false
 	}
 	id := m.Envelopes[0].EventID
 	if m.Packed {
@@ -306,23 +342,80 @@ func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
 		st.quiet[id]++
 		if bound := maxQuietDeliveries * st.chains[id]; st.quiet[id] > bound {
 			s.Violate("events: %s needed more than %d deliveries after the faults ended (%d per delivery then running)", id, bound, maxQuietDeliveries)
-			return
+			return "", false
 		}
 	}
-	w := s.Env.Function(resources.FunctionWorker).Worker
 	st.running[id]++
-	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
-		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
-		return err
-	}, func(err error) {
-		st.running[id]--
-		switch {
-		case err != nil:
-			s.Count("redelivery")
-			p.deliver(s, st, body)
-		case !s.Quiet() && s.Rand.IntN(6) == 0:
-			s.Count("duplicate-delivery")
-			p.deliver(s, st, body)
+	return id, true
+}
+
+// deliverInvocations hands the messages to the worker's SQS handler in invocations of one or
+// more messages (split at random), as Lambda's event source does. Each record carries its
+// receive count, so a redelivered unit takes the worker's read-first path. A message the
+// handler reports failed, or every message of an invocation whose worker died, comes back in a
+// later invocation, grouped anew with the others coming back with it; a message acked may
+// still be delivered again.
+func (p *Events) deliverInvocations(s *Schedule, st *eventsState, bodies []string) {
+	for len(bodies) > 0 {
+		n := 1 + s.Rand.IntN(len(bodies))
+		p.deliverInvocation(s, st, bodies[:n])
+		bodies = bodies[n:]
+	}
+}
+
+func (p *Events) deliverInvocation(s *Schedule, st *eventsState, bodies []string) {
+	var (
+		records []events.SQSMessage
+		names   []string
+	)
+	for i, body := range bodies {
+		id, ok := p.count(s, st, body)
+		if !ok {
+			continue
+		}
+		names = append(names, id)
+		records = append(records, events.SQSMessage{
+			MessageId: fmt.Sprint(i), Body: body,
+			Attributes: map[string]string{"ApproximateReceiveCount": fmt.Sprint(st.deliveries[id])},
+		})
+	}
+	if len(records) == 0 {
+		return
+	}
+	w := s.Env.Function(resources.FunctionWorker).Worker
+	var failed []string
+	s.Spawn(fmt.Sprintf("worker invocation of %d (%s d%d)", len(records), names[0], st.deliveries[names[0]]), resources.FunctionWorker, func(ctx context.Context) error {
+		resp, err := w.HandleSQS(s.Invoke(ctx, resources.FunctionWorker), events.SQSEvent{Records: records})
+		if err != nil || ActorFrom(ctx).Dead() {
+			failed = nil
+			for _, r := range records {
+				failed = append(failed, r.Body)
+			}
+			return errKilled
+		}
+		for _, f := range resp.BatchItemFailures {
+			for _, r := range records {
+				if r.MessageId == f.ItemIdentifier {
+					failed = append(failed, r.Body)
+				}
+			}
+		}
+		return nil
+	}, func(error) {
+		var again []string
+		for i, r := range records {
+			st.running[names[i]]--
+			switch {
+			case slices.Contains(failed, r.Body):
+				s.Count("redelivery")
+				again = append(again, r.Body)
+			case !s.Quiet() && s.Rand.IntN(6) == 0:
+				s.Count("duplicate-delivery")
+				again = append(again, r.Body)
+			}
+		}
+		if len(again) > 0 {
+			p.deliverInvocations(s, st, again)
 		}
 	})
 }

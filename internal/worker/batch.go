@@ -19,23 +19,26 @@ import (
 	"github.com/ferrymeter/ferry/internal/retry"
 )
 
-// The batch pipeline: the events of one packed message (event.Packed), one account's, billed
-// together. Its steps are the per-event pipeline's, each done once for the whole batch:
+// The batch pipeline: the events of one unit (a packed message, or in batch mode several
+// messages of one account coalesced), billed together. Its steps are the per-event pipeline's,
+// each done once for the whole unit:
 //
-//  1. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
-//     located in the batch's archive object, or REJECTED past the cap, and moves the meter once
+//  1. Archive: one object holding every member's payload in unit order, under a key derived
+//     from the unit and those bytes, so every delivery and every lap writes the same bytes (the
+//     conditional put makes a retry free). A first delivery writes it before the read below, so
+//     the read and the claim are adjacent; a redelivery writes it only if its read finds a
+//     member to claim. Either way it exists before any entry points into it.
+//  2. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
+//     located in the unit's archive object, or REJECTED past the cap, and moves the meter once
 //     (ledger.DynamoStore.WriteBatchClaim). A cancelled transaction is resolved from durable
 //     state (ReadBatch), and the next lap claims what is still unclaimed, admitting as many as
-//     fit, in message order.
-//  2. Each event's scenario is picked from the ordered table in package ledger, from durable
-//     state: its entry as the claim wrote it or as read, the batch's record and, for an
+//     fit, in unit order.
+//  3. Each event's scenario is picked from the ordered table in package ledger, from durable
+//     state: its entry as the claim wrote it or as read, the unit's record and, for an
 //     INSERTING entry, one bulk probe of the analytics rows.
-//  3. Archive: one object under a key the claim fixed, holding the admitted events' payloads in
-//     message order; its bytes derive from the message and the entries alone, so every retry
-//     writes the same bytes (and the conditional put makes the retry free).
 //  4. Insert: the rows in bulk; a refused bulk write is retried row by row, so a poison row is
 //     quarantined alone.
-//  5. Mark: one item records the batch finished (MarkBatchDone).
+//  5. Mark: one item records the unit finished (MarkBatchDone).
 //
 // An event of the message that another unit claimed (sent before, alone or in another batch) is
 // handed to the per-event pipeline, which finishes it from its own entry.
@@ -52,8 +55,12 @@ type batchRun struct {
 	nowMs   int64
 	ids     []string
 	log     *slog.Logger
-	// archivedKey is the object this delivery wrote just before its claim committed.
+	// archivedKey is the object this delivery wrote before its claim.
 	archivedKey string
+	// redelivered: every message of the unit was received before (SQS's receive count), so
+	// its events are likely claimed already and the archive is written only if the read finds
+	// one to claim.
+	redelivered bool
 }
 
 // member is one event of the batch as the scenario table sees it.
@@ -90,8 +97,8 @@ func unitID(msgs []queued) string {
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-func (w *Worker) processBatch(ctx context.Context, m event.Message) (Result, error) {
-	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw}}, accounts.Account{})
+func (w *Worker) processBatch(ctx context.Context, m event.Message, redelivered bool) (Result, error) {
+	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw, redelivered: redelivered}}, accounts.Account{})
 	if err == nil && len(pending) > 0 {
 		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
 	}
@@ -111,10 +118,11 @@ type unitResult struct {
 func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.Account) (res unitResult, pending map[string]error, err error) {
 	now := w.Now()
 	first := msgs[0].msg.Envelopes[0]
-	r := &batchRun{batch: unitID(msgs), nowMs: now.UnixMilli()}
+	r := &batchRun{batch: unitID(msgs), nowMs: now.UnixMilli(), redelivered: true}
 	res.batch = r.batch
 	seen := map[string]bool{}
 	for _, q := range msgs {
+		r.redelivered = r.redelivered && q.redelivered
 		for i, env := range q.msg.Envelopes {
 			if seen[env.EventID] {
 				continue // the same event twice in one unit: its first copy is the member
@@ -182,32 +190,54 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		read *ledger.BatchState
 		won  map[string]ledger.Entry
 	)
+	// Archive, then read and claim: the unit's object (every member's payload, its key and
+	// bytes fixed by the unit alone) exists before any entry points into it, so whichever unit
+	// later finishes a member (a redelivery grouped differently) finds its payload. On a first
+	// delivery it is written before the read, not between the read and the transaction: the
+	// read and the transaction are then microseconds apart, and so is the window in which a
+	// concurrent unit holding one of the same events (an original and a client's retry) can
+	// claim it between them and cancel this unit's transaction. A unit whose every message was
+	// received before is most likely finished: it reads first and writes the object only if
+	// the read leaves something to claim, so a redelivery of a finished unit costs one read.
+	// Every lap claims into the same object.
+	layout := unitLayout(r)
+	archive := func(ctx context.Context) error {
+		if r.archivedKey != "" {
+			return nil
+		}
+		if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
+			return err
+		}
+		if err := w.Archive.Put(ctx, layout.key, layout.body); err != nil {
+			return err
+		}
+		if err := w.hook(ctx, Point{Stage: ledger.StageArchive}); err != nil {
+			return err
+		}
+		r.archivedKey = layout.key
+		return nil
+	}
+	// An account that may not spend admits nothing: its events are claimed REJECTED, with no
+	// payload to archive.
+	if !r.redelivered && r.billing.Kind != ledger.BillReject {
+		if err := archive(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
 	_, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
 		if err != nil {
 			return struct{}{}, err
 		}
 		read = &st
-		c, body := w.planClaim(r, read, st.Marked)
+		c := w.planClaim(r, layout, read, st.Marked)
 		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
 			return struct{}{}, nil
 		}
-		// Archive, then claim: the object this lap's entries point to exists before any of
-		// them does, so whichever unit later finishes one of them (a redelivery grouped
-		// differently) finds its payload. A lap whose claim is then cancelled leaves an object
-		// no entry points to; the next lap's layout is its own object.
 		if len(c.Admit) > 0 {
-			key := c.Admit[0].ArchiveKey
-			if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
+			if err := archive(ctx); err != nil {
 				return struct{}{}, err
 			}
-			if err := w.Archive.Put(ctx, key, body); err != nil {
-				return struct{}{}, err
-			}
-			if err := w.hook(ctx, Point{Stage: ledger.StageArchive}); err != nil {
-				return struct{}{}, err
-			}
-			r.archivedKey = key
 		}
 		err = w.Ledger.WriteBatchClaim(ctx, c)
 		if err == nil {
@@ -238,16 +268,34 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 	return won, read, err
 }
 
+// layout is a unit's archive object: every member's payload, in unit order, each as sent and
+// followed by a newline, under a key derived from the account, the unit and those bytes, dated
+// by the first member's arrival day. It depends on the unit alone (not on what is claimed), so
+// every delivery and every lap of the same unit writes the same bytes under the same key.
+type layout struct {
+	key    string
+	body   []byte
+	offset map[string]int64
+}
+
+func unitLayout(r *batchRun) layout {
+	l := layout{offset: map[string]int64{}}
+	for _, env := range r.envs {
+		l.offset[env.EventID] = int64(len(l.body))
+		l.body = append(append(l.body, env.Event...), '\n')
+	}
+	sum := sha256.Sum256(append([]byte(r.account.ID+"\n"+r.batch+"\n"), l.body...))
+	l.key = archive.BatchKey(r.account.ID, hex.EncodeToString(sum[:16]), r.envs[0].ReceivedAtMs)
+	return l
+}
+
 // planClaim is one lap's claim: every event without an entry, admitted or, past the cap or for
 // an account that may not spend, rejected. The events admitted are the first ones in unit order
 // that the budget row as read has room for: the same unit and the same durable state always
 // admit the same events. Claiming every unclaimed event at once (rejected ones too) is what makes
-// the claim one commit per unit: after it no event of the unit is unclaimed, so the archive
-// layout the commit recorded is the only one. body is the archive object of the admitted
-// events' payloads, in unit order, each followed by a newline; its key is derived from the
-// account, the unit, the bytes themselves and the first event's arrival day, so the same lap
-// always writes the same bytes under the same key.
-func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, []byte) {
+// the claim one commit per unit. Each admitted entry records its payload's byte range in the
+// unit's object (unitLayout), written before the read.
+func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
 		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
@@ -268,16 +316,6 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 		}
 		c.RejectReason = ledger.LimitReason(r.billing)
 	}
-	var body []byte
-	for _, i := range open[:admit] {
-		body = append(append(body, r.envs[i].Event...), '\n')
-	}
-	key := ""
-	if admit > 0 {
-		sum := sha256.Sum256(append([]byte(r.account.ID+"\n"+r.batch+"\n"), body...))
-		key = archive.BatchKey(r.account.ID, hex.EncodeToString(sum[:16]), r.envs[0].ReceivedAtMs)
-	}
-	offset := int64(0)
 	for n, i := range open {
 		env := r.envs[i]
 		e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
@@ -286,11 +324,10 @@ func (w *Worker) planClaim(r *batchRun, read *ledger.BatchState, markPresent boo
 			c.Reject = append(c.Reject, e)
 			continue
 		}
-		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = key, offset, int64(len(env.Event))
-		offset += int64(len(env.Event)) + 1
+		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = l.key, l.offset[env.EventID], int64(len(env.Event))
 		c.Admit = append(c.Admit, e)
 	}
-	return c, body
+	return c
 }
 
 // batchMembers builds each event's durable state and picks its scenario.
@@ -481,33 +518,45 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 	return failed, nil
 }
 
-// archiveBatch writes the batch's archive object: the payloads of the events the batch admitted,
-// in message order, each followed by a newline, at the byte ranges their entries record. The
-// object's key and bytes derive from the message and the entries only, so every retry writes the
-// same object; entries whose recorded layout does not match the message fail the message (it
-// cannot be repaired by retrying, and reaches the DLQ).
+// archiveBatch writes the unit's archive object again (an entry an earlier delivery claimed,
+// whose object this delivery did not write): every member's payload in unit order, each followed
+// by a newline. Its key and bytes derive from the unit alone, so every retry writes the same
+// object; an entry whose recorded location this unit does not lay out fails the unit (it cannot
+// be repaired by retrying, and reaches the DLQ).
 func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*member) error {
 	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
 		return err
 	}
-	var key string
-	var body []byte
+	l := unitLayout(r)
+	write := false
+	stored := map[string]bool{}
 	for _, mb := range members {
 		e := mb.entry
 		if mb.foreign || e.ArchiveKey == "" {
 			continue
 		}
-		if key == "" {
-			key = e.ArchiveKey
+		if e.ArchiveKey == l.key && e.ArchiveOffset == l.offset[e.EventID] && e.ArchiveLength == int64(len(mb.env.Event)) {
+			write = true
+			continue
 		}
-		if e.ArchiveKey != key || e.ArchiveOffset != int64(len(body)) || e.ArchiveLength != int64(len(mb.env.Event)) {
-			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which this message does not lay out",
+		// Claimed under another layout (an object of the admitted members only, as units were
+		// archived before this one): that object was written before the claim, so it is there
+		// unless the entry is not this unit's to repair.
+		ok, seen := stored[e.ArchiveKey]
+		if !seen {
+			var err error
+			if ok, err = w.Archive.Exists(ctx, e.ArchiveKey); err != nil {
+				return err
+			}
+			stored[e.ArchiveKey] = ok
+		}
+		if !ok {
+			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
 				r.batch, e.EventID, e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength)
 		}
-		body = append(append(body, mb.env.Event...), '\n')
 	}
-	if key != "" {
-		if err := w.Archive.Put(ctx, key, body); err != nil {
+	if write {
+		if err := w.Archive.Put(ctx, l.key, l.body); err != nil {
 			return err
 		}
 	}

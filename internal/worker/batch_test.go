@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/instrument"
@@ -312,7 +314,8 @@ func TestBatch_ConcurrentDeliveriesAndRacingBatches_CapExact(t *testing.T) {
 }
 
 // A redelivery of a finished batch acks in one round trip, whatever its size: one read of the
-// batch's state. It writes nothing.
+// batch's state. It writes nothing. A delivery SQS did not count as a redelivery writes the
+// unit's object first (refused as already there) and then reads: no DynamoDB write either.
 func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
@@ -324,13 +327,24 @@ func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	}
 	calls.Reset()
 	puts.n = 0
+	resp, err := h.Fn(resources.FunctionWorker).Worker.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: body, Attributes: map[string]string{"ApproximateReceiveCount": "2"}},
+	}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	snap := calls.Snapshot()
+	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
+		t.Errorf("redelivery calls %v, %d archive writes; want one read of the ledger", snap, puts.n)
+	}
+	calls.Reset()
 	res, err := process(t, h, body)
 	if err != nil || res.Final != ledger.Inserted {
 		t.Fatalf("%+v %v", res, err)
 	}
-	snap := calls.Snapshot()
-	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 0 {
-		t.Errorf("redelivery calls %v; want one read of the ledger", snap)
+	snap = calls.Snapshot()
+	if snap["DynamoDB BatchGetItem"] != 1 || snap["DynamoDB TransactWriteItems"]+snap["DynamoDB PutItem"]+snap["DynamoDB UpdateItem"]+snap["DynamoDB BatchWriteItem"] != 0 || puts.n != 1 {
+		t.Errorf("first-count delivery of a finished batch: calls %v, %d archive writes; want one read and one archive write", snap, puts.n)
 	}
 	// The same events sent again in another batch (a client retrying): one read of the batch,
 	// one of the batch that owns them, nothing written.
@@ -358,9 +372,14 @@ func TestBatch_Tiers(t *testing.T) {
 	if r := h.Do(t, "PATCH", "/v1/accounts/acct_lapsed", apptest.AdminKey, map[string]any{"status": "inactive"}); r.Status != 200 {
 		t.Fatalf("deactivate: %d %s", r.Status, r.Body)
 	}
+	puts := countPuts(h)
 	for _, acct := range []string{"acct_plus", "acct_internal", "acct_lapsed"} {
+		before := puts.n
 		if _, err := process(t, h, packed(t, h, acct, nil, idsN("evt", 4)...)); err != nil {
 			t.Fatalf("%s: %v", acct, err)
+		}
+		if wrote := puts.n - before; wrote != map[bool]int{true: 0, false: 1}[acct == "acct_lapsed"] {
+			t.Errorf("%s: %d archive writes; want one, and none for an inactive account's rejected events", acct, wrote)
 		}
 	}
 	for _, tc := range []struct {
@@ -469,5 +488,165 @@ func TestBatch_TransactionCancelledByOneMember(t *testing.T) {
 			t.Errorf("%s: %s batch %q", id, e.Status, e.Batch)
 		}
 		assertStoredOnce(t, h, "acct_cx", id, map[bool]string{true: single, false: body}[i == 1])
+	}
+}
+
+// orderLedger and orderArchive record the order of a unit's archive write, reads and claims.
+type orderLedger struct {
+	worker.Ledger
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (l orderLedger) ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, ids []string) (ledger.BatchState, error) {
+	l.mu.Lock()
+	*l.log = append(*l.log, "read")
+	l.mu.Unlock()
+	return l.Ledger.ReadBatch(ctx, accountID, batch, cycle, b, ids)
+}
+
+func (l orderLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
+	l.mu.Lock()
+	*l.log = append(*l.log, "claim")
+	l.mu.Unlock()
+	return l.Ledger.WriteBatchClaim(ctx, c)
+}
+
+type orderArchive struct {
+	worker.Archive
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (a orderArchive) Put(ctx context.Context, key string, body []byte) error {
+	a.mu.Lock()
+	*a.log = append(*a.log, "archive")
+	a.mu.Unlock()
+	return a.Archive.Put(ctx, key, body)
+}
+
+// A first delivery writes the unit's object before its read, so nothing stands between the read
+// and the claim: the window in which a concurrent unit holding one of the same events (a
+// client's retry) can claim it and cancel this unit's transaction is the read's and the
+// transaction's own latency. A redelivery reads first and archives only what it will claim;
+// either way the object is written before the claim, and it holds every member (a member claimed
+// elsewhere too), at the ranges the entries record.
+func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_ord", "free", nil)
+	w := h.Fn(resources.FunctionWorker).Worker
+	if _, err := process(t, h, message(t, h, "acct_ord", "evt_00", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var log []string
+	plainL, plainA := w.Ledger, w.Archive
+	w.Ledger, w.Archive = orderLedger{plainL, &mu, &log}, orderArchive{plainA, &mu, &log}
+	defer func() { w.Ledger, w.Archive = plainL, plainA }()
+	ids := idsN("evt", 4)
+	body := packed(t, h, "acct_ord", nil, ids...)
+	if _, err := process(t, h, body); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[archive read claim]" {
+		t.Errorf("first delivery: %s; want [archive read claim]", got)
+	}
+	m, _ := event.DecodeMessage(body)
+	var want []byte
+	for _, env := range m.Envelopes {
+		want = append(append(want, env.Event...), '\n')
+	}
+	if got := archived(t, h, entry(t, h, "acct_ord", ids[1])); !bytes.Equal(got, want) {
+		t.Errorf("the unit's object:\n%s\nwant every member's payload\n%s", got, want)
+	}
+	for _, id := range ids {
+		assertStoredOnce(t, h, "acct_ord", id, map[bool]string{true: message(t, h, "acct_ord", id, nil), false: body}[id == ids[0]])
+	}
+	log = nil
+	again := packed(t, h, "acct_ord", nil, append(idsN("evt", 4), "evt_new")...)
+	resp, err := w.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: again, Attributes: map[string]string{"ApproximateReceiveCount": "3"}},
+	}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	if got := fmt.Sprint(log); got != "[read archive claim]" {
+		t.Errorf("redelivery with one event to claim: %s; want [read archive claim]", got)
+	}
+	assertStoredOnce(t, h, "acct_ord", "evt_new", again)
+	if got := used(t, h, "acct_ord"); got != 5 {
+		t.Errorf("meter %d, want 5", got)
+	}
+}
+
+// relayoutLedger claims the admitted members into an object of their payloads only, as units
+// were archived before every member's payload was in the unit's object: the entries of such a
+// unit record another layout than the one the unit now writes.
+type relayoutLedger struct {
+	worker.Ledger
+	archive worker.Archive
+	body    func(id string) []byte
+	key     string
+	skipPut bool
+}
+
+func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
+	var obj []byte
+	for i, e := range c.Admit {
+		p := l.body(e.EventID)
+		c.Admit[i].ArchiveKey, c.Admit[i].ArchiveOffset, c.Admit[i].ArchiveLength = l.key, int64(len(obj)), int64(len(p))
+		obj = append(append(obj, p...), '\n')
+	}
+	if !l.skipPut {
+		if err := l.archive.Put(ctx, l.key, obj); err != nil {
+			return err
+		}
+	}
+	return l.Ledger.WriteBatchClaim(ctx, c)
+}
+
+// A unit whose entries were claimed under an older layout (an object of the admitted payloads
+// only) and which died after its claim: its redelivery finishes every member from the object the
+// entries name, which was written before the claim. If that object is missing, the unit fails
+// (it cannot be repaired by a retry, and reaches the DLQ) instead of pointing rows at nothing.
+func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testing.T) {
+	for _, missing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "object stored", true: "object missing"}[missing], func(t *testing.T) {
+			h := apptest.New(t)
+			h.CreateAccount(t, "acct_old", "free", nil)
+			w := h.Fn(resources.FunctionWorker).Worker
+			ids := idsN("evt", 3)
+			if _, err := process(t, h, message(t, h, "acct_old", ids[0], nil)); err != nil {
+				t.Fatal(err)
+			}
+			body := packed(t, h, "acct_old", nil, ids...)
+			plain := w.Ledger
+			w.Ledger = &relayoutLedger{Ledger: plain, archive: w.Archive, key: "events/dt=2026-11-01/account=acct_old/batch-old.jsonl",
+				body: func(id string) []byte { return payloadOf(t, body, id) }, skipPut: missing}
+			w.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+			if _, err := process(t, h, body); !errors.Is(err, errKilled) {
+				t.Fatalf("not killed: %v", err)
+			}
+			w.Ledger, w.Hook = plain, nil
+			_, err := process(t, h, body)
+			if missing {
+				if err == nil {
+					t.Fatal("a unit whose entries name a missing object was acked")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids[1:] {
+				if e := entry(t, h, "acct_old", id); e.ArchiveKey != "events/dt=2026-11-01/account=acct_old/batch-old.jsonl" {
+					t.Errorf("%s archived at %s", id, e.ArchiveKey)
+				}
+				assertStoredOnce(t, h, "acct_old", id, body)
+			}
+			if got := used(t, h, "acct_old"); got != 3 {
+				t.Errorf("meter %d, want 3", got)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -33,6 +34,15 @@ type queued struct {
 	id  string // the SQS message id
 	msg event.Message
 	raw []byte // the bytes the message's identity derives from
+	// redelivered: SQS received the message before (ApproximateReceiveCount above 1).
+	redelivered bool
+}
+
+// redelivered reads SQS's receive count: a message received more than once before this
+// delivery. A missing or unreadable count is a first delivery.
+func redelivered(rec events.SQSMessage) bool {
+	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	return err == nil && n > 1
 }
 
 // queuedOrder is unit order: arrival instant, then identity.
@@ -113,7 +123,7 @@ func (w *Worker) handleCoalesced(ctx context.Context, batch events.SQSEvent) eve
 		if _, ok := byAccount[acct]; !ok {
 			order = append(order, acct)
 		}
-		byAccount[acct] = append(byAccount[acct], queued{id: rec.MessageId, msg: m, raw: raw})
+		byAccount[acct] = append(byAccount[acct], queued{id: rec.MessageId, msg: m, raw: raw, redelivered: redelivered(rec)})
 	}
 	fanout.Each(order, maxBatchConcurrency, func(accountID string) ([]failed, error) {
 		msgs := byAccount[accountID]

@@ -130,7 +130,7 @@ func (w *Worker) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.S
 		go func(msg events.SQSMessage) {
 			defer wg.Done()
 			defer func() { <-slots }()
-			if _, err := w.Process(ctx, msg.Body); err != nil {
+			if _, err := w.process(ctx, msg.Body, redelivered(msg)); err != nil {
 				w.Metrics.Count(metrics.WorkerFailures, 1)
 				w.Log.Warn("message failed; it will be redelivered",
 					"messageId", msg.MessageId, "receiveCount", msg.Attributes["ApproximateReceiveCount"], "err", err)
@@ -158,6 +158,11 @@ type job struct {
 // Process runs one queued event through the pipeline. A nil error means the message can be
 // deleted: the event is INSERTED, REJECTED or UNINSERTABLE.
 func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
+	return w.process(ctx, body, false)
+}
+
+// process is Process for a delivery SQS may have made before (redelivered).
+func (w *Worker) process(ctx context.Context, body string, redelivered bool) (Result, error) {
 	m, err := event.DecodeMessage(body)
 	if err != nil {
 		// Ingest never queues such a message; retrying cannot fix it, and after maxReceiveCount
@@ -166,7 +171,7 @@ func (w *Worker) Process(ctx context.Context, body string) (Result, error) {
 		return Result{}, err
 	}
 	if m.Packed {
-		return w.processBatch(ctx, m)
+		return w.processBatch(ctx, m, redelivered)
 	}
 	return w.processOne(ctx, m.Envelopes[0], m.Events[0], accounts.Account{}, nil)
 }
