@@ -77,7 +77,7 @@ func TestHarness_ASeedRunsTheSameInARunAndAlone(t *testing.T) {
 	var inRun []harness.Result
 	opts := harness.Options{Endpoints: emulators(t)}
 	run := opts
-	run.Schedules = 10 // the last three: idempotency, events-batch and reporter
+	run.Schedules = 12 // the last three: events-batch, reporter and inbox
 	run.Progress = func(r harness.Result) { inRun = append(inRun, r) }
 	if _, err := harness.Run(context.Background(), run); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ type Pipeline interface {
 // Pipelines are the pipelines the harness runs, in order. A schedule runs one, drawn from its
 // seed among those selected.
 func Pipelines() []Pipeline {
-	return []Pipeline{&Events{}, &Holds{}, &Idempotency{}, &Events{Packed: true}, &Reporter{}}
+	return []Pipeline{&Events{}, &Holds{}, &Idempotency{}, &Events{Packed: true}, &Reporter{}, &Inbox{}}
 }
 
 // Limits of a schedule.
