@@ -7,13 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/archive"
@@ -269,30 +265,7 @@ func (p *Events) produce(ctx context.Context, s *Schedule, st *eventsState, id s
 
 // receive takes every message off the queue into the harness's pool, in a stable order.
 func (p *Events) receive(ctx context.Context, s *Schedule) []string {
-	url := s.Env.Names.QueueURL(resources.QueueEvents)
-	var bodies []string
-	for {
-		out, err := s.Env.Admin.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: receiveBatch, VisibilityTimeout: receiveHold,
-		})
-		if err != nil {
-			s.Violate("harness: receive from the queue: %v", err)
-			return bodies
-		}
-		if len(out.Messages) == 0 {
-			break
-		}
-		var entries []sqstypes.DeleteMessageBatchRequestEntry
-		for i, m := range out.Messages {
-			bodies = append(bodies, aws.ToString(m.Body))
-			entries = append(entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-		if _, err := s.Env.Admin.SQS.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}); err != nil {
-			s.Violate("harness: delete from the queue: %v", err)
-		}
-	}
-	sort.Strings(bodies)
-	return bodies
+	return takeAll(ctx, s, resources.QueueEvents)
 }
 
 // deliver spawns a worker handling one delivery of a message. A delivery that fails (or whose
@@ -483,20 +456,7 @@ func installHook(env *Env) {
 	if w.Hook != nil {
 		return
 	}
-	w.Hook = func(ctx context.Context, pt worker.Point) error {
-		a := ActorFrom(ctx)
-		if a == nil {
-			return nil
-		}
-		s := a.sched.owner
-		if s.Quiet() || s.FaultRate == 0 || a.Rand.Float64() >= s.FaultRate/2 {
-			return nil
-		}
-		s.Count("crash-between-steps")
-		s.Note("#%d %s killed %s", a.ID, a.Name, pt)
-		a.Kill()
-		return errKilled
-	}
+	w.Hook = func(ctx context.Context, pt worker.Point) error { return crashBetweenSteps(ctx, pt.String()) }
 }
 
 // Check implements Pipeline.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -11,11 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	smithymw "github.com/aws/smithy-go/middleware"
 
 	"github.com/ferrymeter/ferry/internal/cloud"
 	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // Fault is what a released call meets.
@@ -184,6 +187,13 @@ func (w *wire) handle(ctx context.Context, service string, in smithymw.Initializ
 		asked = snapshot(in.Parameters)
 		s.check(a, w, in.Parameters)
 	}
+	if c.Table == resources.QueueInbox {
+		// The inbox pipeline delivers the inbox queue's nudges itself, each when the harness's
+		// clock reaches its delay (observers see the delay asked for); the emulator's copies
+		// carry none, so that the schedule can take them all off the queue when it ends: a
+		// delayed message cannot be received, and SQS allows one PurgeQueue a minute.
+		in.Parameters = undelayed(in.Parameters)
+	}
 	out, md, err := next.HandleInitialize(ctx, in)
 	s.observe(a, c, asked, err == nil)
 	if fault == KillAfter || fault == LostAnswer {
@@ -326,6 +336,64 @@ func snapshot(params any) any {
 				it.Delete = &d
 			}
 			c.TransactItems[i] = it
+		}
+		return &c
+	}
+	return params
+}
+
+// crashBetweenSteps is a function's hook between two of its steps (what names the step): while
+// faults are on, the actor ctx carries dies there, at half the schedule's fault rate, and its
+// work is left to whatever redelivers or reruns it.
+func crashBetweenSteps(ctx context.Context, what string) error {
+	a := ActorFrom(ctx)
+	if a == nil {
+		return nil
+	}
+	s := a.sched.owner
+	if s.Quiet() || s.FaultRate == 0 || a.Rand.Float64() >= s.FaultRate/2 {
+		return nil
+	}
+	s.Count("crash-between-steps")
+	s.Note("#%d %s killed %s", a.ID, a.Name, what)
+	a.Kill()
+	return errKilled
+}
+
+// leaseJumpsAndSweeps is an environment's step (Schedule.beforeStep) for a pipeline with leases
+// and a sweep: while faults are on, one step in jumpOneIn the clock jumps past lease, and one in
+// sweepOneIn sweep starts (counted as sweepFault), racing whatever is under way.
+func leaseJumpsAndSweeps(s *Schedule, jumpOneIn int, lease time.Duration, sweepOneIn int, sweepFault string, sweep func()) func() {
+	return func() {
+		if s.Quiet() {
+			return
+		}
+		if s.rng.IntN(jumpOneIn) == 0 {
+			s.Count("lease-expiry")
+			s.Env.Clock.Advance(lease + time.Second)
+			s.Note("clock +%s", lease+time.Second)
+		}
+		if s.rng.IntN(sweepOneIn) == 0 {
+			s.Count(sweepFault)
+			sweep()
+		}
+	}
+}
+
+// undelayed returns a copy of an SQS send's parameters without its delays (any other call's
+// parameters as they are).
+func undelayed(params any) any {
+	switch in := params.(type) {
+	case *sqs.SendMessageInput:
+		c := *in
+		c.DelaySeconds = 0
+		return &c
+	case *sqs.SendMessageBatchInput:
+		c := *in
+		c.Entries = make([]sqstypes.SendMessageBatchRequestEntry, len(in.Entries))
+		for i, e := range in.Entries {
+			e.DelaySeconds = 0
+			c.Entries[i] = e
 		}
 		return &c
 	}

@@ -111,20 +111,7 @@ func (p *Holds) Start(ctx context.Context, s *Schedule) error {
 	}
 	// The environment: the clock jumps past every lease now and then, and the sweeper runs,
 	// racing the jobs' charges and settlements.
-	s.beforeStep = func() {
-		if s.Quiet() {
-			return
-		}
-		if s.rng.IntN(jumpChance) == 0 {
-			s.Count("lease-expiry")
-			s.Env.Clock.Advance(holds.LeaseDuration + time.Second)
-			s.Note("clock +%s", holds.LeaseDuration+time.Second)
-		}
-		if s.rng.IntN(sweeperOneIn) == 0 {
-			s.Count("sweeper-race")
-			p.sweep(s, st)
-		}
-	}
+	s.beforeStep = leaseJumpsAndSweeps(s, jumpChance, holds.LeaseDuration, sweeperOneIn, "sweeper-race", func() { p.sweep(s, st) })
 	return nil
 }
 

@@ -303,20 +303,7 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	s.Note("inbox: %d accounts, %d events, %d deliveries (%d late), pauses %v, unlink %q, admissions %v, fault rate %.2f",
 		nAccounts, n, len(all), len(st.late), st.pauses, st.unlink, st.admitted, s.FaultRate)
 	p.observe(s, st)
-	s.beforeStep = func() {
-		if s.Quiet() {
-			return
-		}
-		if s.rng.IntN(inboxLeaseJumpOneIn) == 0 {
-			s.Count("lease-expiry")
-			s.Env.Clock.Advance(inbox.LeaseDuration + time.Second)
-			s.Note("clock +%s", inbox.LeaseDuration+time.Second)
-		}
-		if s.rng.IntN(inboxSweepOneIn) == 0 {
-			s.Count("sweep-race")
-			p.sweep(s, st)
-		}
-	}
+	s.beforeStep = leaseJumpsAndSweeps(s, inboxLeaseJumpOneIn, inbox.LeaseDuration, inboxSweepOneIn, "sweep-race", func() { p.sweep(s, st) })
 	handler, err := s.Env.Function(resources.FunctionWebhooks).HTTP.Handler()
 	if err != nil {
 		return fmt.Errorf("the webhooks handler: %w", err)
@@ -825,11 +812,9 @@ func (p *Inbox) Check(ctx context.Context, s *Schedule) []string {
 	st := s.State.(*inboxState)
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "inbox: "+fmt.Sprintf(format, args...)) }
-	// The harness delivered every nudge from what was sent; the queue's copies (delayed ones
-	// among them) go, so that the next schedule starts on an empty queue.
-	if _, err := s.Env.Admin.SQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(s.Env.Names.QueueURL(resources.QueueInbox))}); err != nil {
-		bad("harness: purge the inbox queue: %v", err)
-	}
+	// The harness delivered every nudge from what was sent; the queue's copies (sent without
+	// their delays, see undelayed) go, so that the next schedule starts on an empty queue.
+	takeAll(ctx, s, resources.QueueInbox)
 	for _, d := range st.sent {
 		if !d.answered {
 			bad("%s (copy %d) was never answered 200", d.ev, d.n)

@@ -338,25 +338,15 @@ func drainerOf(fn *app.Function, owner string) *outbox.Drainer {
 
 // installReportHooks makes the reporter and the drainer crash, at random, between their steps.
 func installReportHooks(env *Env) {
-	crash := func(ctx context.Context, what string) error {
-		a := ActorFrom(ctx)
-		if a == nil {
-			return nil
-		}
-		s := a.sched.owner
-		if s.Quiet() || s.FaultRate == 0 || a.Rand.Float64() >= s.FaultRate/2 {
-			return nil
-		}
-		s.Count("crash-between-steps")
-		s.Note("#%d %s killed %s", a.ID, a.Name, what)
-		a.Kill()
-		return errKilled
-	}
 	if r := env.Function(resources.FunctionReporter).Reporter; r.Hook == nil {
-		r.Hook = func(ctx context.Context, pt report.Point, _ report.Key) error { return crash(ctx, string(pt)) }
+		r.Hook = func(ctx context.Context, pt report.Point, _ report.Key) error {
+			return crashBetweenSteps(ctx, string(pt))
+		}
 	}
 	if d := env.Function(resources.FunctionDrainer).Drainer; d.Hook == nil {
-		d.Hook = func(ctx context.Context, pt outbox.Point, _ outbox.Row) error { return crash(ctx, string(pt)) }
+		d.Hook = func(ctx context.Context, pt outbox.Point, _ outbox.Row) error {
+			return crashBetweenSteps(ctx, string(pt))
+		}
 	}
 }
 

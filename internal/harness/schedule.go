@@ -9,6 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/instrument"
 )
@@ -245,4 +249,32 @@ func dedupe(vs []string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// takeAll takes every message there is off a queue, and returns their bodies in a stable order.
+func takeAll(ctx context.Context, s *Schedule, queue string) []string {
+	url := s.Env.Names.QueueURL(queue)
+	var bodies []string
+	for {
+		out, err := s.Env.Admin.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: receiveBatch, VisibilityTimeout: receiveHold,
+		})
+		if err != nil {
+			s.Violate("harness: receive from the %s queue: %v", queue, err)
+			return bodies
+		}
+		if len(out.Messages) == 0 {
+			break
+		}
+		var entries []sqstypes.DeleteMessageBatchRequestEntry
+		for i, m := range out.Messages {
+			bodies = append(bodies, aws.ToString(m.Body))
+			entries = append(entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		if _, err := s.Env.Admin.SQS.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}); err != nil {
+			s.Violate("harness: delete from the %s queue: %v", queue, err)
+		}
+	}
+	sort.Strings(bodies)
+	return bodies
 }

@@ -103,11 +103,7 @@ func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
 		}
 	}
 	// The object is the admitted payloads in message order, one to a line.
-	m, _ := event.DecodeMessage(body)
-	var want []byte
-	for _, env := range m.Envelopes {
-		want = append(append(want, env.Event...), '\n')
-	}
+	want := payloadLines(body)
 	if got := archived(t, h, entry(t, h, "acct_b", ids[0])); !bytes.Equal(got, want) {
 		t.Errorf("archive object:\n%s\nwant\n%s", got, want)
 	}
@@ -551,11 +547,7 @@ func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
 	if got := fmt.Sprint(log); got != "[archive read claim]" {
 		t.Errorf("first delivery: %s; want [archive read claim]", got)
 	}
-	m, _ := event.DecodeMessage(body)
-	var want []byte
-	for _, env := range m.Envelopes {
-		want = append(append(want, env.Event...), '\n')
-	}
+	want := payloadLines(body)
 	if got := archived(t, h, entry(t, h, "acct_ord", ids[1])); !bytes.Equal(got, want) {
 		t.Errorf("the unit's object:\n%s\nwant every member's payload\n%s", got, want)
 	}
@@ -649,4 +641,15 @@ func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testi
 			}
 		})
 	}
+}
+
+// payloadLines is a packed message's events as a unit's archive object holds them: each
+// event's exact bytes, in message order, one to a line.
+func payloadLines(body string) []byte {
+	m, _ := event.DecodeMessage(body)
+	var out []byte
+	for _, env := range m.Envelopes {
+		out = append(append(out, env.Event...), '\n')
+	}
+	return out
 }
