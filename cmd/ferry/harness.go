@@ -50,7 +50,11 @@ func runHarness(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	trace := fs.Bool("trace", false, "print the trace of every failing schedule")
 	listGuards := fs.Bool("guards", false, "list the guards --ablate can remove, and exit")
 	var pipelines, ablate listFlag
-	fs.Var(&pipelines, "pipeline", "run only this pipeline (repeat or comma-separate; have events, holds, idempotency, events-batch, inbox)")
+	var have []string
+	for _, p := range harness.Pipelines() {
+		have = append(have, p.Name())
+	}
+	fs.Var(&pipelines, "pipeline", "run only this pipeline (repeat or comma-separate; have "+strings.Join(have, ", ")+")")
 	fs.Var(&ablate, "ablate", "remove this guard at the wire in every schedule (see --guards)")
 	if err := fs.Parse(args); err != nil {
 		return err
