@@ -761,6 +761,18 @@ func (p *Inbox) linked(s *Schedule, a *Actor, table *string, key map[string]type
 	}
 }
 
+// transitionGuard is the inbox's named guard on a status transition, by which eventWrite knows
+// one: the condition as the code asked for it (observers see it even when an ablation removes it
+// at the wire).
+var transitionGuard = func() dynamo.Guard {
+	for _, g := range inbox.Guards {
+		if g.Name == "inbox.transition.rev" {
+			return g
+		}
+	}
+	panic("harness: the inbox has no guard inbox.transition.rev")
+}()
+
 // eventWrite holds one committed write of an inbox item to the record's model: an event is
 // inserted once; a copy counts only a stored event; every status transition moves the event
 // from the revision it read.
@@ -794,7 +806,8 @@ func (p *Inbox) eventWrite(s *Schedule, st *inboxState, a *Actor, put *types.Put
 			s.Violate("inbox: %s counted a copy of %s, which is not stored", a.Name, st.byStored[id])
 		}
 		m.intake++
-	case aws.ToString(u.ConditionExpression) == "#rev = :rev":
+	case strings.HasPrefix(aws.ToString(u.UpdateExpression), transitionGuard.UpdatePrefix) &&
+		aws.ToString(u.ConditionExpression) == transitionGuard.Clause:
 		read, next := dynamo.Int(values, ":rev"), dynamo.Int(values, ":v_rev")
 		status := dynamo.Str(values, ":v_status")
 		if !m.exists || read != m.rev {
