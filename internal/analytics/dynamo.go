@@ -133,16 +133,27 @@ func (w *DynamoWriter) WriteBatch(ctx context.Context, rows []Row) error {
 }
 
 // ExistsBatch implements Writer: BatchGetItem calls of at most 100 keys, strongly consistent.
-func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys []RowKey) (map[string]bool, error) {
+// Each unit's rows item is read once however many of its events are asked for, and answers only
+// for the events asked for in it.
+func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, refs []RowRef) (map[string]bool, error) {
 	present := map[string]bool{}
-	for start := 0; start < len(keys); start += maxBatchGet {
-		var ks []map[string]types.AttributeValue
-		for _, k := range keys[start:min(start+maxBatchGet, len(keys))] {
-			ks = append(ks, w.key(accountID, k.EventID, k.RowInsertedAtMs))
+	inUnit := map[string]map[string]bool{} // unit sort key → the events asked for in it
+	var keys []map[string]types.AttributeValue
+	for _, r := range refs {
+		if r.Unit == "" {
+			keys = append(keys, w.key(accountID, r.EventID, r.RowInsertedAtMs))
+			continue
 		}
+		sk := UnitSortKey(r.Unit, r.RowInsertedAtMs)
+		if inUnit[sk] == nil {
+			inUnit[sk] = map[string]bool{}
+			keys = append(keys, map[string]types.AttributeValue{"pk": dynamo.S(accountID), "sk": dynamo.S(sk)})
+		}
+		inUnit[sk][r.EventID] = true
+	}
+	for start := 0; start < len(keys); start += maxBatchGet {
 		request := map[string]types.KeysAndAttributes{w.Table: {
-			Keys: ks, ConsistentRead: aws.Bool(true),
-			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
+			Keys: keys[start:min(start+maxBatchGet, len(keys))], ConsistentRead: aws.Bool(true),
 		}}
 		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 			out, err := w.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
@@ -150,7 +161,20 @@ func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys [
 				return struct{}{}, fmt.Errorf("probe analytics rows: %w", err)
 			}
 			for _, item := range out.Responses[w.Table] {
-				present[dynamo.Str(item, "eventId")] = true
+				if !IsUnitItem(item) {
+					present[dynamo.Str(item, "eventId")] = true
+					continue
+				}
+				rows, err := RowsOf(item)
+				if err != nil {
+					return struct{}{}, err
+				}
+				asked := inUnit[dynamo.Str(item, "sk")]
+				for _, row := range rows {
+					if asked[row.EventID] {
+						present[row.EventID] = true
+					}
+				}
 			}
 			if request = out.UnprocessedKeys; len(request) > 0 {
 				return struct{}{}, retry.Again(errUnprocessed)
@@ -165,16 +189,20 @@ func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys [
 }
 
 // Exists implements Writer.
-func (w *DynamoWriter) Exists(ctx context.Context, accountID, eventID string, rowInsertedAtMs int64) (bool, error) {
+func (w *DynamoWriter) Exists(ctx context.Context, ref RowRef) (bool, error) {
+	if ref.Unit != "" {
+		present, err := w.ExistsBatch(ctx, ref.AccountID, []RowRef{ref})
+		return present[ref.EventID], err
+	}
 	out, err := w.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(w.Table),
-		Key:                      w.key(accountID, eventID, rowInsertedAtMs),
+		Key:                      w.key(ref.AccountID, ref.EventID, ref.RowInsertedAtMs),
 		ConsistentRead:           aws.Bool(true),
 		ProjectionExpression:     aws.String("#pk"),
 		ExpressionAttributeNames: dynamo.Names("#pk"),
 	})
 	if err != nil {
-		return false, fmt.Errorf("probe analytics row %s: %w", eventID, err)
+		return false, fmt.Errorf("probe analytics row %s: %w", ref.EventID, err)
 	}
 	return out.Item != nil, nil
 }

@@ -547,7 +547,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 }
 
 // checkStored holds an INSERTED event to "archive before insert": its payload is in the archive
-// byte for byte, and its analytics row exists.
+// byte for byte, and it has exactly one analytics row.
 func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, e ledger.Entry, bad func(string, ...any)) {
 	wfn := s.Env.Function(resources.FunctionWorker)
 	ev, err := event.Parse(st.bodies[e.EventID])
@@ -564,10 +564,19 @@ func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, 
 	case !bytes.Equal(got, ev.Canonical):
 		bad("%s's archived payload differs from the event", e.EventID)
 	}
-	ok, err := wfn.Analytics.Exists(ctx, e.AccountID, e.EventID, e.RowInsertedAtMs)
+	ok, err := wfn.Analytics.Exists(ctx, e.RowRef())
 	if err != nil {
 		bad("read the row of %s: %v", e.EventID, err)
 	} else if !ok {
 		bad("%s is INSERTED without its analytics row", e.EventID)
+	}
+	if e.RowInUnit {
+		// Its row is in its unit's rows item: exactly one row, so none of its own as well.
+		own, err := wfn.Analytics.Exists(ctx, e.RowRef().Own())
+		if err != nil {
+			bad("read the row of %s: %v", e.EventID, err)
+		} else if own {
+			bad("%s has two analytics rows: one in unit %s's rows item and one of its own", e.EventID, e.Batch)
+		}
 	}
 }

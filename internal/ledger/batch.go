@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/usage"
@@ -48,6 +49,41 @@ type BatchClaim struct {
 	// MarkPresent says the meter row's report mark was found present: the transaction checks
 	// it instead of putting it.
 	MarkPresent bool
+	// Rows are the analytics rows of admitted events, put as the unit's rows item in the same
+	// transaction (analytics.UnitItem, which may hold only a prefix: RowsHeld says how many);
+	// each of their entries is claimed with RowInUnit. Events admitted without one (a row the
+	// sink's schema refuses, a unit past the item's size) get a row of their own after the claim.
+	Rows []analytics.Row
+	// RowsHeld are the events whose rows the rows item holds (PackRows).
+	RowsHeld map[string]bool
+	rowsItem map[string]types.AttributeValue
+}
+
+// PackRows builds the claim's rows item from Rows and sets RowsHeld to the events whose rows it
+// holds: all of them, or the longest prefix that fits the item (analytics.UnitItem), or none
+// when the transaction has no item to spare (a unit of 98 events, packed before units were
+// bounded at event.MaxPackedEvents = 97). The item's key is the unit and the claim's instant:
+// two claims of one unit are never both committed (each claims every event the unit had
+// unclaimed, conditional on its having no entry), so the plain put never meets an item it would
+// replace.
+func (c *BatchClaim) PackRows() error {
+	c.rowsItem, c.RowsHeld = nil, nil
+	items := len(c.Admit) + len(c.Reject)
+	if MeterRowSK(c.Billing, c.Batch) != "" {
+		items += 2 // the meter row and its mark
+	}
+	if len(c.Rows) == 0 || items >= maxTransactItems {
+		return nil
+	}
+	item, n, err := analytics.UnitItem(c.Batch, c.Rows)
+	if err != nil || n == 0 {
+		return err
+	}
+	c.rowsItem, c.RowsHeld = item, make(map[string]bool, n)
+	for _, r := range c.Rows[:n] {
+		c.RowsHeld[r.EventID] = true
+	}
+	return nil
 }
 
 // BatchState is the durable state of a batch's events, read strongly consistent.
@@ -92,14 +128,23 @@ func MeterRowSK(b Billing, batch string) string {
 // WriteBatchClaim writes one lap's claim in one TransactWriteItems. A cancelled transaction is
 // ErrCancelled: which condition failed, only ReadBatch says.
 func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
-	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+2)
+	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+3)
 	rowSK := MeterRowSK(c.Billing, c.Batch)
+	if c.rowsItem == nil && len(c.Rows) > 0 {
+		if err := c.PackRows(); err != nil {
+			return fmt.Errorf("claim batch %s: %w", c.Batch, err)
+		}
+	}
+	if c.rowsItem != nil && s.Analytics == "" {
+		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
+	}
 	for _, e := range c.Admit {
 		it := entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Inserting),
 			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
 			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
 			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
+			RowInUnit: c.RowsHeld[e.EventID],
 		}
 		if rowSK != "" {
 			it.MeterRow = usage.MeterRow(c.AccountID, c.Billing.Feature, c.Cycle, rowSK)
@@ -131,6 +176,9 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			items = append(items, s.Usage.AddToShard(c.AccountID, c.Billing.Feature, c.Cycle, usage.ShardFor(c.Batch), amount, c.NowMs))
 		}
 		items = append(items, s.Usage.MarkedItems(c.AccountID, c.Billing.Feature, c.Cycle, rowSK, c.MarkPresent, c.NowMs))
+	}
+	if c.rowsItem != nil {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.rowsItem}})
 	}
 	if len(items) == 0 {
 		return nil

@@ -230,7 +230,10 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			return struct{}{}, err
 		}
 		read = &st
-		c := w.planClaim(r, layout, read, st.Marked)
+		c, err := w.planClaim(r, layout, read, st.Marked)
+		if err != nil {
+			return struct{}{}, err
+		}
 		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
 			return struct{}{}, nil
 		}
@@ -244,6 +247,7 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			won = map[string]ledger.Entry{}
 			for _, e := range c.Admit {
 				e.Status, e.BillingAcceptedAtMs, e.Tier = ledger.Inserting, r.nowMs, r.billing.Tier
+				e.RowInUnit = c.RowsHeld[e.EventID]
 				won[e.EventID] = e
 			}
 			for _, e := range c.Reject {
@@ -295,7 +299,7 @@ func unitLayout(r *batchRun) layout {
 // admit the same events. Claiming every unclaimed event at once (rejected ones too) is what makes
 // the claim one commit per unit. Each admitted entry records its payload's byte range in the
 // unit's object (unitLayout), written before the read.
-func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
+func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, error) {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
 		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
@@ -326,14 +330,19 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 		}
 		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = l.key, l.offset[env.EventID], int64(len(env.Event))
 		c.Admit = append(c.Admit, e)
+		// The row goes with the claim, in the unit's rows item; a row the sink's schema
+		// refuses is left out, and written (and quarantined) on its own after the claim.
+		if row, err := w.rowFor(r.evs[i], e); err == nil {
+			c.Rows = append(c.Rows, row)
+		}
 	}
-	return c
+	return c, c.PackRows()
 }
 
 // batchMembers builds each event's durable state and picks its scenario.
 func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]ledger.Entry, read *ledger.BatchState) ([]*member, error) {
 	members := make([]*member, len(r.ids))
-	var probe []analytics.RowKey
+	var probe []analytics.RowRef
 	foreignBatches := map[string]bool{}
 	for i, env := range r.envs {
 		mb := &member{env: env, ev: r.evs[i]}
@@ -357,7 +366,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
 		mb.state = ledger.State{Readable: true, Status: mb.entry.Status, Billed: mb.entry.Billed()}
 		if mb.entry.Status == ledger.Inserting {
-			probe = append(probe, analytics.RowKey{EventID: e.EventID, RowInsertedAtMs: e.RowInsertedAtMs})
+			probe = append(probe, e.RowRef())
 		}
 	}
 	if len(probe) > 0 {
@@ -428,7 +437,8 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			archiveNeeded = true
 		}
 		markNeeded = markNeeded || has(st, ledger.StageMark)
-		if has(st, ledger.StageInsert) {
+		// A row the claim wrote in the unit's rows item is there (one transaction).
+		if has(st, ledger.StageInsert) && !mb.entry.RowInUnit {
 			insert = append(insert, mb)
 		}
 		if len(st) == 0 {

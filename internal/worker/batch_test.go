@@ -57,10 +57,11 @@ func archived(t testing.TB, h *apptest.Harness, e ledger.Entry) []byte {
 	return obj
 }
 
-// One packed message of ten events: one transaction claims, checkpoints and meters them, one
-// object archives them, one bulk write stores their rows and one item records the batch done.
+// One packed message of ten events: one transaction claims, checkpoints and meters them and
+// stores their rows (the unit's rows item), one object archives them and one item records the
+// batch done.
 // Every payload reads back byte for byte from its range of the object.
-func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
+func TestBatch_TenEventsInOneTransactionWithTheirRows_OneObject(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
 	puts := countPuts(h)
@@ -77,7 +78,7 @@ func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := calls.Snapshot()
-	for op, want := range map[string]int{"DynamoDB TransactWriteItems": 1, "DynamoDB BatchWriteItem": 1, "DynamoDB PutItem": 1} {
+	for op, want := range map[string]int{"DynamoDB TransactWriteItems": 1, "DynamoDB BatchWriteItem": 0, "DynamoDB PutItem": 1} {
 		if snap[op] != want {
 			t.Errorf("%s: %d calls, want %d (all: %v)", op, snap[op], want, snap)
 		}
@@ -95,8 +96,9 @@ func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
 		if i == 0 {
 			key = e.ArchiveKey
 		}
-		if e.ArchiveKey != key || e.Batch == "" {
-			t.Errorf("%s: archived at %q in batch %q; want the batch's one object %q", id, e.ArchiveKey, e.Batch, key)
+		if e.ArchiveKey != key || e.Batch == "" || !e.RowInUnit {
+			t.Errorf("%s: archived at %q in batch %q, row in the batch's item %v; want the batch's one object %q and its rows item",
+				id, e.ArchiveKey, e.Batch, e.RowInUnit, key)
 		}
 		if res.Events[id].Final != ledger.Inserted {
 			t.Errorf("%s: result %+v", id, res.Events[id])
@@ -209,7 +211,9 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the member its owner archived was not finished: %v", err)
 	}
-	if got := res.Events["evt_shared"].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
+	// Its row went with its owner's claim, in the owner's rows item: the unit that meets it
+	// marks it and writes no row of its own.
+	if got := res.Events["evt_shared"].Scenario; got != "INSERTING, analytics row present: mark only" {
 		t.Errorf("the shared member re-entered at %q", got)
 	}
 	if _, err := process(t, h, owner); err != nil {
@@ -224,16 +228,18 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	}
 }
 
-// A batch archive written but not all rows: the worker dies after the first bulk row write. The
-// redelivery marks the members whose row is there, stores the others, and rewrites the archive
-// object with the very same bytes under the same key.
+// A batch archive written but not all rows. A unit's rows go with its claim, in its rows item,
+// unless its transaction has no item to spare: a pack of 98 events, queued before units were
+// bounded at 97, is claimed with rows of its own written after the claim. The worker dies after
+// the first bulk row write; the redelivery marks the members whose row is there, stores the
+// others, and rewrites the archive object with the very same bytes under the same key.
 func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_rows", "free", nil)
 	w := h.Fn(resources.FunctionWorker).Worker
-	w.RowChunk = 1
+	w.RowChunk = 25
 	defer func() { w.RowChunk = 0 }()
-	ids := idsN("evt", 3)
+	ids := idsN("evt", event.MaxPackedEvents+1)
 	body := packed(t, h, "acct_rows", map[string]any{"k": "v"}, ids...)
 	w.Hook = killAt(worker.Point{Stage: ledger.StageInsert})
 	if _, err := process(t, h, body); !errors.Is(err, errKilled) {
@@ -244,9 +250,9 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	before := archived(t, h, first)
 	for i, id := range ids {
 		e := entry(t, h, "acct_rows", id)
-		row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_rows", id, e.RowInsertedAtMs)
-		if row != (i == 0) || e.Status != ledger.Inserting {
-			t.Fatalf("after the crash %s: row %v status %s", id, row, e.Status)
+		row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), e.RowRef())
+		if row != (i < 25) || e.Status != ledger.Inserting || e.RowInUnit {
+			t.Fatalf("after the crash %s: row %v status %s in its unit's item %v", id, row, e.Status, e.RowInUnit)
 		}
 	}
 	res, err := process(t, h, body)
@@ -256,7 +262,7 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	if got := res.Events[ids[0]].Scenario; got != "INSERTING, analytics row present: mark only" {
 		t.Errorf("member with its row: %q", got)
 	}
-	if got := res.Events[ids[1]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
+	if got := res.Events[ids[25]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
 		t.Errorf("member without its row: %q", got)
 	}
 	if after := archived(t, h, first); !bytes.Equal(after, before) {
@@ -265,8 +271,8 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	for _, id := range ids {
 		assertStoredOnce(t, h, "acct_rows", id, body)
 	}
-	if got := used(t, h, "acct_rows"); got != 3 {
-		t.Errorf("meter %d, want 3", got)
+	if got := used(t, h, "acct_rows"); got != int64(len(ids)) {
+		t.Errorf("meter %d, want %d", got, len(ids))
 	}
 }
 
@@ -573,7 +579,8 @@ func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
 
 // relayoutLedger claims the admitted members into an object of their payloads only, as units
 // were archived before every member's payload was in the unit's object: the entries of such a
-// unit record another layout than the one the unit now writes.
+// unit record another layout than the one the unit now writes (and, as then, no rows go with
+// the claim).
 type relayoutLedger struct {
 	worker.Ledger
 	archive worker.Archive
@@ -593,6 +600,10 @@ func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClai
 		if err := l.archive.Put(ctx, l.key, obj); err != nil {
 			return err
 		}
+	}
+	c.Rows = nil
+	if err := c.PackRows(); err != nil {
+		return err
 	}
 	return l.Ledger.WriteBatchClaim(ctx, c)
 }
