@@ -3,6 +3,9 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/instrument"
@@ -123,6 +127,7 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 	if _, err := process(t, h, packed(t, h, "acct_cap", nil, ids...)); err != nil {
 		t.Fatal(err)
 	}
+	rows := h.Fn(resources.FunctionWorker).Analytics
 	for i, id := range ids {
 		e := entry(t, h, "acct_cap", id)
 		want := ledger.Inserted
@@ -131,6 +136,11 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 		}
 		if e.Status != want || (want == ledger.Rejected && (e.Reason == "" || e.Billed())) {
 			t.Errorf("%s: %s billed %v reason %q; want %s", id, e.Status, e.Billed(), e.Reason, want)
+		}
+		// Only the admitted have a row, in the unit's rows item.
+		inUnit := analytics.RowRef{AccountID: "acct_cap", EventID: id, RowInsertedAtMs: e.RowInsertedAtMs, Unit: e.Batch}
+		if ok, err := rows.Exists(context.Background(), inUnit); err != nil || ok != (want == ledger.Inserted) || e.RowInUnit != ok {
+			t.Errorf("%s (%s): row in its unit's item %v (%v), entry says %v", id, e.Status, ok, err, e.RowInUnit)
 		}
 	}
 	if got := used(t, h, "acct_cap"); got != 7 {
@@ -273,6 +283,46 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	}
 	if got := used(t, h, "acct_rows"); got != int64(len(ids)) {
 		t.Errorf("meter %d, want %d", got, len(ids))
+	}
+}
+
+// Rows that do not fit the unit's rows item: the item holds the first ones in unit order, the
+// others are written after the claim as rows of their own, and every event has exactly one.
+func TestBatch_RowsPastTheItemsBound_WrittenAlone(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_big", "free", nil)
+	ids := idsN("evt", event.MaxPackedEvents)
+	p := event.Packed{AccountID: "acct_big", ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	for _, id := range ids {
+		data := map[string]any{}
+		for k := range 30 {
+			b := make([]byte, 120)
+			_, _ = rand.Read(b)
+			data[fmt.Sprintf("f%02d", k)] = hex.EncodeToString(b) // rows of ~7 KB that barely compress
+		}
+		raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": id, "source": "/tests", "type": "api.call", "data": data})
+		p.Events = append(p.Events, raw)
+	}
+	body, err := event.EncodePacked(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := process(t, h, body); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for i, id := range ids {
+		e := entry(t, h, "acct_big", id)
+		if e.RowInUnit {
+			held++
+			if held != i+1 {
+				t.Errorf("%s is in the rows item after a member that is not", id)
+			}
+		}
+		assertStoredOnce(t, h, "acct_big", id, body)
+	}
+	if held == 0 || held == len(ids) {
+		t.Errorf("%d of %d rows in the unit's item; want some and not all", held, len(ids))
 	}
 }
 
