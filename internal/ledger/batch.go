@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -49,41 +50,57 @@ type BatchClaim struct {
 	// MarkPresent says the meter row's report mark was found present: the transaction checks
 	// it instead of putting it.
 	MarkPresent bool
-	// Rows are the analytics rows of admitted events, put as the unit's rows item in the same
-	// transaction (analytics.UnitItem, which may hold only a prefix: RowsHeld says how many);
-	// each of their entries is claimed with RowInUnit. Events admitted without one (a row the
-	// sink's schema refuses, a unit past the item's size) get a row of their own after the claim.
-	Rows []analytics.Row
-	// RowsHeld are the events whose rows the rows item holds (PackRows).
-	RowsHeld map[string]bool
-	rowsItem map[string]types.AttributeValue
+	// Rows is the unit's rows item: the analytics rows of admitted events, put in the same
+	// transaction (PackRows). Each entry whose row it holds is claimed with RowInUnit; an event
+	// admitted without one (a row the sink's schema refuses, rows past the item's size) gets a
+	// row of its own after the claim.
+	Rows RowsItem
 }
 
-// PackRows builds the claim's rows item from Rows and sets RowsHeld to the events whose rows it
-// holds: all of them, or the longest prefix that fits the item (analytics.UnitItem), or none
-// when the transaction has no item to spare (a unit of 98 events, packed before units were
-// bounded at event.MaxPackedEvents = 97). The item's key is the unit and the claim's instant:
-// two claims of one unit are never both committed (each claims every event the unit had
-// unclaimed, conditional on its having no entry), so the plain put never meets an item it would
-// replace.
-func (c *BatchClaim) PackRows() error {
-	c.rowsItem, c.RowsHeld = nil, nil
-	items := len(c.Admit) + len(c.Reject)
+// RowsItem is a unit's analytics rows item, ready to be put (analytics.UnitItem): possibly
+// holding only the first of the rows it was built from, possibly none.
+type RowsItem struct {
+	item map[string]types.AttributeValue
+	held map[string]bool
+	// from is the events it was built from, in order.
+	from []string
+}
+
+// PackRows builds unit's rows item from rows (in unit order). It is built ahead of the unit's
+// read when it can be, so that nothing but the plan lies between the read and the claim.
+func PackRows(unit string, rows []analytics.Row) (RowsItem, error) {
+	ri := RowsItem{from: make([]string, len(rows))}
+	for i, r := range rows {
+		ri.from[i] = r.EventID
+	}
+	item, n, err := analytics.UnitItem(unit, rows)
+	if err != nil || n == 0 {
+		return ri, err
+	}
+	ri.item, ri.held = item, make(map[string]bool, n)
+	for _, r := range rows[:n] {
+		ri.held[r.EventID] = true
+	}
+	return ri, nil
+}
+
+// Holds reports whether the item holds the event's row.
+func (ri RowsItem) Holds(eventID string) bool { return ri.held[eventID] }
+
+// BuiltFrom reports whether the item was built from exactly these events' rows, in this order.
+func (ri RowsItem) BuiltFrom(eventIDs []string) bool { return slices.Equal(ri.from, eventIDs) }
+
+// HasRoomForRows reports whether the claim's transaction has an item to spare for its rows item:
+// not for a unit of 98 events, packed before units were bounded at event.MaxPackedEvents = 97.
+// The rows item's key is the unit and the claim's instant: two claims of one unit are never both
+// committed (each claims every event the unit had unclaimed, conditional on its having no entry),
+// so its plain put never meets an item it would replace.
+func (c BatchClaim) HasRoomForRows() bool {
+	items := len(c.Admit) + len(c.Reject) + 1
 	if MeterRowSK(c.Billing, c.Batch) != "" {
 		items += 2 // the meter row and its mark
 	}
-	if len(c.Rows) == 0 || items >= maxTransactItems {
-		return nil
-	}
-	item, n, err := analytics.UnitItem(c.Batch, c.Rows)
-	if err != nil || n == 0 {
-		return err
-	}
-	c.rowsItem, c.RowsHeld = item, make(map[string]bool, n)
-	for _, r := range c.Rows[:n] {
-		c.RowsHeld[r.EventID] = true
-	}
-	return nil
+	return items <= maxTransactItems
 }
 
 // BatchState is the durable state of a batch's events, read strongly consistent.
@@ -130,12 +147,7 @@ func MeterRowSK(b Billing, batch string) string {
 func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+3)
 	rowSK := MeterRowSK(c.Billing, c.Batch)
-	if c.rowsItem == nil && len(c.Rows) > 0 {
-		if err := c.PackRows(); err != nil {
-			return fmt.Errorf("claim batch %s: %w", c.Batch, err)
-		}
-	}
-	if c.rowsItem != nil && s.Analytics == "" {
+	if c.Rows.item != nil && s.Analytics == "" {
 		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
 	}
 	for _, e := range c.Admit {
@@ -144,7 +156,7 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
 			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
 			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
-			RowInUnit: c.RowsHeld[e.EventID],
+			RowInUnit: c.Rows.Holds(e.EventID),
 		}
 		if rowSK != "" {
 			it.MeterRow = usage.MeterRow(c.AccountID, c.Billing.Feature, c.Cycle, rowSK)
@@ -177,8 +189,8 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		}
 		items = append(items, s.Usage.MarkedItems(c.AccountID, c.Billing.Feature, c.Cycle, rowSK, c.MarkPresent, c.NowMs))
 	}
-	if c.rowsItem != nil {
-		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.rowsItem}})
+	if c.Rows.item != nil {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.Rows.item}})
 	}
 	if len(items) == 0 {
 		return nil

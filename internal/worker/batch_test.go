@@ -651,10 +651,7 @@ func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClai
 			return err
 		}
 	}
-	c.Rows = nil
-	if err := c.PackRows(); err != nil {
-		return err
-	}
+	c.Rows = ledger.RowsItem{}
 	return l.Ledger.WriteBatchClaim(ctx, c)
 }
 
