@@ -22,6 +22,9 @@ type DynamoWriter struct {
 	Table string
 }
 
+// MaxInstantMs is the last instant a 13-digit key holds (the year 2286).
+const MaxInstantMs = 9_999_999_999_999
+
 // SortKey is a row's sort key.
 func SortKey(eventID string, rowInsertedAtMs int64) string {
 	return fmt.Sprintf("%013d#%s", rowInsertedAtMs, eventID)
@@ -205,4 +208,79 @@ func (w *DynamoWriter) Exists(ctx context.Context, ref RowRef) (bool, error) {
 		return false, fmt.Errorf("probe analytics row %s: %w", ref.EventID, err)
 	}
 	return out.Item != nil, nil
+}
+
+// Rows reads one account's rows whose claim instant is in [fromMs, toMs], strongly consistent,
+// in key order: rows of their own and every row of the units' rows items alike.
+func (w *DynamoWriter) Rows(ctx context.Context, accountID string, fromMs, toMs int64) ([]Row, error) {
+	if fromMs < 0 || toMs < fromMs || toMs > MaxInstantMs {
+		return nil, fmt.Errorf("read the analytics rows of %s: the range [%d, %d] is not within [0, %d]", accountID, fromMs, toMs, int64(MaxInstantMs))
+	}
+	// Every key is the 13-digit instant, then '#' or '~' and more: the bounds are the first
+	// instant alone and the last followed by a byte above both.
+	lo, hi := fmt.Sprintf("%013d", fromMs), fmt.Sprintf("%013d\x7f", toMs)
+	p := dynamodb.NewQueryPaginator(w.DB, &dynamodb.QueryInput{
+		TableName:                 aws.String(w.Table),
+		KeyConditionExpression:    aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
+		ExpressionAttributeNames:  dynamo.Names("#pk", "#sk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": dynamo.S(accountID), ":lo": dynamo.S(lo), ":hi": dynamo.S(hi)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	var rows []Row
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the analytics rows of %s: %w", accountID, err)
+		}
+		for _, item := range page.Items {
+			if IsUnitItem(item) {
+				in, err := RowsOf(item)
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, in...)
+				continue
+			}
+			var r Row
+			if err := decodeRow(item, &r); err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// decodeRow reads a row of its own back as Write stored it.
+func decodeRow(item map[string]types.AttributeValue, r *Row) error {
+	*r = Row{
+		AccountID: dynamo.Str(item, "accountId"), EventID: dynamo.Str(item, "eventId"), Type: dynamo.Str(item, "type"),
+		Source: dynamo.Str(item, "source"), Subject: dynamo.Str(item, "subject"), Time: dynamo.Str(item, "time"),
+		ReceivedAtMs: dynamo.Int(item, "receivedAtMs"), RowInsertedAtMs: dynamo.Int(item, "rowInsertedAtMs"),
+		Cycle: dynamo.Str(item, "cycle"), ArchiveKey: dynamo.Str(item, "archiveKey"),
+		ArchiveOffset: dynamo.Int(item, "archiveOffset"), ArchiveLength: dynamo.Int(item, "archiveLength"),
+		DimsOmitted: int(dynamo.Int(item, "dimsOmitted")),
+	}
+	if m, ok := item["dims"].(*types.AttributeValueMemberM); ok {
+		r.Dimensions = make(map[string]any, len(m.Value))
+		for k, v := range m.Value {
+			switch v := v.(type) {
+			case *types.AttributeValueMemberS:
+				r.Dimensions[k] = v.Value
+			case *types.AttributeValueMemberN:
+				r.Dimensions[k] = json.Number(v.Value)
+			case *types.AttributeValueMemberBOOL:
+				r.Dimensions[k] = v.Value
+			default:
+				return fmt.Errorf("analytics row %s: dimension %s is neither a string, a number nor a boolean", r.EventID, k)
+			}
+		}
+	}
+	if m, ok := item["truncated"].(*types.AttributeValueMemberM); ok {
+		r.Truncated = make(map[string]int, len(m.Value))
+		for k := range m.Value {
+			r.Truncated[k] = int(dynamo.Int(m.Value, k))
+		}
+	}
+	return nil
 }

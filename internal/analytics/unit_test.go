@@ -151,3 +151,38 @@ func TestExistsBatch_UnitItemsAnswerOnlyForTheirEvents(t *testing.T) {
 		}
 	}
 }
+
+// Rows reads an account's rows over a time range, rows of their own and rows in units' items
+// alike, each as RowFor built it.
+func TestRows_BothKindsReadBackOverATimeRange(t *testing.T) {
+	env := testenv.New(t)
+	w := &analytics.DynamoWriter{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableAnalytics)}
+	ctx := context.Background()
+	rows := unitRows(t, 5, func(i int) map[string]any { return map[string]any{"n": i, "ok": true, "route": "/v1/x"} })
+	item, _, err := analytics.UnitItem("unit5", rows[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Clients.DynamoDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(w.Table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	rows[3].RowInsertedAtMs, rows[4].RowInsertedAtMs = 4000, 1_795_000_000_000
+	for _, r := range rows[3:] {
+		if err := w.Write(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := w.Rows(ctx, "acct_u", 4000, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append([]analytics.Row{rows[3]}, rows[:3]...); !reflect.DeepEqual(got, want) {
+		t.Errorf("rows over [4000, 5000]:\n%+v\nwant\n%+v", got, want)
+	}
+	if got, err := w.Rows(ctx, "acct_u", 5001, analytics.MaxInstantMs); err != nil || len(got) != 1 || got[0].EventID != rows[4].EventID {
+		t.Errorf("rows from 5001 on: %+v %v", got, err)
+	}
+	if got, err := w.Rows(ctx, "acct_u", 0, analytics.MaxInstantMs); err != nil || len(got) != len(rows) {
+		t.Errorf("all rows: %d (%v), want %d", len(got), err, len(rows))
+	}
+}
