@@ -23,7 +23,8 @@ import (
 // One TransactWriteItems puts every unclaimed event's entry — each conditional on not existing,
 // the claim — either already checkpointed (INSERTING with billingAcceptedAtMs, its archive
 // location and its batch) or REJECTED with its reason, and moves the meter once by the number
-// admitted, with the meter row's report mark. Money still moves with its receipts in one write;
+// admitted, with the meter row's report mark, and puts the admitted events' analytics rows as
+// one item of the analytics table (RowsItem). Money still moves with its receipts in one write;
 // the claim and the checkpoint are simply the same item. A cancelled transaction is resolved from
 // durable state (ReadBatch: the entries, the budget row and the mark, strongly consistent), and
 // the next lap claims exactly the events that are still unclaimed, admitting as many as the
@@ -149,6 +150,15 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 	rowSK := MeterRowSK(c.Billing, c.Batch)
 	if c.Rows.item != nil && s.Analytics == "" {
 		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
+	}
+	admitted := make(map[string]bool, len(c.Admit))
+	for _, e := range c.Admit {
+		admitted[e.EventID] = true
+	}
+	for id := range c.Rows.held {
+		if !admitted[id] {
+			return fmt.Errorf("claim batch %s: the rows item holds the row of %s, which this claim does not admit", c.Batch, id)
+		}
 	}
 	for _, e := range c.Admit {
 		it := entryItem{

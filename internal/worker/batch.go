@@ -342,14 +342,12 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 	}
 	var admitted []int
 	for n, i := range open {
-		env := r.envs[i]
-		e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
-			RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch}
+		e := claimEntry(r, l, i)
 		if n >= admit {
+			e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
 			c.Reject = append(c.Reject, e)
 			continue
 		}
-		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = l.key, l.offset[env.EventID], int64(len(env.Event))
 		c.Admit = append(c.Admit, e)
 		admitted = append(admitted, i)
 	}
@@ -371,6 +369,15 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 	return c, err
 }
 
+// claimEntry is member i's entry as the unit's claim admits it: stamped with the claim's instant
+// and the unit, its payload at its byte range of the unit's archive object.
+func claimEntry(r *batchRun, l layout, i int) ledger.Entry {
+	env := r.envs[i]
+	return ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
+		RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch,
+		ArchiveKey: l.key, ArchiveOffset: l.offset[env.EventID], ArchiveLength: int64(len(env.Event))}
+}
+
 // unitRows are the rows of the members at idx (in unit order) as the unit's claim writes them,
 // leaving out a row the sink's schema refuses (that member's row is written, and quarantined, on
 // its own after the claim). Each member's row depends only on the unit (its claim instant, cycle
@@ -382,10 +389,7 @@ func (w *Worker) unitRows(r *batchRun, l layout, idx []int) []analytics.Row {
 	var rows []analytics.Row
 	for _, i := range idx {
 		if !r.rowBuilt[i] {
-			env := r.envs[i]
-			e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
-				RowInsertedAtMs: r.nowMs, ArchiveKey: l.key, ArchiveOffset: l.offset[env.EventID], ArchiveLength: int64(len(env.Event))}
-			if row, err := w.rowFor(r.evs[i], e); err == nil {
+			if row, err := w.rowFor(r.evs[i], claimEntry(r, l, i)); err == nil {
 				r.rows[i] = &row
 			}
 			r.rowBuilt[i] = true
