@@ -235,19 +235,14 @@ func valueBytes(v any) int {
 type Writer interface {
 	// Write stores the row; writing the same row again changes nothing.
 	Write(ctx context.Context, row Row) error
-	// Exists reports whether the row for (account, event, rowInsertedAtMs) is stored, reading
-	// with strong consistency: it decides where a recovering worker re-enters.
-	Exists(ctx context.Context, accountID, eventID string, rowInsertedAtMs int64) (bool, error)
+	// Exists reports whether the event's row is stored where ref says (its unit's rows item,
+	// or an item of its own), reading with strong consistency: it decides where a recovering
+	// worker re-enters.
+	Exists(ctx context.Context, ref RowRef) (bool, error)
 	// WriteBatch stores rows in bulk (a refused row is ErrRowRejected, and the caller writes
 	// the rows one by one to learn which); writing the same rows again changes nothing.
 	WriteBatch(ctx context.Context, rows []Row) error
-	// ExistsBatch reports which of one account's rows are stored, strongly consistent, keyed by
-	// event id.
-	ExistsBatch(ctx context.Context, accountID string, keys []RowKey) (map[string]bool, error)
-}
-
-// RowKey names one row: its event and the claim's timestamp.
-type RowKey struct {
-	EventID         string
-	RowInsertedAtMs int64
+	// ExistsBatch reports which of one account's rows are stored where their refs say,
+	// strongly consistent, keyed by event id.
+	ExistsBatch(ctx context.Context, accountID string, refs []RowRef) (map[string]bool, error)
 }

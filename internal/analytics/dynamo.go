@@ -22,6 +22,9 @@ type DynamoWriter struct {
 	Table string
 }
 
+// MaxInstantMs is the last instant a 13-digit key holds (the year 2286).
+const MaxInstantMs = 9_999_999_999_999
+
 // SortKey is a row's sort key.
 func SortKey(eventID string, rowInsertedAtMs int64) string {
 	return fmt.Sprintf("%013d#%s", rowInsertedAtMs, eventID)
@@ -133,16 +136,27 @@ func (w *DynamoWriter) WriteBatch(ctx context.Context, rows []Row) error {
 }
 
 // ExistsBatch implements Writer: BatchGetItem calls of at most 100 keys, strongly consistent.
-func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys []RowKey) (map[string]bool, error) {
+// Each unit's rows item is read once however many of its events are asked for, and answers only
+// for the events asked for in it.
+func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, refs []RowRef) (map[string]bool, error) {
 	present := map[string]bool{}
-	for start := 0; start < len(keys); start += maxBatchGet {
-		var ks []map[string]types.AttributeValue
-		for _, k := range keys[start:min(start+maxBatchGet, len(keys))] {
-			ks = append(ks, w.key(accountID, k.EventID, k.RowInsertedAtMs))
+	inUnit := map[string]map[string]bool{} // unit sort key → the events asked for in it
+	var keys []map[string]types.AttributeValue
+	for _, r := range refs {
+		if r.Unit == "" {
+			keys = append(keys, w.key(accountID, r.EventID, r.RowInsertedAtMs))
+			continue
 		}
+		sk := UnitSortKey(r.Unit, r.RowInsertedAtMs)
+		if inUnit[sk] == nil {
+			inUnit[sk] = map[string]bool{}
+			keys = append(keys, map[string]types.AttributeValue{"pk": dynamo.S(accountID), "sk": dynamo.S(sk)})
+		}
+		inUnit[sk][r.EventID] = true
+	}
+	for start := 0; start < len(keys); start += maxBatchGet {
 		request := map[string]types.KeysAndAttributes{w.Table: {
-			Keys: ks, ConsistentRead: aws.Bool(true),
-			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
+			Keys: keys[start:min(start+maxBatchGet, len(keys))], ConsistentRead: aws.Bool(true),
 		}}
 		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 			out, err := w.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
@@ -150,7 +164,20 @@ func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys [
 				return struct{}{}, fmt.Errorf("probe analytics rows: %w", err)
 			}
 			for _, item := range out.Responses[w.Table] {
-				present[dynamo.Str(item, "eventId")] = true
+				if !IsUnitItem(item) {
+					present[dynamo.Str(item, "eventId")] = true
+					continue
+				}
+				rows, err := RowsOf(item)
+				if err != nil {
+					return struct{}{}, err
+				}
+				asked := inUnit[dynamo.Str(item, "sk")]
+				for _, row := range rows {
+					if asked[row.EventID] {
+						present[row.EventID] = true
+					}
+				}
 			}
 			if request = out.UnprocessedKeys; len(request) > 0 {
 				return struct{}{}, retry.Again(errUnprocessed)
@@ -165,16 +192,95 @@ func (w *DynamoWriter) ExistsBatch(ctx context.Context, accountID string, keys [
 }
 
 // Exists implements Writer.
-func (w *DynamoWriter) Exists(ctx context.Context, accountID, eventID string, rowInsertedAtMs int64) (bool, error) {
+func (w *DynamoWriter) Exists(ctx context.Context, ref RowRef) (bool, error) {
+	if ref.Unit != "" {
+		present, err := w.ExistsBatch(ctx, ref.AccountID, []RowRef{ref})
+		return present[ref.EventID], err
+	}
 	out, err := w.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(w.Table),
-		Key:                      w.key(accountID, eventID, rowInsertedAtMs),
+		Key:                      w.key(ref.AccountID, ref.EventID, ref.RowInsertedAtMs),
 		ConsistentRead:           aws.Bool(true),
 		ProjectionExpression:     aws.String("#pk"),
 		ExpressionAttributeNames: dynamo.Names("#pk"),
 	})
 	if err != nil {
-		return false, fmt.Errorf("probe analytics row %s: %w", eventID, err)
+		return false, fmt.Errorf("probe analytics row %s: %w", ref.EventID, err)
 	}
 	return out.Item != nil, nil
+}
+
+// Rows reads one account's rows whose claim instant is in [fromMs, toMs], strongly consistent,
+// in key order: rows of their own and every row of the units' rows items alike.
+func (w *DynamoWriter) Rows(ctx context.Context, accountID string, fromMs, toMs int64) ([]Row, error) {
+	if fromMs < 0 || toMs < fromMs || toMs > MaxInstantMs {
+		return nil, fmt.Errorf("read the analytics rows of %s: the range [%d, %d] is not within [0, %d]", accountID, fromMs, toMs, int64(MaxInstantMs))
+	}
+	// Every key is the 13-digit instant, then '#' or '~' and more: the bounds are the first
+	// instant alone and the last followed by a byte above both.
+	lo, hi := fmt.Sprintf("%013d", fromMs), fmt.Sprintf("%013d\x7f", toMs)
+	p := dynamodb.NewQueryPaginator(w.DB, &dynamodb.QueryInput{
+		TableName:                 aws.String(w.Table),
+		KeyConditionExpression:    aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
+		ExpressionAttributeNames:  dynamo.Names("#pk", "#sk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": dynamo.S(accountID), ":lo": dynamo.S(lo), ":hi": dynamo.S(hi)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	var rows []Row
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the analytics rows of %s: %w", accountID, err)
+		}
+		for _, item := range page.Items {
+			if IsUnitItem(item) {
+				in, err := RowsOf(item)
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, in...)
+				continue
+			}
+			var r Row
+			if err := decodeRow(item, &r); err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// decodeRow reads a row of its own back as Write stored it.
+func decodeRow(item map[string]types.AttributeValue, r *Row) error {
+	*r = Row{
+		AccountID: dynamo.Str(item, "accountId"), EventID: dynamo.Str(item, "eventId"), Type: dynamo.Str(item, "type"),
+		Source: dynamo.Str(item, "source"), Subject: dynamo.Str(item, "subject"), Time: dynamo.Str(item, "time"),
+		ReceivedAtMs: dynamo.Int(item, "receivedAtMs"), RowInsertedAtMs: dynamo.Int(item, "rowInsertedAtMs"),
+		Cycle: dynamo.Str(item, "cycle"), ArchiveKey: dynamo.Str(item, "archiveKey"),
+		ArchiveOffset: dynamo.Int(item, "archiveOffset"), ArchiveLength: dynamo.Int(item, "archiveLength"),
+		DimsOmitted: int(dynamo.Int(item, "dimsOmitted")),
+	}
+	if m, ok := item["dims"].(*types.AttributeValueMemberM); ok {
+		r.Dimensions = make(map[string]any, len(m.Value))
+		for k, v := range m.Value {
+			switch v := v.(type) {
+			case *types.AttributeValueMemberS:
+				r.Dimensions[k] = v.Value
+			case *types.AttributeValueMemberN:
+				r.Dimensions[k] = json.Number(v.Value)
+			case *types.AttributeValueMemberBOOL:
+				r.Dimensions[k] = v.Value
+			default:
+				return fmt.Errorf("analytics row %s: dimension %s is neither a string, a number nor a boolean", r.EventID, k)
+			}
+		}
+	}
+	if m, ok := item["truncated"].(*types.AttributeValueMemberM); ok {
+		r.Truncated = make(map[string]int, len(m.Value))
+		for k := range m.Value {
+			r.Truncated[k] = int(dynamo.Int(m.Value, k))
+		}
+	}
+	return nil
 }

@@ -99,6 +99,8 @@ func buildWorker(c *Composer) (*Function, error) {
 	fn.Ledger = c.ledger(resources.ReadWrite, resources.ReadWrite)
 	fn.Archive = &archive.S3{Client: c.Clients.S3, Bucket: c.Bucket(resources.BucketArchive, resources.ReadWrite)}
 	fn.Analytics = &analytics.DynamoWriter{DB: c.DynamoDB(), Table: c.Table(resources.TableAnalytics, resources.ReadWrite)}
+	// A unit's claim puts its rows item in the same transaction.
+	fn.Ledger.Analytics = fn.Analytics.Table
 	fn.Worker = &worker.Worker{
 		Accounts: fn.Accounts, Ledger: fn.Ledger, Archive: fn.Archive, Analytics: fn.Analytics,
 		Schema: c.Config.Schema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,

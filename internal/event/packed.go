@@ -13,10 +13,15 @@ import (
 	"github.com/ferrymeter/ferry/internal/jsonbody"
 )
 
-// MaxPackedEvents is how many events one packed message carries: the worker claims, checkpoints
-// and meters them in one TransactWriteItems of at most 100 items, which also holds the meter row
-// and its report mark.
-const MaxPackedEvents = 98
+// MaxPackedEvents is how many events one packed message carries, and one unit of the worker
+// holds: the worker claims, checkpoints and meters them in one TransactWriteItems of at most 100
+// items, which also holds the meter row, its report mark and the unit's analytics rows item.
+const MaxPackedEvents = 97
+
+// maxDecodedEvents is how many events a packed message may carry when read: packs of 98 were
+// queued before units carried their rows item, and are still billed (their rows are written one
+// by one, after the claim).
+const maxDecodedEvents = 98
 
 // Packed is one queue message carrying several accepted events of one account, accepted
 // together (the batch route): every event shares the account and the instant. Its bytes never
@@ -77,7 +82,7 @@ type Message struct {
 
 // DecodeMessage parses a queue message body of either shape: an envelope (DecodeEnvelope) or a
 // packed message. A packed message is read strictly: every event valid, of at most
-// MaxPackedEvents, no event id twice.
+// maxDecodedEvents, no event id twice.
 func DecodeMessage(body string) (Message, error) {
 	raw := []byte(body)
 	if len(body) > 0 && body[0] != '{' {
@@ -98,8 +103,8 @@ func DecodeMessage(body string) (Message, error) {
 	if err := jsonbody.Decode(raw, &pk); err != nil {
 		return Message{}, fmt.Errorf("decode packed message: %w", err)
 	}
-	if pk.AccountID == "" || pk.ReceivedAtMs <= 0 || len(pk.Events) == 0 || len(pk.Events) > MaxPackedEvents {
-		return Message{}, fmt.Errorf("decode packed message: missing accountId or receivedAtMs, or not 1–%d events", MaxPackedEvents)
+	if pk.AccountID == "" || pk.ReceivedAtMs <= 0 || len(pk.Events) == 0 || len(pk.Events) > maxDecodedEvents {
+		return Message{}, fmt.Errorf("decode packed message: missing accountId or receivedAtMs, or not 1–%d events", maxDecodedEvents)
 	}
 	m := Message{Packed: true, Raw: raw}
 	seen := make(map[string]bool, len(pk.Events))

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/ingest"
@@ -467,6 +468,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 	bad := func(format string, args ...any) { v = append(v, "events: "+fmt.Sprintf(format, args...)) }
 	var billed, queued int64
 	cycles := map[string]bool{}
+	inserted := map[string]bool{}
 	for _, id := range st.ids {
 		e, err := wfn.Ledger.Get(ctx, st.acct.ID, id)
 		if errors.Is(err, ledger.ErrNotFound) {
@@ -490,6 +492,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 				bad("%s is INSERTED without its billing checkpoint", id)
 			}
 			p.checkStored(ctx, s, st, e, bad)
+			inserted[id] = true
 		case ledger.Rejected:
 			if e.Billed() {
 				bad("%s is REJECTED and billed", id)
@@ -501,6 +504,21 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 			bad("%s ended UNINSERTABLE (%s), though every row is valid", id, e.Reason)
 		default:
 			bad("%s is left %s", id, e.Status)
+		}
+	}
+	// Exactly one analytics row per INSERTED event, and none for any other, in the whole table:
+	// rows of their own and rows in every unit's rows item.
+	rows, err := wfn.Analytics.Rows(ctx, st.acct.ID, 0, analytics.MaxInstantMs)
+	if err != nil {
+		bad("read the analytics rows: %v", err)
+	}
+	count := map[string]int{}
+	for _, r := range rows {
+		count[r.EventID]++
+	}
+	for _, id := range st.ids {
+		if want := map[bool]int{true: 1}[inserted[id]]; count[id] != want {
+			bad("%s has %d analytics rows; want %d", id, count[id], want)
 		}
 	}
 	var meter int64
@@ -547,7 +565,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 }
 
 // checkStored holds an INSERTED event to "archive before insert": its payload is in the archive
-// byte for byte, and its analytics row exists.
+// byte for byte, and it has exactly one analytics row.
 func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, e ledger.Entry, bad func(string, ...any)) {
 	wfn := s.Env.Function(resources.FunctionWorker)
 	ev, err := event.Parse(st.bodies[e.EventID])
@@ -564,10 +582,19 @@ func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, 
 	case !bytes.Equal(got, ev.Canonical):
 		bad("%s's archived payload differs from the event", e.EventID)
 	}
-	ok, err := wfn.Analytics.Exists(ctx, e.AccountID, e.EventID, e.RowInsertedAtMs)
+	ok, err := wfn.Analytics.Exists(ctx, e.RowRef())
 	if err != nil {
 		bad("read the row of %s: %v", e.EventID, err)
 	} else if !ok {
 		bad("%s is INSERTED without its analytics row", e.EventID)
+	}
+	if e.RowInUnit {
+		// Its row is in its unit's rows item: exactly one row, so none of its own as well.
+		own, err := wfn.Analytics.Exists(ctx, e.RowRef().Own())
+		if err != nil {
+			bad("read the row of %s: %v", e.EventID, err)
+		} else if own {
+			bad("%s has two analytics rows: one in unit %s's rows item and one of its own", e.EventID, e.Batch)
+		}
 	}
 }

@@ -31,7 +31,8 @@ func TestPacks_EvenUnderTheBoundsInOrder(t *testing.T) {
 		want    string
 	}{
 		{1, 10, "[1]"},
-		{98, 10, "[98]"},
+		{97, 10, "[97]"},
+		{98, 10, "[49 49]"},
 		{100, 10, "[50 50]"},
 		{197, 10, "[66 66 65]"},
 		{10, 60 << 10, "[3 3 3 1]"}, // 60 KiB events: three fit in 191 KiB

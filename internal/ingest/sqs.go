@@ -95,7 +95,7 @@ func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
 
 // Packs groups a batch's envelopes into packed messages: consecutive envelopes of the same
 // account and instant, at most event.MaxPackedEvents and maxPackedRaw bytes of events each, split
-// into packs of near-equal count (100 events make two packs of 50, not 98 and 2).
+// into packs of near-equal count (100 events make two packs of 50, not 97 and 3).
 func Packs(envs []event.Envelope) []event.Packed {
 	var out []event.Packed
 	for start := 0; start < len(envs); {

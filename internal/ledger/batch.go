@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/dynamo"
 	"github.com/ferrymeter/ferry/internal/retry"
 	"github.com/ferrymeter/ferry/internal/usage"
@@ -21,7 +23,8 @@ import (
 // One TransactWriteItems puts every unclaimed event's entry — each conditional on not existing,
 // the claim — either already checkpointed (INSERTING with billingAcceptedAtMs, its archive
 // location and its batch) or REJECTED with its reason, and moves the meter once by the number
-// admitted, with the meter row's report mark. Money still moves with its receipts in one write;
+// admitted, with the meter row's report mark, and puts the admitted events' analytics rows as
+// one item of the analytics table (RowsItem). Money still moves with its receipts in one write;
 // the claim and the checkpoint are simply the same item. A cancelled transaction is resolved from
 // durable state (ReadBatch: the entries, the budget row and the mark, strongly consistent), and
 // the next lap claims exactly the events that are still unclaimed, admitting as many as the
@@ -48,6 +51,57 @@ type BatchClaim struct {
 	// MarkPresent says the meter row's report mark was found present: the transaction checks
 	// it instead of putting it.
 	MarkPresent bool
+	// Rows is the unit's rows item: the analytics rows of admitted events, put in the same
+	// transaction (PackRows). Each entry whose row it holds is claimed with RowInUnit; an event
+	// admitted without one (a row the sink's schema refuses, rows past the item's size) gets a
+	// row of its own after the claim.
+	Rows RowsItem
+}
+
+// RowsItem is a unit's analytics rows item, ready to be put (analytics.UnitItem): possibly
+// holding only the first of the rows it was built from, possibly none.
+type RowsItem struct {
+	item map[string]types.AttributeValue
+	held map[string]bool
+	// from is the events it was built from, in order.
+	from []string
+}
+
+// PackRows builds unit's rows item from rows (in unit order). It is built ahead of the unit's
+// read when it can be, so that nothing but the plan lies between the read and the claim.
+func PackRows(unit string, rows []analytics.Row) (RowsItem, error) {
+	ri := RowsItem{from: make([]string, len(rows))}
+	for i, r := range rows {
+		ri.from[i] = r.EventID
+	}
+	item, n, err := analytics.UnitItem(unit, rows)
+	if err != nil || n == 0 {
+		return ri, err
+	}
+	ri.item, ri.held = item, make(map[string]bool, n)
+	for _, r := range rows[:n] {
+		ri.held[r.EventID] = true
+	}
+	return ri, nil
+}
+
+// Holds reports whether the item holds the event's row.
+func (ri RowsItem) Holds(eventID string) bool { return ri.held[eventID] }
+
+// BuiltFrom reports whether the item was built from exactly these events' rows, in this order.
+func (ri RowsItem) BuiltFrom(eventIDs []string) bool { return slices.Equal(ri.from, eventIDs) }
+
+// HasRoomForRows reports whether the claim's transaction has an item to spare for its rows item:
+// not for a unit of 98 events, packed before units were bounded at event.MaxPackedEvents = 97.
+// The rows item's key is the unit and the claim's instant: two claims of one unit are never both
+// committed (each claims every event the unit had unclaimed, conditional on its having no entry),
+// so its plain put never meets an item it would replace.
+func (c BatchClaim) HasRoomForRows() bool {
+	items := len(c.Admit) + len(c.Reject) + 1
+	if MeterRowSK(c.Billing, c.Batch) != "" {
+		items += 2 // the meter row and its mark
+	}
+	return items <= maxTransactItems
 }
 
 // BatchState is the durable state of a batch's events, read strongly consistent.
@@ -92,14 +146,27 @@ func MeterRowSK(b Billing, batch string) string {
 // WriteBatchClaim writes one lap's claim in one TransactWriteItems. A cancelled transaction is
 // ErrCancelled: which condition failed, only ReadBatch says.
 func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
-	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+2)
+	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+3)
 	rowSK := MeterRowSK(c.Billing, c.Batch)
+	if c.Rows.item != nil && s.Analytics == "" {
+		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
+	}
+	admitted := make(map[string]bool, len(c.Admit))
+	for _, e := range c.Admit {
+		admitted[e.EventID] = true
+	}
+	for id := range c.Rows.held {
+		if !admitted[id] {
+			return fmt.Errorf("claim batch %s: the rows item holds the row of %s, which this claim does not admit", c.Batch, id)
+		}
+	}
 	for _, e := range c.Admit {
 		it := entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Inserting),
 			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
 			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
 			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
+			RowInUnit: c.Rows.Holds(e.EventID),
 		}
 		if rowSK != "" {
 			it.MeterRow = usage.MeterRow(c.AccountID, c.Billing.Feature, c.Cycle, rowSK)
@@ -131,6 +198,9 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			items = append(items, s.Usage.AddToShard(c.AccountID, c.Billing.Feature, c.Cycle, usage.ShardFor(c.Batch), amount, c.NowMs))
 		}
 		items = append(items, s.Usage.MarkedItems(c.AccountID, c.Billing.Feature, c.Cycle, rowSK, c.MarkPresent, c.NowMs))
+	}
+	if c.Rows.item != nil {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.Rows.item}})
 	}
 	if len(items) == 0 {
 		return nil

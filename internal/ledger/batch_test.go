@@ -8,7 +8,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/ledger"
+	"github.com/ferrymeter/ferry/internal/resources"
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
@@ -66,4 +68,43 @@ func TestGuard_ABatchIsRecordedDoneOnce_ItsInstantStays(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A unit's rows go in its claim's transaction, and only the rows of what the claim admits: the
+// entries then say their row is in the unit's item, and a rows item holding the row of an event
+// the claim does not admit (one rejected, or claimed by another unit) is refused before anything
+// is written.
+func TestBatchClaim_RowsItem_OnlyTheAdmittedEvents(t *testing.T) {
+	env := testenv.New(t)
+	s, ctx := store(env, env.Clients.DynamoDB), context.Background()
+	s.Analytics = env.Names.Table(resources.TableAnalytics)
+	rowOf := func(id string) analytics.Row {
+		return analytics.Row{AccountID: acct, EventID: id, Type: "t", Source: "/s", RowInsertedAtMs: nowMs, Cycle: cycle, ArchiveKey: "events/b3.jsonl"}
+	}
+	c := batchClaim("b3", "evt_r1")
+	rows, err := ledger.PackRows("b3", []analytics.Row{rowOf("evt_r1"), rowOf("evt_r2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Rows = rows
+	if err := s.WriteBatchClaim(ctx, c); err == nil || errors.Is(err, ledger.ErrCancelled) {
+		t.Fatalf("a rows item holding an event the claim does not admit: %v; want it refused", err)
+	}
+	if _, err := s.Get(ctx, acct, "evt_r1"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused claim left evt_r1 %v", err)
+	}
+	if c.Rows, err = ledger.PackRows("b3", []analytics.Row{rowOf("evt_r1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBatchClaim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Get(ctx, acct, "evt_r1")
+	if err != nil || !e.RowInUnit || e.RowRef().Unit != "b3" {
+		t.Fatalf("evt_r1 claimed with its row in the unit's item: %+v %v", e, err)
+	}
+	w := &analytics.DynamoWriter{DB: env.Clients.DynamoDB, Table: s.Analytics}
+	if ok, err := w.Exists(ctx, e.RowRef()); err != nil || !ok {
+		t.Errorf("the unit's rows item does not hold evt_r1: %v %v", ok, err)
+	}
 }

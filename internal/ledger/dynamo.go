@@ -53,6 +53,9 @@ type DynamoStore struct {
 	DB    *dynamodb.Client
 	Table string
 	Usage usage.Table
+	// Analytics is the analytics table, which a batch claim puts its unit's rows item in (the
+	// worker's store only).
+	Analytics string
 }
 
 type entryItem struct {
@@ -82,6 +85,8 @@ type entryItem struct {
 	ArchiveOffset int64  `dynamodbav:"archiveOffset,omitempty"`
 	ArchiveLength int64  `dynamodbav:"archiveLength,omitempty"`
 	Batch         string `dynamodbav:"batch,omitempty"`
+	// RowInUnit: the claim put the event's analytics row in its batch's rows item.
+	RowInUnit bool `dynamodbav:"rowInUnit,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -91,7 +96,7 @@ func (it entryItem) entry() Entry {
 		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
 		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
 		InsertedAtMs: it.InsertedAtMs, ArchiveKey: it.ArchiveKey, ArchiveOffset: it.ArchiveOffset,
-		ArchiveLength: it.ArchiveLength, Batch: it.Batch,
+		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit,
 	}
 }
 

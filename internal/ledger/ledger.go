@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/plans"
 	"github.com/ferrymeter/ferry/internal/problem"
@@ -57,6 +58,19 @@ type Entry struct {
 	ArchiveLength int64
 	// Batch is the batch that claimed the event, if one did.
 	Batch string
+	// RowInUnit: the batch's claim wrote the event's analytics row, in the batch's rows item
+	// (analytics.UnitItem), in the same transaction as the entry.
+	RowInUnit bool
+}
+
+// RowRef is where the event's analytics row is: its batch's rows item if the claim wrote it
+// there, else a row of its own.
+func (e Entry) RowRef() analytics.RowRef {
+	ref := analytics.RowRef{AccountID: e.AccountID, EventID: e.EventID, RowInsertedAtMs: e.RowInsertedAtMs}
+	if e.RowInUnit {
+		ref.Unit = e.Batch
+	}
+	return ref
 }
 
 // ArchiveLocation is where the event's payload is archived.

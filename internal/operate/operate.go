@@ -82,7 +82,7 @@ func (s *Stack) Inspect(ctx context.Context, accountID, eventID string) (Inspect
 	}
 	loc := e.ArchiveLocation()
 	_, archErr := s.Archive.Read(ctx, loc)
-	row, err := s.Analytics.Exists(ctx, accountID, eventID, e.RowInsertedAtMs)
+	row, err := s.Analytics.Exists(ctx, e.RowRef())
 	if err != nil {
 		return Inspection{}, err
 	}

@@ -169,15 +169,15 @@ const (
 // EventSourceBatchSize is how many messages one invocation of a queue's consumer gets, and
 // EventSourceBatchingWindow how long Lambda gathers them first (SQS allows more than 10 only with
 // a window): the deployment's event sources and `ferry dev`'s read both. In batch mode the worker
-// groups an invocation's messages by account into units of at most 98 events
-// (event.MaxPackedEvents: one transaction holds 98 entries, the meter row and its mark), so 98
-// single-event messages of one account are one transaction and one archive object; a bigger
+// groups an invocation's messages by account into units of at most 97 events
+// (event.MaxPackedEvents: one transaction holds 97 entries, the meter row, its mark and the
+// unit's analytics rows item), so 97 single-event messages of one account are one transaction and one archive object; a bigger
 // batch would leave a remainder unit, a smaller one pays the per-unit writes more often. Failed
 // messages are reported one by one (ReportBatchItemFailures), so a bigger batch costs no
 // redelivered work; the second of gathering is the latency a single event pays for it. Lambda
 // also ends a batch at 6 MB of payload, whichever comes first.
 const (
-	EventSourceBatchSize      = 98
+	EventSourceBatchSize      = 97
 	EventSourceBatchingWindow = time.Second
 )
 

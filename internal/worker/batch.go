@@ -61,6 +61,13 @@ type batchRun struct {
 	// its events are likely claimed already and the archive is written only if the read finds
 	// one to claim.
 	redelivered bool
+	// rows are the members' analytics rows as their claim would write them, built when first
+	// needed (rowBuilt), nil where the sink's schema refuses one; allRows is the rows item of
+	// every member's row, built before the read on a first delivery (allBuilt).
+	rows     []*analytics.Row
+	rowBuilt []bool
+	allRows  ledger.RowsItem
+	allBuilt bool
 }
 
 // member is one event of the batch as the scenario table sees it.
@@ -218,11 +225,22 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		return nil
 	}
 	// An account that may not spend admits nothing: its events are claimed REJECTED, with no
-	// payload to archive.
+	// payload to archive. A first delivery also builds its rows item before the read, for the
+	// plan that admits every member (the common case), so that the plan is all that lies between
+	// the read and the claim.
 	if !r.redelivered && r.billing.Kind != ledger.BillReject {
 		if err := archive(ctx); err != nil {
 			return nil, nil, err
 		}
+		all := make([]int, len(r.envs))
+		for i := range all {
+			all[i] = i
+		}
+		var err error
+		if r.allRows, err = ledger.PackRows(r.batch, w.unitRows(r, layout, all)); err != nil {
+			return nil, nil, err
+		}
+		r.allBuilt = true
 	}
 	_, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
@@ -230,7 +248,10 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			return struct{}{}, err
 		}
 		read = &st
-		c := w.planClaim(r, layout, read, st.Marked)
+		c, err := w.planClaim(r, layout, read, st.Marked)
+		if err != nil {
+			return struct{}{}, err
+		}
 		if st.Done || len(c.Admit)+len(c.Reject) == 0 {
 			return struct{}{}, nil
 		}
@@ -244,6 +265,7 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			won = map[string]ledger.Entry{}
 			for _, e := range c.Admit {
 				e.Status, e.BillingAcceptedAtMs, e.Tier = ledger.Inserting, r.nowMs, r.billing.Tier
+				e.RowInUnit = c.Rows.Holds(e.EventID)
 				won[e.EventID] = e
 			}
 			for _, e := range c.Reject {
@@ -294,8 +316,10 @@ func unitLayout(r *batchRun) layout {
 // that the budget row as read has room for: the same unit and the same durable state always
 // admit the same events. Claiming every unclaimed event at once (rejected ones too) is what makes
 // the claim one commit per unit. Each admitted entry records its payload's byte range in the
-// unit's object (unitLayout), written before the read.
-func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) ledger.BatchClaim {
+// unit's object (unitLayout), written before the read, and the admitted members' rows go in
+// the same transaction as the unit's rows item (built before the read when the plan admits every
+// member).
+func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, error) {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
 		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
@@ -316,24 +340,71 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 		}
 		c.RejectReason = ledger.LimitReason(r.billing)
 	}
+	var admitted []int
 	for n, i := range open {
-		env := r.envs[i]
-		e := ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
-			RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch}
+		e := claimEntry(r, l, i)
 		if n >= admit {
+			e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
 			c.Reject = append(c.Reject, e)
 			continue
 		}
-		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = l.key, l.offset[env.EventID], int64(len(env.Event))
 		c.Admit = append(c.Admit, e)
+		admitted = append(admitted, i)
 	}
-	return c
+	// The admitted members' rows go with the claim, in the unit's rows item.
+	if len(admitted) == 0 || !c.HasRoomForRows() {
+		return c, nil
+	}
+	rows := w.unitRows(r, l, admitted)
+	ids := make([]string, len(rows))
+	for k, row := range rows {
+		ids[k] = row.EventID
+	}
+	if r.allBuilt && r.allRows.BuiltFrom(ids) {
+		c.Rows = r.allRows
+		return c, nil
+	}
+	var err error
+	c.Rows, err = ledger.PackRows(r.batch, rows)
+	return c, err
+}
+
+// claimEntry is member i's entry as the unit's claim admits it: stamped with the claim's instant
+// and the unit, its payload at its byte range of the unit's archive object.
+func claimEntry(r *batchRun, l layout, i int) ledger.Entry {
+	env := r.envs[i]
+	return ledger.Entry{AccountID: r.account.ID, EventID: env.EventID, ReceivedAtMs: env.ReceivedAtMs, Cycle: r.cycle,
+		RowInsertedAtMs: r.nowMs, CreatedAtMs: r.nowMs, UpdatedAtMs: r.nowMs, Batch: r.batch,
+		ArchiveKey: l.key, ArchiveOffset: l.offset[env.EventID], ArchiveLength: int64(len(env.Event))}
+}
+
+// unitRows are the rows of the members at idx (in unit order) as the unit's claim writes them,
+// leaving out a row the sink's schema refuses (that member's row is written, and quarantined, on
+// its own after the claim). Each member's row depends only on the unit (its claim instant, cycle
+// and archive layout) and its event, so it is built once.
+func (w *Worker) unitRows(r *batchRun, l layout, idx []int) []analytics.Row {
+	if r.rows == nil {
+		r.rows, r.rowBuilt = make([]*analytics.Row, len(r.envs)), make([]bool, len(r.envs))
+	}
+	var rows []analytics.Row
+	for _, i := range idx {
+		if !r.rowBuilt[i] {
+			if row, err := w.rowFor(r.evs[i], claimEntry(r, l, i)); err == nil {
+				r.rows[i] = &row
+			}
+			r.rowBuilt[i] = true
+		}
+		if r.rows[i] != nil {
+			rows = append(rows, *r.rows[i])
+		}
+	}
+	return rows
 }
 
 // batchMembers builds each event's durable state and picks its scenario.
 func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]ledger.Entry, read *ledger.BatchState) ([]*member, error) {
 	members := make([]*member, len(r.ids))
-	var probe []analytics.RowKey
+	var probe []analytics.RowRef
 	foreignBatches := map[string]bool{}
 	for i, env := range r.envs {
 		mb := &member{env: env, ev: r.evs[i]}
@@ -357,7 +428,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
 		mb.state = ledger.State{Readable: true, Status: mb.entry.Status, Billed: mb.entry.Billed()}
 		if mb.entry.Status == ledger.Inserting {
-			probe = append(probe, analytics.RowKey{EventID: e.EventID, RowInsertedAtMs: e.RowInsertedAtMs})
+			probe = append(probe, e.RowRef())
 		}
 	}
 	if len(probe) > 0 {
@@ -428,7 +499,8 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			archiveNeeded = true
 		}
 		markNeeded = markNeeded || has(st, ledger.StageMark)
-		if has(st, ledger.StageInsert) {
+		// A row the claim wrote in the unit's rows item is there (one transaction).
+		if has(st, ledger.StageInsert) && !mb.entry.RowInUnit {
 			insert = append(insert, mb)
 		}
 		if len(st) == 0 {

@@ -3,6 +3,9 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/apptest"
 	"github.com/ferrymeter/ferry/internal/event"
 	"github.com/ferrymeter/ferry/internal/instrument"
@@ -57,10 +61,11 @@ func archived(t testing.TB, h *apptest.Harness, e ledger.Entry) []byte {
 	return obj
 }
 
-// One packed message of ten events: one transaction claims, checkpoints and meters them, one
-// object archives them, one bulk write stores their rows and one item records the batch done.
+// One packed message of ten events: one transaction claims, checkpoints and meters them and
+// stores their rows (the unit's rows item), one object archives them and one item records the
+// batch done.
 // Every payload reads back byte for byte from its range of the object.
-func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
+func TestBatch_TenEventsInOneTransactionWithTheirRows_OneObject(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
 	puts := countPuts(h)
@@ -77,7 +82,7 @@ func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := calls.Snapshot()
-	for op, want := range map[string]int{"DynamoDB TransactWriteItems": 1, "DynamoDB BatchWriteItem": 1, "DynamoDB PutItem": 1} {
+	for op, want := range map[string]int{"DynamoDB TransactWriteItems": 1, "DynamoDB BatchWriteItem": 0, "DynamoDB PutItem": 1} {
 		if snap[op] != want {
 			t.Errorf("%s: %d calls, want %d (all: %v)", op, snap[op], want, snap)
 		}
@@ -95,8 +100,9 @@ func TestBatch_TenEventsInOneTransactionOneObjectOneBulkWrite(t *testing.T) {
 		if i == 0 {
 			key = e.ArchiveKey
 		}
-		if e.ArchiveKey != key || e.Batch == "" {
-			t.Errorf("%s: archived at %q in batch %q; want the batch's one object %q", id, e.ArchiveKey, e.Batch, key)
+		if e.ArchiveKey != key || e.Batch == "" || !e.RowInUnit {
+			t.Errorf("%s: archived at %q in batch %q, row in the batch's item %v; want the batch's one object %q and its rows item",
+				id, e.ArchiveKey, e.Batch, e.RowInUnit, key)
 		}
 		if res.Events[id].Final != ledger.Inserted {
 			t.Errorf("%s: result %+v", id, res.Events[id])
@@ -121,6 +127,7 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 	if _, err := process(t, h, packed(t, h, "acct_cap", nil, ids...)); err != nil {
 		t.Fatal(err)
 	}
+	rows := h.Fn(resources.FunctionWorker).Analytics
 	for i, id := range ids {
 		e := entry(t, h, "acct_cap", id)
 		want := ledger.Inserted
@@ -129,6 +136,11 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 		}
 		if e.Status != want || (want == ledger.Rejected && (e.Reason == "" || e.Billed())) {
 			t.Errorf("%s: %s billed %v reason %q; want %s", id, e.Status, e.Billed(), e.Reason, want)
+		}
+		// Only the admitted have a row, in the unit's rows item.
+		inUnit := analytics.RowRef{AccountID: "acct_cap", EventID: id, RowInsertedAtMs: e.RowInsertedAtMs, Unit: e.Batch}
+		if ok, err := rows.Exists(context.Background(), inUnit); err != nil || ok != (want == ledger.Inserted) || e.RowInUnit != ok {
+			t.Errorf("%s (%s): row in its unit's item %v (%v), entry says %v", id, e.Status, ok, err, e.RowInUnit)
 		}
 	}
 	if got := used(t, h, "acct_cap"); got != 7 {
@@ -209,7 +221,9 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the member its owner archived was not finished: %v", err)
 	}
-	if got := res.Events["evt_shared"].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
+	// Its row went with its owner's claim, in the owner's rows item: the unit that meets it
+	// marks it and writes no row of its own.
+	if got := res.Events["evt_shared"].Scenario; got != "INSERTING, analytics row present: mark only" {
 		t.Errorf("the shared member re-entered at %q", got)
 	}
 	if _, err := process(t, h, owner); err != nil {
@@ -224,16 +238,18 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	}
 }
 
-// A batch archive written but not all rows: the worker dies after the first bulk row write. The
-// redelivery marks the members whose row is there, stores the others, and rewrites the archive
-// object with the very same bytes under the same key.
+// A batch archive written but not all rows. A unit's rows go with its claim, in its rows item,
+// unless its transaction has no item to spare: a pack of 98 events, queued before units were
+// bounded at 97, is claimed with rows of its own written after the claim. The worker dies after
+// the first bulk row write; the redelivery marks the members whose row is there, stores the
+// others, and rewrites the archive object with the very same bytes under the same key.
 func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_rows", "free", nil)
 	w := h.Fn(resources.FunctionWorker).Worker
-	w.RowChunk = 1
+	w.RowChunk = 25
 	defer func() { w.RowChunk = 0 }()
-	ids := idsN("evt", 3)
+	ids := idsN("evt", event.MaxPackedEvents+1)
 	body := packed(t, h, "acct_rows", map[string]any{"k": "v"}, ids...)
 	w.Hook = killAt(worker.Point{Stage: ledger.StageInsert})
 	if _, err := process(t, h, body); !errors.Is(err, errKilled) {
@@ -244,9 +260,9 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	before := archived(t, h, first)
 	for i, id := range ids {
 		e := entry(t, h, "acct_rows", id)
-		row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_rows", id, e.RowInsertedAtMs)
-		if row != (i == 0) || e.Status != ledger.Inserting {
-			t.Fatalf("after the crash %s: row %v status %s", id, row, e.Status)
+		row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), e.RowRef())
+		if row != (i < 25) || e.Status != ledger.Inserting || e.RowInUnit {
+			t.Fatalf("after the crash %s: row %v status %s in its unit's item %v", id, row, e.Status, e.RowInUnit)
 		}
 	}
 	res, err := process(t, h, body)
@@ -256,7 +272,7 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	if got := res.Events[ids[0]].Scenario; got != "INSERTING, analytics row present: mark only" {
 		t.Errorf("member with its row: %q", got)
 	}
-	if got := res.Events[ids[1]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
+	if got := res.Events[ids[25]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
 		t.Errorf("member without its row: %q", got)
 	}
 	if after := archived(t, h, first); !bytes.Equal(after, before) {
@@ -265,8 +281,48 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	for _, id := range ids {
 		assertStoredOnce(t, h, "acct_rows", id, body)
 	}
-	if got := used(t, h, "acct_rows"); got != 3 {
-		t.Errorf("meter %d, want 3", got)
+	if got := used(t, h, "acct_rows"); got != int64(len(ids)) {
+		t.Errorf("meter %d, want %d", got, len(ids))
+	}
+}
+
+// Rows that do not fit the unit's rows item: the item holds the first ones in unit order, the
+// others are written after the claim as rows of their own, and every event has exactly one.
+func TestBatch_RowsPastTheItemsBound_WrittenAlone(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_big", "free", nil)
+	ids := idsN("evt", event.MaxPackedEvents)
+	p := event.Packed{AccountID: "acct_big", ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	for _, id := range ids {
+		data := map[string]any{}
+		for k := range 30 {
+			b := make([]byte, 120)
+			_, _ = rand.Read(b)
+			data[fmt.Sprintf("f%02d", k)] = hex.EncodeToString(b) // rows of ~7 KB that barely compress
+		}
+		raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": id, "source": "/tests", "type": "api.call", "data": data})
+		p.Events = append(p.Events, raw)
+	}
+	body, err := event.EncodePacked(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := process(t, h, body); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for i, id := range ids {
+		e := entry(t, h, "acct_big", id)
+		if e.RowInUnit {
+			held++
+			if held != i+1 {
+				t.Errorf("%s is in the rows item after a member that is not", id)
+			}
+		}
+		assertStoredOnce(t, h, "acct_big", id, body)
+	}
+	if held == 0 || held == len(ids) {
+		t.Errorf("%d of %d rows in the unit's item; want some and not all", held, len(ids))
 	}
 }
 
@@ -573,7 +629,8 @@ func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
 
 // relayoutLedger claims the admitted members into an object of their payloads only, as units
 // were archived before every member's payload was in the unit's object: the entries of such a
-// unit record another layout than the one the unit now writes.
+// unit record another layout than the one the unit now writes (and, as then, no rows go with
+// the claim).
 type relayoutLedger struct {
 	worker.Ledger
 	archive worker.Archive
@@ -594,6 +651,7 @@ func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClai
 			return err
 		}
 	}
+	c.Rows = ledger.RowsItem{}
 	return l.Ledger.WriteBatchClaim(ctx, c)
 }
 

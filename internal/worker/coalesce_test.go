@@ -134,9 +134,9 @@ func TestCoalesce_OneUnitPerAccount(t *testing.T) {
 	}
 }
 
-// More events than one transaction holds: the invocation is split into units of at most 98,
+// More events than one transaction holds: the invocation is split into units of at most 97,
 // a message never split.
-func TestCoalesce_SplitsAt98Events(t *testing.T) {
+func TestCoalesce_SplitsAt97Events(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
 	w := coalescing(t, h)

@@ -275,7 +275,7 @@ func (w *Worker) stateOf(ctx context.Context, j *job, stored ledger.Entry) (ledg
 	j.entry = stored
 	state := ledger.State{Readable: true, Status: stored.Status, Billed: stored.Billed()}
 	if stored.Status == ledger.Inserting {
-		present, err := w.Analytics.Exists(ctx, stored.AccountID, stored.EventID, stored.RowInsertedAtMs)
+		present, err := w.Analytics.Exists(ctx, stored.RowRef())
 		if err != nil {
 			return ledger.State{}, err
 		}

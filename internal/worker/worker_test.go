@@ -64,8 +64,8 @@ func used(t testing.TB, h *apptest.Harness, accountID string) int64 {
 	return tot.Used
 }
 
-// assertStoredOnce checks that an event is INSERTED, billed, archived byte for byte and has its
-// analytics row.
+// assertStoredOnce checks that an event is INSERTED, billed, archived byte for byte and has
+// exactly one analytics row.
 func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body string) {
 	t.Helper()
 	e := entry(t, h, accountID, eventID)
@@ -80,9 +80,22 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 	if !bytes.Equal(obj, want) {
 		t.Errorf("%s: archived bytes differ from the queued event:\n%s\n%s", eventID, obj, want)
 	}
-	present, err := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), accountID, eventID, e.RowInsertedAtMs)
+	assertOneRow(t, h, e)
+}
+
+// assertOneRow checks that an event has exactly one analytics row: where its entry says (its
+// unit's rows item, or a row of its own), and no row of its own besides one in its unit's item.
+func assertOneRow(t testing.TB, h *apptest.Harness, e ledger.Entry) {
+	t.Helper()
+	rows := h.Fn(resources.FunctionWorker).Analytics
+	present, err := rows.Exists(context.Background(), e.RowRef())
 	if err != nil || !present {
-		t.Errorf("%s: analytics row present=%v err=%v", eventID, present, err)
+		t.Errorf("%s: analytics row (in its unit's item: %v) present=%v err=%v", e.EventID, e.RowInUnit, present, err)
+	}
+	if e.RowInUnit {
+		if own, err := rows.Exists(context.Background(), e.RowRef().Own()); err != nil || own {
+			t.Errorf("%s: its row is in unit %s's rows item and it has one of its own too (%v, %v)", e.EventID, e.Batch, own, err)
+		}
 	}
 }
 
@@ -103,8 +116,9 @@ func killAt(p worker.Point) worker.Hook {
 
 // One test per crash window between two durable writes: kill the worker there, redeliver, and
 // count the money. The meter must move exactly once and storage must end complete. In batch mode
-// the claim and the billing are one write, so the crash "after the claim" already finds the
-// event billed.
+// the claim, the billing and the analytics rows are one write, so the crash "after the claim"
+// already finds the events billed with their rows, and there is no row write after it to die
+// at: a worker told to die there finishes.
 func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 	windows := []struct {
 		name  string
@@ -133,8 +147,8 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 		for i, w := range windows {
 			t.Run(m.name+"/"+w.name, func(t *testing.T) {
 				unclaimed := false
-				if m.batch && w.point == (worker.Point{Stage: worker.StageClaim}) {
-					w.wantBilled, w.scenario = true, "INSERTING, billed, no row: store then mark, never bill"
+				if m.batch && (w.point == worker.Point{Stage: worker.StageClaim} || w.point == worker.Point{Stage: ledger.StageBill}) {
+					w.wantBilled, w.wantRow, w.scenario = true, true, "INSERTING, analytics row present: mark only"
 				}
 				// A batch archives before it claims: dying after the archive leaves nothing
 				// claimed, and the redelivery claims as if first.
@@ -150,6 +164,15 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 				h.Fn(resources.FunctionWorker).Worker.Hook = killAt(w.point)
 				_, err := process(t, h, body)
 				h.Fn(resources.FunctionWorker).Worker.Hook = nil
+				if m.batch && w.point.Stage == ledger.StageInsert {
+					if err != nil {
+						t.Fatalf("a unit whose rows went with its claim reached a row write: %v", err)
+					}
+					for _, id := range ids {
+						assertStoredOnce(t, h, "acct_crash", id, body)
+					}
+					return
+				}
 				if !errors.Is(err, errKilled) {
 					t.Fatalf("the worker was not killed at %s: %v", w.point, err)
 				}
@@ -164,7 +187,7 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 					if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
 						t.Fatalf("after the crash: %s status %s billed %v; want INSERTING billed=%v", id, e.Status, e.Billed(), w.wantBilled)
 					}
-					if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), "acct_crash", id, e.RowInsertedAtMs); row != w.wantRow {
+					if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), e.RowRef()); row != w.wantRow {
 						t.Fatalf("after the crash: %s row present %v, want %v", id, row, w.wantRow)
 					}
 				}
@@ -226,7 +249,8 @@ func crashAroundEveryWrite(t *testing.T, m mode) {
 			t.Fatal(err)
 		}
 		writes := faults.Writes()
-		if writes < 3 {
+		// Claim, row, mark; a unit's rows go with its claim.
+		if writes < map[bool]int{false: 3, true: 2}[m.batch] {
 			t.Fatalf("%s: a clean run made %d writes", tier.plan, writes)
 		}
 		per := int64(len(m.ids("x")))
