@@ -93,13 +93,13 @@ test-race: tools ## run the tests of the Go packages under the race detector (in
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /infra)
 
 # make harness runs the deterministic fault harness at its CI size (HARNESS_SCHEDULES seeded
-# schedules over every pipeline), the guard-ablation table, the nine mutations and a failing seed
+# schedules over every pipeline), the guard-ablation table, the mutations and a failing seed
 # replayed; make test runs the same tests as part of ./... . A long run with a progress bar:
 # `go run ./cmd/ferry harness --schedules 100000`.
 HARNESS_SCHEDULES ?= 150
 
 .PHONY: harness
-harness: tools ## the fault harness: seeded schedules, every guard removed, the nine mutations, a replayed seed
+harness: tools ## the fault harness: seeded schedules, every guard removed, the mutations, a replayed seed
 	FERRY_HARNESS_SCHEDULES=$(HARNESS_SCHEDULES) $(GO) test -count=1 -timeout 30m ./internal/harness/
 
 # make fuzz runs every fuzz target for FUZZTIME each, one after another, with FUZZ_PARALLEL

@@ -19,7 +19,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/testenv"
 )
 
-// The nine one-line mutations the money invariants rest on. Four of them remove a condition
+// The one-line mutations the money invariants rest on: the nine the audit named, and two for
+// batch mode's rows. Four of them remove a condition
 // clause: they are made at the wire (the guard removed from the request, exactly as if the line
 // were gone) by the guard-ablation table, which must find each within its budget. The others change a decision or a read: they are made to the
 // source. All of them are built into one copy of the harness's tests (go's -overlay), each behind
@@ -79,6 +80,17 @@ var mutations = []mutation{
 		from:     "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)",
 		to:       "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, !mutantOn(\"9b\"))",
 		pipeline: "events", budget: 100},
+	// Two more, for batch mode's rows in the claim: exactly one row per event rests on them.
+	{id: "10", name: "a member whose row is in its unit's rows item written a row of its own",
+		file:     "internal/worker/batch.go",
+		from:     "\t\tif has(st, ledger.StageInsert) && !mb.entry.RowInUnit {",
+		to:       "\t\tif has(st, ledger.StageInsert) && (mutantOn(\"10\") || !mb.entry.RowInUnit) {",
+		pipeline: "events-batch", budget: 100},
+	{id: "11", name: "another unit's member probed for a row of its own, not where its entry says",
+		file:     "internal/worker/worker.go",
+		from:     "\t\tpresent, err := w.Analytics.Exists(ctx, stored.RowRef())",
+		to:       "\t\tref := stored.RowRef(); if mutantOn(\"11\") { ref = ref.Own() }; present, err := w.Analytics.Exists(ctx, ref)",
+		pipeline: "events-batch", budget: 100},
 }
 
 // envMutant tells the harness's tests, built with the mutants, which mutant is on and what to
@@ -99,8 +111,8 @@ func mutantOn(id string) bool {
 }
 `
 
-// Each of the nine mutations is caught: the harness breaks an invariant within its budget.
-func TestMutations_EachOfTheNineIsCaught(t *testing.T) {
+// Each mutation is caught: the harness breaks an invariant within its budget.
+func TestMutations_EachIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the harness again with the source mutations")
 	}
@@ -252,7 +264,7 @@ func tail(out []byte) []byte {
 }
 
 // A mutant's run: the harness, built with one mutated source file, runs the pipeline for the
-// budget and fails at the first broken invariant. Only TestMutations_EachOfTheNineIsCaught runs it.
+// budget and fails at the first broken invariant. Only TestMutations_EachIsCaught runs it.
 func TestHarness_Mutant(t *testing.T) {
 	spec := os.Getenv(envMutant)
 	if spec == "" {

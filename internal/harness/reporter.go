@@ -248,11 +248,7 @@ func (p *Reporter) report(s *Schedule, st *reporterState) {
 		one = st.accts[s.Rand.IntN(len(st.accts))]
 	}
 	reported := new(bool)
-	s.Spawn(fmt.Sprintf("reporter %d", n), resources.FunctionReporter, func(ctx context.Context) error {
-		ictx := s.Invoke(ctx, resources.FunctionReporter)
-		if pause {
-			s.Pause(ictx)
-		}
+	spawnRun(s, resources.FunctionReporter, n, pause, func(ictx context.Context) error {
 		rep := reporterOf(fn, fmt.Sprintf("reporter-%d", n))
 		if one != nil {
 			out, err := rep.Report(ictx, report.Key{Account: one.acct.ID, Feature: plans.FeatureEvents, Cycle: p.cycle(s, one)}, nil)
@@ -279,11 +275,7 @@ func (p *Reporter) drain(s *Schedule, st *reporterState, target *reportAccount) 
 		one = st.accts[s.Rand.IntN(len(st.accts))]
 	}
 	due := new(bool)
-	s.Spawn(fmt.Sprintf("drainer %d", n), resources.FunctionDrainer, func(ctx context.Context) error {
-		ictx := s.Invoke(ctx, resources.FunctionDrainer)
-		if pause {
-			s.Pause(ictx)
-		}
+	spawnRun(s, resources.FunctionDrainer, n, pause, func(ictx context.Context) error {
 		d := drainerOf(fn, fmt.Sprintf("drainer-%d", n))
 		if one == nil {
 			res, err := d.Run(ictx)
@@ -312,6 +304,18 @@ func (p *Reporter) drain(s *Schedule, st *reporterState, target *reportAccount) 
 			p.drain(s, st, one)
 		}
 	})
+}
+
+// spawnRun spawns run n of a scheduled function (the reporter or the drainer) as one
+// invocation, paused past its deadline when pause is set.
+func spawnRun(s *Schedule, function string, n int, pause bool, run func(ictx context.Context) error, done func(error)) {
+	s.Spawn(fmt.Sprintf("%s %d", function, n), function, func(ctx context.Context) error {
+		ictx := s.Invoke(ctx, function)
+		if pause {
+			s.Pause(ictx)
+		}
+		return run(ictx)
+	}, done)
 }
 
 // reporterOf is the function's reporter under its own owner: each invocation is its own process
