@@ -103,8 +103,8 @@ harness: tools ## the fault harness: seeded schedules, every guard removed, the 
 	FERRY_HARNESS_SCHEDULES=$(HARNESS_SCHEDULES) $(GO) test -count=1 -timeout 30m ./internal/harness/
 
 # make fuzz runs every fuzz target for FUZZTIME each, one after another, with FUZZ_PARALLEL
-# workers: one per request body and webhook intake in internal/httpapi (through the whole stack),
-# and the Stripe-Signature header's reading in internal/provider/stripe/webhook. The readable
+# workers: one per request body and webhook intake in internal/platform/httpapi (through the whole stack),
+# and the Stripe-Signature header's reading in internal/webhooks/stripe. The readable
 # seeds are under testdata/fuzz/<body>/ (each target adds them); what go test keeps (inputs that
 # failed) goes to testdata/fuzz/FuzzXxx/ beside the target's package, and is replayed by every
 # plain `go test` from then on.

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 )
 
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.

@@ -26,18 +26,18 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/corrections"
-	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/plans"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/reporting/corrections"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
 func TestMain(m *testing.M) {
@@ -988,7 +988,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 func routeMethod(route string) string { return route[:strings.IndexByte(route, ' ')] }
 
 // consoleTable exercises the console's routes: its page and files, signing in and out, its
-// lists, redrive and labs. (Sessions themselves are tested in internal/httpapi; the document
+// lists, redrive and labs. (Sessions themselves are tested in internal/platform/httpapi; the document
 // declares the cookie, the table calls with the operator key.)
 func consoleTable() []exchange {
 	return []exchange{

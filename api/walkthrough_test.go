@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 )
 
 // The README's walkthrough, run by scripts/walkthrough.sh (which reads it from the README), gets

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 )
 
 // defaultStageName is the stage an HTTP API serves at its root URL.

@@ -7,13 +7,13 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Definitions are what the stack deploys. The app always uses DefaultDefinitions, the lists in
-// internal/resources and internal/metrics, so a table, queue, function, route or alarm appended
+// internal/platform/resources and internal/platform/metrics, so a table, queue, function, route or alarm appended
 // there is deployed with no change here. Tests pass extended copies to prove exactly that.
 type Definitions struct {
 	Tables    []resources.Table

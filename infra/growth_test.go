@@ -9,10 +9,10 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // fakeRoot makes a module root with a trivial main package for each function, so a test can

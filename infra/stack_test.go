@@ -13,13 +13,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // These tests walk the definition lists, so a table, queue, bucket, function, route or alarm
-// added to internal/resources or internal/metrics is checked here with no change to the tests.
+// added to internal/platform/resources or internal/platform/metrics is checked here with no change to the tests.
 
 func keySchema(pk resources.Attribute, sk *resources.Attribute) []any {
 	keys := []any{object{"AttributeName": pk.Name, "KeyType": "HASH"}}

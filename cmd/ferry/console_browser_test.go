@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/analytics"
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Where the console's browser test finds what it drives.

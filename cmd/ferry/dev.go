@@ -11,10 +11,10 @@ import (
 	"syscall"
 
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/operate"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/operator/operate"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // EnvAddr names the environment variable for ferry dev's listen address (and the labs' and the

@@ -21,13 +21,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/provider/kinde"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/worker"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/worker"
+	"github.com/ferrymeter/ferry/internal/platform/kinde"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Config is everything the functions need besides resources and clients. A function gets only

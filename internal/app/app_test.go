@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -12,25 +12,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/allowance"
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/archive"
-	"github.com/ferrymeter/ferry/internal/cloud"
+	"github.com/ferrymeter/ferry/internal/accounts/allowance"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/usage"
-	"github.com/ferrymeter/ferry/internal/worker"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/archive"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/metering/worker"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Definitions are everything a Ferry deployment is made of: its resources, its functions, the
 // route table and a builder per function. The CDK app deploys the same lists (infra reads them
-// from internal/resources and internal/httpapi); ferry dev and the tests provision and wire them.
+// from internal/platform/resources and internal/platform/httpapi); ferry dev and the tests provision and wire them.
 // Adding a capability is appending to these lists and writing its builder.
 type Definitions struct {
 	Tables    []resources.Table

@@ -3,11 +3,11 @@ package app
 import (
 	"net/url"
 
-	"github.com/ferrymeter/ferry/internal/console"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/provider"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/session"
+	"github.com/ferrymeter/ferry/internal/operator/console"
+	"github.com/ferrymeter/ferry/internal/operator/session"
+	provider "github.com/ferrymeter/ferry/internal/platform/endpoint"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // sessions is the console's session service over the console table at access: the api function

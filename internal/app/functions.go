@@ -5,16 +5,16 @@ import (
 	"errors"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/archive"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/ratelimit"
-	"github.com/ferrymeter/ferry/internal/reconcile"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/worker"
+	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/archive"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/metering/worker"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
+	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
 // The builders, one per entry of resources.Functions. Each wires, where it can be read, exactly

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
 func TestDefinitions_AreBuildable(t *testing.T) {

@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/problem"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // A made-up capability, written the way the README's recipe says: a table, a function entry that

@@ -8,14 +8,14 @@ import (
 	"strconv"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/allowance"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/inbox/webhooks"
-	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
-	"github.com/ferrymeter/ferry/internal/provider/stripe/objects"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/accounts/allowance"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
+	webhooks "github.com/ferrymeter/ferry/internal/webhooks/intake"
+	kindewebhook "github.com/ferrymeter/ferry/internal/webhooks/kinde"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
+	"github.com/ferrymeter/ferry/internal/webhooks/stripe/objects"
 )
 
 // The webhook inbox's builders.

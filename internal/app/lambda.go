@@ -9,10 +9,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Run is a Lambda function's whole main: compose the function b builds from the environment the

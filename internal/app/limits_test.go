@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/plans"
-	kindestandin "github.com/ferrymeter/ferry/internal/provider/kinde/standin"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	kindestandin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestLimitsConfigFromEnv(t *testing.T) {

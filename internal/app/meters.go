@@ -6,14 +6,14 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/ferrymeter/ferry/internal/corrections"
-	"github.com/ferrymeter/ferry/internal/outbox"
-	"github.com/ferrymeter/ferry/internal/provider/kinde"
-	"github.com/ferrymeter/ferry/internal/provider/stripe"
-	"github.com/ferrymeter/ferry/internal/reconcile"
-	"github.com/ferrymeter/ferry/internal/report"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/review"
+	"github.com/ferrymeter/ferry/internal/platform/kinde"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/platform/stripe"
+	"github.com/ferrymeter/ferry/internal/reporting/corrections"
+	"github.com/ferrymeter/ferry/internal/reporting/outbox"
+	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
+	"github.com/ferrymeter/ferry/internal/reporting/report"
+	"github.com/ferrymeter/ferry/internal/reporting/review"
 )
 
 // MetersConfig says which providers' meters usage is reported to. A nil provider is not

@@ -12,10 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

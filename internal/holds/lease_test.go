@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // A worker disappears: its lease runs out, the sweeper settles the hold as EXPIRED at the usage
