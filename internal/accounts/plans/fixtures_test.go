@@ -11,7 +11,7 @@ import (
 // The plan catalogs under testdata/plans are FERRY_PLANS replacements as an operator writes
 // them: each parses, round-trips through its JSON form unchanged, and every tier is present.
 func TestFixtures_PlanCatalogsParseAndRoundTrip(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "plans", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "testdata", "plans", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no plan fixtures: %v", err)
 	}

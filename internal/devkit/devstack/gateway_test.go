@@ -23,7 +23,7 @@ import (
 // arrives as the recorded API Gateway v2 event under testdata/apigw says, in every field a handler
 // reads (what differs per request — its id, time, source address, host — aside).
 func TestGateway_HandsTheFunctionTheEventAPIGatewayWould(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "apigw", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "testdata", "apigw", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no API Gateway fixtures: %v", err)
 	}

@@ -163,7 +163,7 @@ func TestGuardAblation_EachRemovedGuardFailsTheTestThatNeedsIt(t *testing.T) {
 		t.Run(a.guards, func(t *testing.T) {
 			pkg, test, _ := strings.Cut(a.target, " ")
 			cmd := exec.Command(goBin, "test", "-count=1", "-run", "^"+test+"$", pkg)
-			cmd.Dir = filepath.Join("..", "..")
+			cmd.Dir = filepath.Join("..", "..", "..")
 			cmd.Env = append(os.Environ(), instrument.EnvAblate+"="+a.guards)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
@@ -191,7 +191,7 @@ func TestGuardTable_EveryGuardHasARunThatNeedsIt(t *testing.T) {
 			t.Errorf("the store table names %s, which is no guard", g)
 		}
 		pkg, test, _ := strings.Cut(target, " ")
-		if err := needsGuardIn(filepath.Join("..", "..", pkg), test, g); err != nil {
+		if err := needsGuardIn(filepath.Join("..", "..", "..", pkg), test, g); err != nil {
 			t.Errorf("guard %s: %v", g, err)
 		}
 	}

@@ -122,7 +122,7 @@ func TestMutations_EachIsCaught(t *testing.T) {
 	if os.Getenv(envMutant) != "" {
 		t.Skip("this is a mutant's run")
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func TestFunctions_DoNotLinkTheInstrumentation(t *testing.T) {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	cmd := exec.Command(goBin, "list", "-deps", "./functions/...")
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps ./functions/...: %v\n%s", err, out)

@@ -362,7 +362,7 @@ func responseRef(op *openapi3.Operation, status string) string {
 // anywhere in Ferry, or drops crypto/subtle from the one comparison. (API keys are never
 // compared: their SHA-256 is the key of a DynamoDB read.)
 func TestAuth_TheOperatorKeyIsComparedInConstantTimeOnly(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	fset := token.NewFileSet()
 	var compared []string
 	constantTime := false
