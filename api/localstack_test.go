@@ -10,6 +10,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 )
 
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.
@@ -47,7 +48,7 @@ func startLocalStack(t *testing.T) *devstack.Stack {
 	t.Helper()
 	// The webhook tooling ferry dev has: the local Kinde signer, the dev Stripe secret, the
 	// apply-crash injector (the README's walkthrough sends webhooks and runs the webhooks lab).
-	webhooks, err := devstack.NewInboxDev(context.Background(), apptest.Logger(t))
+	webhooks, err := devstack.NewInboxDev(compose.Settings{}, apptest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

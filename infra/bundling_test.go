@@ -87,7 +87,7 @@ func TestSourceDigest_FollowsBuildInputsOnly(t *testing.T) {
 	}
 	write("go.mod", "module "+modulePath+"\n")
 	write("go.sum", "")
-	write("functions/api/main.go", "package main\n")
+	write("functions/api/bootstrap/main.go", "package main\n")
 	write("internal/metering/ledger/ledger.go", "package ledger\n")
 	digest := func() string {
 		t.Helper()
@@ -113,7 +113,7 @@ func TestSourceDigest_FollowsBuildInputsOnly(t *testing.T) {
 	for _, change := range []struct{ rel, content string }{
 		{"internal/metering/ledger/ledger.go", "package ledger // changed\n"},
 		{"internal/metering/ledger/more.go", "package ledger\n"},
-		{"functions/api/main.go", "package main // changed\n"},
+		{"functions/api/bootstrap/main.go", "package main // changed\n"},
 		{"go.sum", "example.com/x v1.0.0 h1:x\n"},
 	} {
 		before := digest()

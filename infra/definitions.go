@@ -7,7 +7,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -20,7 +19,7 @@ type Definitions struct {
 	Queues    []resources.Queue
 	Buckets   []resources.Bucket
 	Functions []resources.Function
-	Routes    []httpapi.Route
+	Routes    []resources.Route
 	Alarms    []metrics.Alarm
 }
 
@@ -31,7 +30,7 @@ func DefaultDefinitions() Definitions {
 		Queues:    resources.Queues,
 		Buckets:   resources.Buckets,
 		Functions: resources.Functions,
-		Routes:    httpapi.Routes,
+		Routes:    resources.Routes,
 		Alarms:    metrics.Alarms,
 	}
 }

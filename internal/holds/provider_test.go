@@ -26,7 +26,7 @@ func withKinde(t *testing.T) (*apptest.Harness, *standin.Server) {
 			t.Fatal(err)
 		}
 		fn := h.Fn(resources.FunctionHolds)
-		fn.Holds.Limits = &limits.Cached{Fetch: client, Metrics: fn.Metrics, Log: fn.Log, Now: fn.Now}
+		h.Holds().Holds.Limits = &limits.Cached{Fetch: client, Metrics: fn.Metrics, Log: fn.Log, Now: fn.Now}
 	}})
 	return h, stand
 }

@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,13 +24,17 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ferrymeter/ferry/functions"
+	webhooksfn "github.com/ferrymeter/ferry/functions/webhooks"
+	workerfn "github.com/ferrymeter/ferry/functions/worker"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	signer "github.com/ferrymeter/ferry/internal/devkit/kindesigner"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	webhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
@@ -75,17 +80,18 @@ type Options struct {
 	// DynamoDB options for every function's client (fault injection, request counting).
 	DynamoDB []func(*dynamodb.Options)
 	Catalog  *plans.Catalog
-	Schema   *analytics.Schema
-	// Definitions replace app.DefaultDefinitions: a capability's resources, function, routes
+	// Schema replaces the worker's analytics schema (a stricter one makes poison rows).
+	Schema *analytics.Schema
+	// Definitions replace functions.Definitions: a capability's resources, function, routes
 	// and builder, provisioned and wired like Ferry's own.
-	Definitions *app.Definitions
+	Definitions *compose.Definitions
 	// Configure runs after every function is composed and before any is served: tests swap a
 	// service or add middleware here.
 	Configure func(h *Harness)
-	// Meters are the providers usage is reported to (see NewStandIns).
-	Meters app.MetersConfig
-	// Limits is where admissions and GET /v1/usage read limits (the plans when unset).
-	Limits app.LimitsConfig
+	// Settings are the deployment settings the functions read: the providers usage is reported
+	// to (StandIns.Settings), where admissions and GET /v1/usage read limits (the plans when
+	// unset).
+	Settings compose.Settings
 	// BatchMode packs the batch route's events into packed queue messages.
 	BatchMode bool
 }
@@ -95,9 +101,11 @@ type Options struct {
 // behind their queues' event sources (Drain runs them). Scheduled functions are run by the test
 // (Fn(name).Run).
 type Harness struct {
+	// Of reaches each function's parts: h.Worker().Worker, h.API().Accounts.
+	fnparts.Of
 	Env         *testenv.Env
-	Definitions app.Definitions
-	Functions   []*app.Function
+	Definitions compose.Definitions
+	Functions   []*compose.Function
 	Clock       *Clock
 	Counter     *metrics.Counter
 	Server      *httptest.Server
@@ -107,9 +115,10 @@ type Harness struct {
 	// Log is the logger every function writes to.
 	Log *slog.Logger
 
-	config app.Config
-	opts   Options
-	kinde  *kindeSigner
+	config   compose.Config
+	settings compose.Settings
+	opts     Options
+	kinde    *kindeSigner
 }
 
 // kindeSigner is a harness's Kinde signer, started on first use and kept across restarts.
@@ -132,29 +141,25 @@ func New(t testing.TB, opts ...Options) *Harness {
 	if o.Start.IsZero() {
 		o.Start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	}
-	defs := app.DefaultDefinitions()
+	defs := functions.Definitions()
 	if o.Definitions != nil {
 		defs = *o.Definitions
 	}
 	env := testenv.New(t, testenv.Options{DynamoDB: o.DynamoDB, Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets})
-	cfg := app.DefaultConfig()
+	cfg := compose.DefaultConfig()
 	cfg.OperatorKey = AdminKey
-	cfg.Inbox.Webhooks.StripeSecret = StripeSecret
 	if o.Catalog != nil {
 		cfg.Catalog = *o.Catalog
 	}
-	cfg.BatchMode = o.BatchMode
-	if o.Schema != nil {
-		cfg.Schema = *o.Schema
-	}
-	cfg.Meters = o.Meters
-	if o.Limits.Source != "" {
-		cfg.Limits = o.Limits
-	}
+	settings := compose.Settings{
+		resources.EnvStripeWebhookSecret: StripeSecret,
+		resources.EnvBatchMode:           strconv.FormatBool(o.BatchMode),
+	}.With(o.Settings)
 	h := &Harness{
 		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
-		config: cfg, opts: o, kinde: &kindeSigner{},
+		config: cfg, settings: settings, opts: o, kinde: &kindeSigner{},
 	}
+	h.Of = h.Fn
 	h.serve(t)
 	return h
 }
@@ -165,8 +170,9 @@ func (h *Harness) Restart(t testing.TB) *Harness {
 	t.Helper()
 	next := &Harness{
 		Env: h.Env, Definitions: h.Definitions, Clock: h.Clock, Counter: metrics.NewCounter(), Log: h.Log,
-		config: h.config, opts: h.opts, kinde: h.kinde,
+		config: h.config, settings: h.settings, opts: h.opts, kinde: h.kinde,
 	}
+	next.Of = next.Fn
 	next.serve(t)
 	return next
 }
@@ -174,17 +180,20 @@ func (h *Harness) Restart(t testing.TB) *Harness {
 // serve composes the functions, lets the test configure them, and wires them by kind.
 func (h *Harness) serve(t testing.TB) {
 	t.Helper()
-	fns, err := h.Definitions.BuildAll(app.Env{
+	fns, err := h.Definitions.BuildAll(compose.Env{
 		Names: h.Env.Names, ClientsFor: func(fn resources.Function) (cloud.Clients, error) { return h.Env.ClientsFor(t, fn), nil },
-		Config: h.config, Log: h.Log, Metrics: h.Counter, Now: h.Clock.Now,
+		Config: h.config, Settings: h.settings, Log: h.Log, Metrics: h.Counter, Now: h.Clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.Functions = fns
 	for _, fn := range fns {
-		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
-			t.Cleanup(fn.Inbox.Receiver.Close)
+		if fn.Close != nil {
+			t.Cleanup(fn.Close)
+		}
+		if w := workerfn.PartsOf(fn); w != nil && h.opts.Schema != nil {
+			w.Worker.Schema = *h.opts.Schema
 		}
 	}
 	if h.opts.Configure != nil {
@@ -223,10 +232,10 @@ func (h *Harness) Signer(t testing.TB) *signer.Signer {
 	if h.kinde.s == nil {
 		t.Fatal("the Kinde signer did not start")
 	}
-	h.config.Inbox.Webhooks.KindeJWKSURL = h.kinde.url
+	h.settings = h.settings.With(compose.Settings{resources.EnvKindeWebhookJWKSURL: h.kinde.url})
 	for _, fn := range h.Functions {
-		if fn.Inbox != nil && fn.Inbox.Receiver != nil {
-			fn.Inbox.Receiver.SetKindeJWKSURL(h.kinde.url)
+		if p := webhooksfn.PartsOf(fn); p != nil {
+			p.Receiver.SetKindeJWKSURL(h.kinde.url)
 		}
 	}
 	return h.kinde.s
@@ -234,7 +243,7 @@ func (h *Harness) Signer(t testing.TB) *signer.Signer {
 
 // Fn returns the harness's composed function of that name; a name no entry has fails the test
 // binary at once (a typo in a test, never a condition under test).
-func (h *Harness) Fn(name string) *app.Function {
+func (h *Harness) Fn(name string) *compose.Function {
 	for _, fn := range h.Functions {
 		if fn.Entry.Name == name {
 			return fn

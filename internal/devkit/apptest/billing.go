@@ -11,7 +11,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/fanout"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // billSerial numbers the events Bill makes, unique in the test binary.
@@ -31,7 +30,7 @@ func (h *Harness) LinkedAccount(t testing.TB, id, plan string) (accounts.Account
 		t.Fatalf("create %s: %d %s", id, resp.Status, resp.Body)
 	}
 	key := resp.JSON(t)["apiKey"].(string)
-	a, err := h.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
+	a, err := h.MeterAPI().Accounts.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func (h *Harness) Bill(t testing.TB, acct accounts.Account, n int) {
 	ctx := context.Background()
 	now := h.Clock.Now().UnixMilli()
 	charge := ledger.BillingFor(acct, plans.Default())
-	store := h.Fn(resources.FunctionWorker).Ledger
+	store := h.Worker().Ledger
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt_%07d", billSerial.Add(1))

@@ -11,8 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/functions"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -58,18 +59,18 @@ const (
 // the process reaches them.
 const benchOperatorKey = "bench"
 
-// functions composes every Ferry function on names, by its builder from its entry, for a
+// composeAll composes every Ferry function on names, by its builder from its entry, for a
 // benchmark to drive directly.
-func functions(names resources.Names, clients cloud.Clients, log *slog.Logger) (map[string]*app.Function, error) {
-	cfg := app.DefaultConfig()
+func composeAll(names resources.Names, clients cloud.Clients, log *slog.Logger) (map[string]*compose.Function, error) {
+	cfg := compose.DefaultConfig()
 	cfg.OperatorKey = benchOperatorKey
-	built, err := app.DefaultDefinitions().BuildAll(app.Env{
+	built, err := functions.Definitions().BuildAll(compose.Env{
 		Names: names, Clients: clients, Config: cfg, Log: log, Metrics: metrics.NewCounter(), Now: time.Now,
 	})
 	if err != nil {
 		return nil, err
 	}
-	fns := map[string]*app.Function{}
+	fns := map[string]*compose.Function{}
 	for _, fn := range built {
 		fns[fn.Entry.Name] = fn
 	}

@@ -13,6 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apifn "github.com/ferrymeter/ferry/functions/api"
+	holdsfn "github.com/ferrymeter/ferry/functions/holds"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -170,12 +173,12 @@ func Holds(ctx context.Context, o HoldsOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fns, err := functions(names, clients, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fns, err := composeAll(names, clients, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return err
 	}
 	// The operator's accounts (the api function's) and the holds function.
-	operator, a := fns[resources.FunctionAPI], fns[resources.FunctionHolds]
+	operator, a := apifn.PartsOf(fns[resources.FunctionAPI]), holdsfn.PartsOf(fns[resources.FunctionHolds])
 	// The per-account rate limit (120 new holds a minute) would stop a benchmark on one account
 	// after 120 admissions; lifting it here measures the transaction on one hot budget row,
 	// which is what bounds an account once its rate limit is raised.

@@ -14,16 +14,21 @@ import (
 	"text/tabwriter"
 	"time"
 
+	inboxfn "github.com/ferrymeter/ferry/functions/inbox"
+	webhooksfn "github.com/ferrymeter/ferry/functions/webhooks"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/functions"
+	apifn "github.com/ferrymeter/ferry/functions/api"
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/operator/deliver"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -110,29 +115,28 @@ func Inbox(ctx context.Context, o InboxOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	cfg := app.DefaultConfig()
+	cfg := compose.DefaultConfig()
 	cfg.OperatorKey = benchOperatorKey
-	cfg.Inbox.Webhooks.StripeSecret = benchInboxSecret
-	built, err := app.DefaultDefinitions().BuildAll(app.Env{
-		Names: names, Clients: clients, Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	built, err := functions.Definitions().BuildAll(compose.Env{
+		Names: names, Clients: clients, Config: cfg, Settings: compose.Settings{resources.EnvStripeWebhookSecret: benchInboxSecret}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.NewCounter(), Now: time.Now,
 	})
 	if err != nil {
 		return err
 	}
-	fns := map[string]*app.Function{}
+	fns := map[string]*compose.Function{}
 	for _, fn := range built {
 		fns[fn.Entry.Name] = fn
 	}
 	operator, hooks, worker := fns[resources.FunctionAPI], fns[resources.FunctionWebhooks], fns[resources.FunctionInbox]
 	// The nudges go to SQS (one SendMessage per new event); the benchmark drives the worker
 	// directly and counts DynamoDB only.
-	hooks.Inbox.Intake.Nudger = discardNudges{}
-	worker.Inbox.Worker.Nudger = discardNudges{}
+	webhooksfn.PartsOf(hooks).Intake.Nudger = discardNudges{}
+	inboxfn.PartsOf(worker).Worker.Nudger = discardNudges{}
 
 	fmt.Fprintf(stderr, "creating %d accounts linked to Stripe customers…\n", o.Accounts)
 	for i := range o.Accounts {
-		if _, _, err := operator.Accounts.Create(ctx, accounts.CreateInput{
+		if _, _, err := apifn.PartsOf(operator).Accounts.Create(ctx, accounts.CreateInput{
 			ID: fmt.Sprintf("bench-%d", i), Plan: "free", Links: map[accounts.LinkKind]string{accounts.StripeCustomer: fmt.Sprintf("cus_bench_%d", i)},
 		}); err != nil {
 			return err
@@ -146,7 +150,7 @@ func Inbox(ctx context.Context, o InboxOptions, stdout, stderr io.Writer) error 
 		header := http.Header{}
 		header.Set("Content-Type", "application/json")
 		header.Set("Stripe-Signature", stripewebhook.Sign(body, benchInboxSecret, time.Now()))
-		return hooks.Inbox.Receiver.Store(ctx, string(inbox.Stripe), header, body)
+		return webhooksfn.PartsOf(hooks).Receiver.Store(ctx, string(inbox.Stripe), header, body)
 	}
 	phase := func(name string, n int, op func(i int) error) (inboxPhase, error) {
 		fmt.Fprintf(stderr, "measuring %s: %d…\n", name, n)
@@ -191,7 +195,7 @@ func Inbox(ctx context.Context, o InboxOptions, stdout, stderr io.Writer) error 
 	}
 	applyAll := func(ids []string) func(i int) error {
 		return func(i int) error {
-			out, err := worker.Inbox.Worker.Process(ctx, ids[i])
+			out, err := inboxfn.PartsOf(worker).Worker.Process(ctx, ids[i])
 			if err == nil && out.Status != inbox.Applied {
 				err = fmt.Errorf("%s: %+v", ids[i], out)
 			}

@@ -21,9 +21,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	smithymw "github.com/aws/smithy-go/middleware"
 
+	apifn "github.com/ferrymeter/ferry/functions/api"
+	ingestfn "github.com/ferrymeter/ferry/functions/ingest"
+	workerfn "github.com/ferrymeter/ferry/functions/worker"
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
@@ -185,12 +187,12 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	}
 	defer func() { _ = devstack.Teardown(context.Background(), clients, names) }()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fns, err := functions(names, clients, log)
+	fns, err := composeAll(names, clients, log)
 	if err != nil {
 		return res, err
 	}
 	// The operator's accounts (the api function's), the ingest function and the worker.
-	api, ingest, ferry := fns[resources.FunctionAPI], fns[resources.FunctionIngest].Ingest, fns[resources.FunctionWorker].Worker
+	api, ingest, ferry := apifn.PartsOf(fns[resources.FunctionAPI]), ingestfn.PartsOf(fns[resources.FunctionIngest]).Ingest, workerfn.PartsOf(fns[resources.FunctionWorker]).Worker
 	if q, ok := ingest.Queue.(*ingestpkg.SQSQueue); ok {
 		q.Pack = ph.pack
 	}
@@ -300,7 +302,7 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 
 // measureOutcome reads back what the phase left: the meter, ledger statuses, archive objects,
 // analytics rows, and the largest stored item (which checks the request-unit estimate).
-func measureOutcome(ctx context.Context, res *phaseResult, api *app.Function, clients cloud.Clients, names resources.Names, ids []string) error {
+func measureOutcome(ctx context.Context, res *phaseResult, api *apifn.Parts, clients cloud.Clients, names resources.Names, ids []string) error {
 	tot, err := api.Usage.Read(ctx, benchAccountID, plans.FeatureEvents, time.Now().UTC().Format("2006-01"))
 	if err != nil {
 		return err

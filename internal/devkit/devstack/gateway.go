@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // maxGatewayBodyBytes is API Gateway's payload limit.
@@ -27,14 +28,14 @@ const maxGatewayBodyBytes = 10 << 20
 // Gateway plays API Gateway (HTTP API, payload format 2.0) in front of Lambda handlers: it routes
 // each request by the route table to its function, hands the function the same
 // APIGatewayV2HTTPRequest event AWS would, and writes the function's response event back. Paths
-// no route declares go to httpapi.DefaultRouteFunction, like a $default route.
+// no route declares go to resources.DefaultRouteFunction, like a $default route.
 type Gateway struct {
 	mux *http.ServeMux
 	log *slog.Logger
 }
 
 // NewGateway builds a gateway for routes over handlers, keyed by function name.
-func NewGateway(routes []httpapi.Route, handlers map[string]httpapi.LambdaHandler, log *slog.Logger) (*Gateway, error) {
+func NewGateway(routes []resources.Route, handlers map[string]httpapi.LambdaHandler, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{mux: http.NewServeMux(), log: log}
 	for _, route := range routes {
 		h, ok := handlers[route.Function]
@@ -43,9 +44,9 @@ func NewGateway(routes []httpapi.Route, handlers map[string]httpapi.LambdaHandle
 		}
 		g.mux.Handle(route.Key(), g.invoke(route.Key(), pathParams(route.Path), h))
 	}
-	def, ok := handlers[httpapi.DefaultRouteFunction]
+	def, ok := handlers[resources.DefaultRouteFunction]
 	if !ok {
-		return nil, fmt.Errorf("gateway: no handler for the default function %q", httpapi.DefaultRouteFunction)
+		return nil, fmt.Errorf("gateway: no handler for the default function %q", resources.DefaultRouteFunction)
 	}
 	g.mux.Handle("/", g.invoke("$default", nil, def))
 	return g, nil

@@ -28,7 +28,7 @@ func gatewayServer(t *testing.T, h httpapi.LambdaHandler) *httptest.Server {
 	for _, f := range resources.Functions {
 		handlers[f.Name] = h
 	}
-	gw, err := devstack.NewGateway(httpapi.Routes, handlers, slogDiscard())
+	gw, err := devstack.NewGateway(resources.Routes, handlers, slogDiscard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestGateway_HandsTheFunctionTheEventAPIGatewayWould(t *testing.T) {
 			for _, f := range resources.Functions {
 				handlers[f.Name] = capture
 			}
-			gw, err := devstack.NewGateway(httpapi.Routes, handlers, slogDiscard())
+			gw, err := devstack.NewGateway(resources.Routes, handlers, slogDiscard())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package devstack
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,12 +9,13 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/devkit/inboxfault"
 	signer "github.com/ferrymeter/ferry/internal/devkit/kindesigner"
 	"github.com/ferrymeter/ferry/internal/operator/deliver"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
+	kindewebhook "github.com/ferrymeter/ferry/internal/webhooks/kinde"
 )
 
 // DevStripeSecret is the Stripe signing secret ferry dev verifies Stripe deliveries with when
@@ -28,23 +28,25 @@ const DevStripeSecret = "whsec_ferry_dev_local_secret"
 // DevStripeSecret, so that a delivery can be signed and sent with `ferry webhooks send`), and the
 // apply-crash injector the webhooks lab kills one apply with. Info says which stand-ins it chose.
 type InboxDev struct {
-	Config app.InboxConfig
-	Info   deliver.DevInfo
-	Crash  *inboxfault.CrashApply
+	// Settings are the verification settings it chose (FERRY_KINDE_WEBHOOK_JWKS_URL,
+	// FERRY_STRIPE_WEBHOOK_SECRET), to set over the stack's.
+	Settings compose.Settings
+	Info     deliver.DevInfo
+	Crash    *inboxfault.CrashApply
 
 	signer *http.Server
 }
 
-// NewInboxDev reads the inbox's configuration from the environment and starts the local Kinde
-// signer when no key URL is set; Close stops it.
-func NewInboxDev(ctx context.Context, log *slog.Logger) (*InboxDev, error) {
-	cfg, err := app.InboxConfigFromEnv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	d := &InboxDev{Config: cfg, Crash: inboxfault.New()}
+// NewInboxDev reads the inbox's settings from env (the process's FERRY_* variables): the key URL
+// FERRY_KINDE_WEBHOOK_JWKS_URL, or the one of the Kinde domain env names (as the CDK app derives
+// it), or else a local Kinde signer it starts; Close stops it.
+func NewInboxDev(env compose.Settings, log *slog.Logger) (*InboxDev, error) {
+	d := &InboxDev{Settings: compose.Settings{}, Crash: inboxfault.New()}
 	d.Info.CrashInjector = true
-	if cfg.Webhooks.KindeJWKSURL == "" {
+	if domain := env.Get(resources.EnvKindeDomain); env.Get(resources.EnvKindeWebhookJWKSURL) == "" && domain != "" {
+		d.Settings[resources.EnvKindeWebhookJWKSURL] = kindewebhook.JWKSURLFor(domain)
+	}
+	if env.Get(resources.EnvKindeWebhookJWKSURL) == "" && env.Get(resources.EnvKindeDomain) == "" {
 		sign, err := signer.New()
 		if err != nil {
 			return nil, err
@@ -56,21 +58,21 @@ func NewInboxDev(ctx context.Context, log *slog.Logger) (*InboxDev, error) {
 		d.signer = &http.Server{Handler: sign.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = d.signer.Serve(l) }()
 		url := "http://" + l.Addr().String()
-		d.Config.Webhooks.KindeJWKSURL = url + signer.JWKSPath
-		d.Info.Kinde = &deliver.DevKinde{Signer: url, JWKSURL: d.Config.Webhooks.KindeJWKSURL}
+		d.Settings[resources.EnvKindeWebhookJWKSURL] = url + signer.JWKSPath
+		d.Info.Kinde = &deliver.DevKinde{Signer: url, JWKSURL: url + signer.JWKSPath}
 		log.Info("local Kinde signer running", "url", url)
 	}
-	if cfg.Webhooks.StripeSecret == "" {
-		d.Config.Webhooks.StripeSecret = DevStripeSecret
+	if env.Get(resources.EnvStripeWebhookSecret) == "" && env.Get(resources.EnvStripeWebhookSecretARN) == "" {
+		d.Settings[resources.EnvStripeWebhookSecret] = DevStripeSecret
 		d.Info.Stripe = &deliver.DevStripe{Secret: DevStripeSecret}
 	}
 	return d, nil
 }
 
-// Apply gives the stack's functions the inbox configuration and its DynamoDB clients the crash
+// Apply gives the stack's functions the inbox settings and its DynamoDB clients the crash
 // injector (unarmed, it lets every call through).
 func (d *InboxDev) Apply(opts *StackOptions) {
-	opts.Inbox = d.Config
+	opts.Settings = opts.Settings.With(d.Settings)
 	opts.Clients.DynamoDB = append(opts.Clients.DynamoDB, d.Crash.Option)
 }
 

@@ -1,20 +1,9 @@
 package devstack
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"time"
-
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	standin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
-	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/platform/kinde"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Credentials of the Kinde stand-in ferry dev starts when FERRY_LIMITS_SOURCE=kinde names no
@@ -24,28 +13,9 @@ const (
 	standInClientSecret = "ferry-dev-secret"
 )
 
-// LimitsFromEnv is where ferry dev's functions read limits: the source FERRY_LIMITS_SOURCE
-// selects. With kinde and no FERRY_KINDE_DOMAIN, a Kinde stand-in starts on loopback for the life
-// of the process, granting every customer the default plan's limits; steer it with
-// PUT /standin/mode {"mode": "ok"|"fail"|"ratelimit"} and PUT /standin/entitlements/{customer}.
-func LimitsFromEnv(ctx context.Context, catalog plans.Catalog, log *slog.Logger) (app.LimitsConfig, error) {
-	if os.Getenv(resources.EnvLimitsSource) != limits.SourceKinde || os.Getenv(resources.EnvKindeDomain) != "" {
-		return app.LimitsConfigFromEnv(ctx)
-	}
-	url, err := startKindeStandIn(catalog)
-	if err != nil {
-		return app.LimitsConfig{}, err
-	}
-	log.Info("Kinde stand-in running", "url", url, "fail", "curl -X PUT "+url+`/standin/mode -d '{"mode":"fail"}'`)
-	return app.LimitsConfig{
-		Source: limits.SourceKinde,
-		Kinde:  kinde.Config{Domain: url, ClientID: standInClientID, ClientSecret: standInClientSecret},
-	}, nil
-}
-
-// startKindeStandIn serves a stand-in on a free loopback port for the life of the process.
-func startKindeStandIn(catalog plans.Catalog) (string, error) {
-	stand := standin.New(standInClientID, standInClientSecret)
+// grantDefaultPlan makes the Kinde stand-in grant every customer the catalog's default plan's
+// limits as entitlements.
+func grantDefaultPlan(stand *standin.Server, catalog plans.Catalog) {
 	plan, _ := catalog.Plan(catalog.Default)
 	var ents []kinde.Entitlement
 	for feature, f := range plan.Features {
@@ -56,11 +26,4 @@ func startKindeStandIn(catalog plans.Catalog) (string, error) {
 		ents = append(ents, standin.Limit(feature, limitMax))
 	}
 	stand.SetDefault(ents...)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("start the Kinde stand-in: %w", err)
-	}
-	srv := &http.Server{Handler: stand, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return "http://" + l.Addr().String(), nil
 }

@@ -1,20 +1,19 @@
 package devstack
 
 import (
-	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	kindestandin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
 	stripestandin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
-	"github.com/ferrymeter/ferry/internal/platform/kinde"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
-	"github.com/ferrymeter/ferry/internal/platform/stripe"
 )
 
 // The API key of the Stripe stand-in ferry dev starts when no provider is configured. It is not
@@ -35,37 +34,54 @@ type MeterStandIns struct {
 	URLs   []string
 }
 
-// MetersFromEnv returns where ferry dev reports usage: the providers the environment configures
-// (FERRY_REPORT_KINDE, FERRY_STRIPE_API_KEY…), or, when it configures none, a Kinde and a
-// Stripe stand-in on loopback for the life of the process, each speaking its provider's
-// documented wire format (nil stand-ins when the environment configures a provider).
-func MetersFromEnv(ctx context.Context, catalog plans.Catalog) (app.MetersConfig, *MeterStandIns, error) {
-	if os.Getenv(resources.EnvReportKinde) != "" || os.Getenv(resources.EnvStripeAPIKey) != "" ||
-		os.Getenv(resources.EnvStripeAPIBase) != "" || os.Getenv(resources.EnvStripeAPIKeySecretARN) != "" {
-		cfg, err := app.MetersConfigFromEnv(ctx)
-		return cfg, nil, err
+// ProviderStandIns are the settings ferry dev gives its functions for the providers: env (the
+// process's FERRY_* variables), and, for what env configures none of, stand-ins on loopback for
+// the life of the process, each speaking its provider's documented wire format. Without
+// FERRY_KINDE_DOMAIN one Kinde stand-in serves both the entitlements (when FERRY_LIMITS_SOURCE=kinde:
+// every customer is granted the default plan's limits; steer it with PUT /standin/mode
+// {"mode": "ok"|"fail"|"ratelimit"} and PUT /standin/entitlements/{customer}) and the meters;
+// without any reporting setting (FERRY_REPORT_KINDE, FERRY_STRIPE_API_KEY…) usage is reported to
+// that Kinde stand-in and to a Stripe one. The stand-ins are nil when env configures the
+// providers.
+func ProviderStandIns(env compose.Settings, catalog plans.Catalog, log *slog.Logger) (compose.Settings, *MeterStandIns, error) {
+	out := env.With(nil)
+	reports := env.Get(resources.EnvReportKinde) != "" || env.Get(resources.EnvStripeAPIKey) != "" ||
+		env.Get(resources.EnvStripeAPIBase) != "" || env.Get(resources.EnvStripeAPIKeySecretARN) != ""
+	kindeLimits := env.Get(resources.EnvLimitsSource) == limits.SourceKinde
+	if env.Get(resources.EnvKindeDomain) != "" || (reports && !kindeLimits) {
+		return out, nil, nil
 	}
 	s := &MeterStandIns{Kinde: kindestandin.New(standInClientID, standInClientSecret)}
-	meters := map[string]string{}
-	for _, f := range catalog.Features() {
-		if d := catalog.Definition(f); d.Stripe != nil {
-			meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
-		}
-	}
-	s.Stripe = stripestandin.New(standInStripeKey, meters)
 	kindeURL, err := serveLoopback(s.Kinde)
 	if err != nil {
-		return app.MetersConfig{}, nil, err
+		return nil, nil, err
 	}
-	stripeURL, err := serveLoopback(s.Stripe)
-	if err != nil {
-		return app.MetersConfig{}, nil, err
+	out[resources.EnvKindeDomain] = kindeURL
+	out[resources.EnvKindeClientID] = standInClientID
+	out[resources.EnvKindeClientSecret] = standInClientSecret
+	s.URLs = append(s.URLs, "Kinde "+kindeURL)
+	if kindeLimits {
+		grantDefaultPlan(s.Kinde, catalog)
+		log.Info("Kinde stand-in serving entitlements", "url", kindeURL, "fail", "curl -X PUT "+kindeURL+`/standin/mode -d '{"mode":"fail"}'`)
 	}
-	s.URLs = []string{"Kinde " + kindeURL, "Stripe " + stripeURL}
-	return app.MetersConfig{
-		Kinde:  &kinde.Config{Domain: kindeURL, ClientID: standInClientID, ClientSecret: standInClientSecret},
-		Stripe: &stripe.Config{APIKey: standInStripeKey, APIBase: stripeURL},
-	}, s, nil
+	if !reports {
+		meters := map[string]string{}
+		for _, f := range catalog.Features() {
+			if d := catalog.Definition(f); d.Stripe != nil {
+				meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
+			}
+		}
+		s.Stripe = stripestandin.New(standInStripeKey, meters)
+		stripeURL, err := serveLoopback(s.Stripe)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[resources.EnvReportKinde] = "true"
+		out[resources.EnvStripeAPIKey] = standInStripeKey
+		out[resources.EnvStripeAPIBase] = stripeURL
+		s.URLs = append(s.URLs, "Stripe "+stripeURL)
+	}
+	return out, s, nil
 }
 
 // Mount serves the stand-ins on the stack's own address too.
@@ -74,7 +90,9 @@ func (m *MeterStandIns) Mount(s *Stack) {
 		return
 	}
 	s.Routes.Handle(KindeStandInPath+"/", http.StripPrefix(KindeStandInPath, m.Kinde))
-	s.Routes.Handle(StripeStandInPath+"/", http.StripPrefix(StripeStandInPath, m.Stripe))
+	if m.Stripe != nil {
+		s.Routes.Handle(StripeStandInPath+"/", http.StripPrefix(StripeStandInPath, m.Stripe))
+	}
 }
 
 // serveLoopback serves h on a free loopback port for the life of the process.

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -19,10 +18,12 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymeter/ferry/api"
+	"github.com/ferrymeter/ferry/functions"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -51,29 +52,29 @@ type StackOptions struct {
 	Prefix            string
 	VisibilityTimeout time.Duration
 	Catalog           *plans.Catalog
-	// Limits is where the functions that read limits read them (default: the plans).
-	Limits app.LimitsConfig
-	// Meters are the providers usage is reported to (ferry dev points them at stand-ins).
-	Meters app.MetersConfig
-	// Inbox is the webhook inbox's verification keys and re-fetch (see InboxFromEnv).
-	Inbox app.InboxConfig
-	// Definitions replace app.DefaultDefinitions (a capability under test).
-	Definitions *app.Definitions
+	// Settings are the deployment settings the functions read, as the CDK app would set them:
+	// where limits come from, the providers usage is reported to, the webhook inbox's keys
+	// (ferry dev points them at stand-ins: ProviderStandIns, NewInboxDev).
+	Settings compose.Settings
+	// Definitions replace functions.Definitions (a capability under test).
+	Definitions *compose.Definitions
 	// Clients adjust the stack's SDK clients (request metering, fault injection); every function
 	// also gets an IAM guard on its own.
 	Clients cloud.Options
-	// Configure adjusts the functions' configuration before they are composed (a test's
+	// Adjust changes each function after it is composed and before it is served (a test's
 	// stricter analytics schema, say).
-	Configure func(*app.Config)
-	Log       *slog.Logger
-	Now       func() time.Time
+	Adjust func(*compose.Function)
+	Log    *slog.Logger
+	Now    func() time.Time
 }
 
 // Stack is a running local Ferry: emulators, resources, every function composed by its builder
 // and wired by its kind — HTTP functions behind a gateway on Addr, consumers behind their queues'
 // event sources, scheduled functions on their schedules.
 type Stack struct {
-	Functions []*app.Function
+	// Of reaches each function's parts: s.Worker().Worker, s.API().Accounts.
+	fnparts.Of
+	Functions []*compose.Function
 	Emulators *Emulators
 	Clients   cloud.Clients
 	Names     resources.Names
@@ -106,7 +107,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	defs := app.DefaultDefinitions()
+	defs := functions.Definitions()
 	if opts.Definitions != nil {
 		defs = *opts.Definitions
 	}
@@ -121,6 +122,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	s := &Stack{Emulators: emu, Counter: metrics.NewCounter(), Routes: http.NewServeMux(), log: log}
+	s.Of = s.Function
 	fail := func(err error) (*Stack, error) {
 		listener.Close()
 		emu.Stop()
@@ -138,32 +140,27 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		return fail(fmt.Errorf("provision the local stack (prefix %q): %w", opts.Prefix, err))
 	}
 	s.Names = names
-	cfg := app.DefaultConfig()
-	cfg.OperatorKey, cfg.Limits, cfg.Meters, cfg.Inbox = opts.OperatorKey, opts.Limits, opts.Meters, opts.Inbox
-	switch raw := os.Getenv(resources.EnvBatchMode); raw {
-	case "", "false":
-	case "true":
-		cfg.BatchMode = true
-	default:
-		return fail(fmt.Errorf("%s=%q: want true or false", resources.EnvBatchMode, raw))
-	}
-	// The console's labs drive the stack through its own address, as ferry lab does.
-	cfg.APIURL = "http://" + listener.Addr().String()
-	if opts.Configure != nil {
-		opts.Configure(&cfg)
-	}
+	cfg := compose.DefaultConfig()
+	cfg.OperatorKey = opts.OperatorKey
 	if opts.Catalog != nil {
 		cfg.Catalog = *opts.Catalog
 	}
+	// The console's labs drive the stack through its own address, as ferry lab does.
+	settings := opts.Settings.With(compose.Settings{resources.EnvAPIURL: "http://" + listener.Addr().String()})
 	// Each function gets its own clients, which refuse what its IAM role would refuse in AWS, so
 	// a capability that reaches past its grant fails here as it would there (AccessDenied).
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
 		guard := instrument.NewGuard(fn, names)
 		return cloud.New(ctx, emu.Endpoints, opts.Clients.Merge(guard.Options()))
 	}
-	fns, err := defs.BuildAll(app.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Log: log, Metrics: s.Counter, Now: opts.Now})
+	fns, err := defs.BuildAll(compose.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Settings: settings, Log: log, Metrics: s.Counter, Now: opts.Now})
 	if err != nil {
 		return fail(err)
+	}
+	if opts.Adjust != nil {
+		for _, fn := range fns {
+			opts.Adjust(fn)
+		}
 	}
 	s.Functions = fns
 	wiring, err := Wire(ctx, defs.Routes, fns, names, clients.SQS, log)
@@ -200,7 +197,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 }
 
 // Function returns the stack's composed function of that name, or nil.
-func (s *Stack) Function(name string) *app.Function {
+func (s *Stack) Function(name string) *compose.Function {
 	for _, fn := range s.Functions {
 		if fn.Entry.Name == name {
 			return fn
@@ -259,8 +256,8 @@ func (s *Stack) Close() {
 		s.cancel()
 		s.wg.Wait()
 		for _, fn := range s.Functions {
-			if fn.Inbox != nil && fn.Inbox.Receiver != nil {
-				fn.Inbox.Receiver.Close()
+			if fn.Close != nil {
+				fn.Close()
 			}
 		}
 		s.Emulators.Stop()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -33,19 +33,19 @@ type Schedule struct {
 }
 
 // Wire serves fns by kind. Queue URLs come from names; the event sources receive through client.
-func Wire(ctx context.Context, routes []httpapi.Route, fns []*app.Function, names resources.Names, client *sqs.Client, log *slog.Logger) (*Wiring, error) {
+func Wire(ctx context.Context, routes []resources.Route, fns []*compose.Function, names resources.Names, client *sqs.Client, log *slog.Logger) (*Wiring, error) {
 	w := &Wiring{}
 	handlers := map[string]httpapi.LambdaHandler{}
 	for _, fn := range fns {
 		switch fn.Kind() {
-		case app.HTTP:
+		case compose.HTTP:
 			h, err := fn.HTTP.Handler()
 			if err != nil {
 				return nil, fmt.Errorf("wire %s: %w", fn.Entry.Name, err)
 			}
 			handlers[fn.Entry.Name] = httpapi.NewLambdaHandler(h)
-		case app.Consumer:
-			for _, queue := range app.Consumes(fn.Entry) {
+		case compose.Consumer:
+			for _, queue := range compose.Consumes(fn.Entry) {
 				url, ok := names.Queues[queue]
 				if !ok {
 					return nil, fmt.Errorf("wire %s: no queue %q", fn.Entry.Name, queue)
@@ -58,7 +58,7 @@ func Wire(ctx context.Context, routes []httpapi.Route, fns []*app.Function, name
 				w.Sources = append(w.Sources, &EventSource{SQS: client, QueueURL: url, QueueARN: arn, Handler: fn.Consume, Log: log,
 					BatchSize: resources.EventSourceBatchSize, Window: resources.EventSourceBatchingWindow})
 			}
-		case app.Scheduled:
+		case compose.Scheduled:
 			w.Schedules = append(w.Schedules, Schedule{Function: fn.Entry.Name, Every: fn.Entry.Every, Run: fn.Run})
 		default:
 			return nil, fmt.Errorf("wire %s: no handler", fn.Entry.Name)

@@ -126,13 +126,13 @@ var storeAblations = map[string]string{
 // removed at the wire (FERRY_ABLATE, comma-separated), the named test must fail.
 var testAblations = []struct{ guards, target string }{
 	// The inbox pipeline runs no reconciler, which is what clears a meter mark.
-	{"inbox.meter-mark.clear-rev", "./internal/inbox TestMeterUsage_MarksTheCycleForTheReconciler"},
+	{"inbox.meter-mark.clear-rev", "./internal/webhooks/inbox TestMeterUsage_MarksTheCycleForTheReconciler"},
 	// A grant-only or mark-only effect reads the account in the step before its commit, and the
 	// harness's unlinks landed in that one step in none of 300 inbox schedules with the guard
 	// removed; the package's test unlinks the customer there.
-	{"accounts.billing-check.linked", "./internal/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored"},
+	{"accounts.billing-check.linked", "./internal/webhooks/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored"},
 	// The recorded concurrent histories stop being linearizable without the guards they rest on.
-	{"idempotency.claim.absent", "./internal/idempotency TestDynamoStore_ConcurrentHistory_IsLinearizable"},
+	{"idempotency.claim.absent", "./internal/platform/idempotency TestDynamoStore_ConcurrentHistory_IsLinearizable"},
 	{"usage.hold.cap,usage.hold.cap-room", "./internal/holds TestBudget_ConcurrentHistory_IsLinearizable"},
 }
 

@@ -13,10 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ferrymeter/ferry/internal/app"
+	"github.com/ferrymeter/ferry/functions"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -31,6 +33,8 @@ const provisionTimeout = 2 * time.Minute
 // fresh resources hold: nothing (and each also runs on its own accounts and ids). A run composes
 // its functions and clients once, not once per schedule.
 type Env struct {
+	// Of reaches each function's parts: e.Worker().Worker, e.API().Accounts.
+	fnparts.Of
 	Names resources.Names
 	// Admin are the harness's own clients: never parked, never faulted.
 	Admin   cloud.Clients
@@ -38,7 +42,7 @@ type Env struct {
 	Metrics *metrics.Counter
 	Log     *slog.Logger
 
-	functions map[string]*app.Function
+	functions map[string]*compose.Function
 	// tables maps physical names to logical ones: tables, buckets and queues.
 	tables    map[string]string
 	guards    []*instrument.Guard
@@ -69,13 +73,14 @@ func newEnv(ctx context.Context, endpoints cloud.Endpoints, transport cloud.Opti
 	if err != nil {
 		return nil, err
 	}
-	defs := app.DefaultDefinitions()
+	defs := functions.Definitions()
 	pfx := prefix()
 	names, err := devstack.Provision(pctx, admin, pfx, devstack.ProvisionOptions{
 		Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
 	})
 	e := &Env{Names: names, Admin: admin, Clock: &Clock{t: startTime}, Metrics: metrics.NewCounter(), Log: log,
-		functions: map[string]*app.Function{}, endpoints: endpoints, prefix: pfx, inProcess: ip}
+		functions: map[string]*compose.Function{}, endpoints: endpoints, prefix: pfx, inProcess: ip}
+	e.Of = e.Function
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("provision the harness's resources: %w", err)
@@ -91,34 +96,37 @@ func newEnv(ctx context.Context, endpoints cloud.Endpoints, transport cloud.Opti
 		tables[u] = l
 	}
 	e.tables = tables
-	cfg := app.DefaultConfig()
+	cfg := compose.DefaultConfig()
 	cfg.OperatorKey = "harness-operator-key"
 	e.provider = newProviderWire(e.Clock)
-	cfg.Meters = e.provider.meters()
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {
 		guard := instrument.NewGuard(fn, names)
 		e.guards = append(e.guards, guard)
 		w := &wire{function: fn.Name, tables: tables}
 		return cloud.New(ctx, endpoints, transport.Merge(guard.Options()).Merge(w.options()))
 	}
-	fns, err := defs.BuildAll(app.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Log: log, Metrics: e.Metrics, Now: e.Clock.Now})
+	fns, err := defs.BuildAll(compose.Env{Names: names, ClientsFor: clientsFor, Config: cfg, Settings: e.provider.settings(), Log: log, Metrics: e.Metrics, Now: e.Clock.Now})
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
 	for _, fn := range fns {
+		if err := e.provider.reachThrough(fn); err != nil {
+			e.Close()
+			return nil, err
+		}
 		e.functions[fn.Entry.Name] = fn
 	}
 	// The sweep reads and settles one shard at a time: the scheduler owns every interleaving,
 	// so an actor must be one thread.
-	if sw := e.functions[resources.FunctionSweeper]; sw != nil && sw.Holds != nil {
+	if sw := e.Sweeper(); sw != nil {
 		sw.Holds.SweepConcurrency = 1
 	}
 	return e, nil
 }
 
 // Function returns a composed function by name; a name no entry has is a harness defect.
-func (e *Env) Function(name string) *app.Function {
+func (e *Env) Function(name string) *compose.Function {
 	fn, ok := e.functions[name]
 	if !ok {
 		panic(fmt.Sprintf("harness: no function %q", name))
@@ -189,7 +197,7 @@ func (e *Env) reset(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	e.inProcess.fresh()
-	defs := app.DefaultDefinitions()
+	defs := functions.Definitions()
 	names, err := devstack.CreateAnew(ctx, e.Admin, e.prefix, defs.Tables, defs.Buckets)
 	if err != nil {
 		return false, fmt.Errorf("make the tables and buckets again: %w", err)

@@ -119,7 +119,7 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 	if st.inactive {
 		in.Status = accounts.Inactive
 	}
-	acct, _, err := s.Env.Function(resources.FunctionAPI).Accounts.Create(ctx, in)
+	acct, _, err := s.Env.API().Accounts.Create(ctx, in)
 	if err != nil {
 		return fmt.Errorf("create account: %w", err)
 	}
@@ -154,7 +154,7 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		// into units (Worker.Coalesce, as batch mode runs it): units made of several messages
 		// meet the faults too.
 		coalesce := r.IntN(2) == 0
-		s.Env.Function(resources.FunctionWorker).Worker.Coalesce = coalesce
+		s.Env.Worker().Worker.Coalesce = coalesce
 		if coalesce {
 			s.Count("coalesced-invocations")
 			p.deliverInvocations(s, st, msgs)
@@ -241,7 +241,7 @@ func (p *Events) pack(s *Schedule, st *eventsState) ([]string, error) {
 // produce spawns a client sending one event through ingest, retrying what the front door asks it
 // to retry, and delivers whatever reached the queue once it is done.
 func (p *Events) produce(ctx context.Context, s *Schedule, st *eventsState, id string) {
-	svc := s.Env.Function(resources.FunctionIngest).Ingest
+	svc := s.Env.Ingest().Ingest
 	s.Spawn("client "+id, resources.FunctionIngest, func(ctx context.Context) error {
 		for range maxSendAttempts {
 			_, err := svc.Accept(s.Invoke(ctx, resources.FunctionIngest), st.acct, st.bodies[id])
@@ -277,7 +277,7 @@ func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
 	if !ok {
 		return
 	}
-	w := s.Env.Function(resources.FunctionWorker).Worker
+	w := s.Env.Worker().Worker
 	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
 		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
 		return err
@@ -356,7 +356,7 @@ func (p *Events) deliverInvocation(s *Schedule, st *eventsState, bodies []string
 	if len(records) == 0 {
 		return
 	}
-	w := s.Env.Function(resources.FunctionWorker).Worker
+	w := s.Env.Worker().Worker
 	var failed []string
 	s.Spawn(fmt.Sprintf("worker invocation of %d (%s d%d)", len(records), names[0], st.deliveries[names[0]]), resources.FunctionWorker, func(ctx context.Context) error {
 		resp, err := w.HandleSQS(s.Invoke(ctx, resources.FunctionWorker), events.SQSEvent{Records: records})
@@ -397,7 +397,7 @@ func (p *Events) deliverInvocation(s *Schedule, st *eventsState, bodies []string
 // operate spawns an operator who changes the account while its events are billed: raises its
 // limit, or reactivates it.
 func (p *Events) operate(s *Schedule, st *eventsState) {
-	svc := s.Env.Function(resources.FunctionAPI).Accounts
+	svc := s.Env.API().Accounts
 	s.Count("account-change")
 	s.Spawn("operator", resources.FunctionAPI, func(ctx context.Context) error {
 		var in accounts.UpdateInput
@@ -420,7 +420,7 @@ func (p *Events) operate(s *Schedule, st *eventsState) {
 // watchTerminal holds every committed write of the ledger to "terminal is terminal": once an
 // entry is INSERTED, REJECTED or UNINSERTABLE, nothing about it changes again.
 func (p *Events) watchTerminal(s *Schedule, st *eventsState) {
-	ldg := s.Env.Function(resources.FunctionWorker).Ledger
+	ldg := s.Env.Worker().Ledger
 	s.Observe(func(a *Actor, c Call, params any, committed bool) {
 		if !committed || c.Service != "DynamoDB" || !strings.Contains(c.Table, resources.TableLedger) {
 			return
@@ -453,7 +453,7 @@ func (*Events) Idle(context.Context, *Schedule) bool { return false }
 // installHook makes the worker crash, at random, between any two of its steps: the process dies
 // there, and the message is left to its redelivery.
 func installHook(env *Env) {
-	w := env.Function(resources.FunctionWorker).Worker
+	w := env.Worker().Worker
 	if w.Hook != nil {
 		return
 	}
@@ -463,7 +463,7 @@ func installHook(env *Env) {
 // Check implements Pipeline.
 func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 	st := s.State.(*eventsState)
-	wfn := s.Env.Function(resources.FunctionWorker)
+	wfn := s.Env.Worker()
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "events: "+fmt.Sprintf(format, args...)) }
 	var billed, queued int64
@@ -567,7 +567,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 // checkStored holds an INSERTED event to "archive before insert": its payload is in the archive
 // byte for byte, and it has exactly one analytics row.
 func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, e ledger.Entry, bad func(string, ...any)) {
-	wfn := s.Env.Function(resources.FunctionWorker)
+	wfn := s.Env.Worker()
 	ev, err := event.Parse(st.bodies[e.EventID])
 	if err != nil {
 		bad("parse %s: %v", e.EventID, err)

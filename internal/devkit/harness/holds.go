@@ -83,7 +83,7 @@ func (p *Holds) Start(ctx context.Context, s *Schedule) error {
 	r := s.Rand
 	st := &holdsState{settles: map[string][]holds.Settlement{}, charges: map[string]holds.Step{}}
 	s.State = st
-	acct, _, err := s.Env.Function(resources.FunctionAPI).Accounts.Create(ctx, accounts.CreateInput{
+	acct, _, err := s.Env.API().Accounts.Create(ctx, accounts.CreateInput{
 		ID: fmt.Sprintf("acct_h%d", s.Seed), Plan: "free", Status: accounts.Active,
 		Limits: map[string]plans.Limit{holdsFeature: plans.Max(holdsLimit)},
 	})
@@ -91,7 +91,7 @@ func (p *Holds) Start(ctx context.Context, s *Schedule) error {
 		return fmt.Errorf("create account: %w", err)
 	}
 	st.acct = acct
-	svc := s.Env.Function(resources.FunctionHolds).Holds
+	svc := s.Env.Holds().Holds
 	svc.RatePerMinute = holdsRate
 	n := 2 + r.IntN(maxJobs-1)
 	s.Note("holds: %d jobs, limit %d, fault rate %.2f", n, holdsLimit, s.FaultRate)
@@ -139,7 +139,7 @@ func final(err error) bool {
 }
 
 func (p *Holds) reserve(s *Schedule, st *holdsState, j *holdJob) {
-	svc := s.Env.Function(resources.FunctionHolds).Holds
+	svc := s.Env.Holds().Holds
 	s.Spawn("reserve "+j.key, resources.FunctionHolds, func(ctx context.Context) error {
 		return attempts(ctx, s, resources.FunctionHolds, func(ctx context.Context) error {
 			h, _, err := svc.Reserve(ctx, st.acct, holds.ReserveInput{Key: j.key, Feature: holdsFeature, Amount: j.amount})
@@ -166,7 +166,7 @@ func (p *Holds) reserve(s *Schedule, st *holdsState, j *holdJob) {
 // charge spawns the job's chargers: one to maxChargers concurrent workers, each charging its own
 // steps (one of them sometimes repeating a step key).
 func (p *Holds) charge(s *Schedule, st *holdsState, j *holdJob) {
-	svc := s.Env.Function(resources.FunctionHolds).Holds
+	svc := s.Env.Holds().Holds
 	n := 1 + s.Rand.IntN(maxChargers)
 	j.chargers = n
 	for c := range n {
@@ -231,7 +231,7 @@ func (p *Holds) settle(s *Schedule, st *holdsState, j *holdJob) {
 		s.Count("abandoned-job")
 		return
 	}
-	svc := s.Env.Function(resources.FunctionHolds).Holds
+	svc := s.Env.Holds().Holds
 	n := 1 + btoi(s.Rand.IntN(3) == 0)
 	for i := range n {
 		s.Spawn(fmt.Sprintf("settle %s #%d", j.key, i), resources.FunctionHolds, func(ctx context.Context) error {
@@ -247,7 +247,7 @@ func (p *Holds) settle(s *Schedule, st *holdsState, j *holdJob) {
 }
 
 func (p *Holds) sweep(s *Schedule, st *holdsState) {
-	svc := s.Env.Function(resources.FunctionSweeper).Holds
+	svc := s.Env.Sweeper().Holds
 	st.sweeps++
 	s.Spawn(fmt.Sprintf("sweeper %d", st.sweeps), resources.FunctionSweeper, func(ctx context.Context) error {
 		_, err := svc.Sweep(s.Invoke(ctx, resources.FunctionSweeper))
@@ -264,7 +264,7 @@ func (p *Holds) Idle(ctx context.Context, s *Schedule) bool {
 	}
 	running := false
 	for _, j := range st.jobs {
-		if h, err := s.Env.Function(resources.FunctionHolds).Holds.Store.Get(ctx, st.acct.ID, j.holdID); err == nil && h.Status == holds.Running {
+		if h, err := s.Env.Holds().Holds.Store.Get(ctx, st.acct.ID, j.holdID); err == nil && h.Status == holds.Running {
 			running = true
 		}
 	}
@@ -281,7 +281,7 @@ func (p *Holds) Idle(ctx context.Context, s *Schedule) bool {
 // Check implements Pipeline.
 func (p *Holds) Check(ctx context.Context, s *Schedule) []string {
 	st := s.State.(*holdsState)
-	fn := s.Env.Function(resources.FunctionHolds)
+	fn := s.Env.Holds()
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "holds: "+fmt.Sprintf(format, args...)) }
 	var running, charged int64

@@ -113,8 +113,8 @@ func (effects) post(w http.ResponseWriter, r *http.Request) error {
 	k.execs = append(k.execs, e)
 	st.byActor[a] = e
 	defer func() { e.ended = true }()
-	fn := s.Env.Function(resources.FunctionAPI)
-	store := fn.Idempotency.Store.(*idempotency.DynamoStore)
+	fn := s.Env.API()
+	store := fn.HTTP.Keys.Store.(*idempotency.DynamoStore)
 	_, err := store.DB.UpdateItem(r.Context(), &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(store.Table),
 		Key:                       map[string]types.AttributeValue{"pk": dynamo.S("harness-effect#" + st.acct.ID + "#" + k.key)},
@@ -138,13 +138,14 @@ func (effects) post(w http.ResponseWriter, r *http.Request) error {
 
 // server is the route behind the account's authentication and the idempotency middleware.
 func (p *Idempotency) server(env *Env) (http.Handler, error) {
-	fn := env.Function(resources.FunctionAPI)
-	table := []httpapi.Route{{
-		Method: "POST", Path: effectPath, Function: "harness", Auth: httpapi.Account,
-		Idempotency: idempotency.DefaultRetention, Handler: httpapi.Handle(effects.post),
+	fn := env.API()
+	table := []resources.Route{{
+		Method: "POST", Path: effectPath, Function: "harness", Auth: resources.Account,
+		Idempotency: resources.IdempotencyRetention,
 	}}
-	srv := httpapi.NewServer("harness", table, effects{}, httpapi.Authentication{Accounts: fn.Accounts}, env.Log)
-	srv.Use(httpapi.Idempotency(fn.Idempotency, env.Log))
+	handlers := httpapi.Handlers{"POST " + effectPath: effects{}.post}
+	srv := httpapi.NewServer("harness", table, handlers, httpapi.Authentication{Accounts: fn.Accounts}, env.Log)
+	srv.Use(httpapi.Idempotency(fn.HTTP.Keys, env.Log))
 	return srv.Handler()
 }
 
@@ -153,7 +154,7 @@ func (p *Idempotency) Start(ctx context.Context, s *Schedule) error {
 	r := s.Rand
 	st := &idemState{keys: map[string]*idemKey{}, byActor: map[*Actor]*execution{}, leases: map[*Actor]int64{}}
 	s.State = st
-	acct, apiKey, err := s.Env.Function(resources.FunctionAPI).Accounts.Create(ctx, accounts.CreateInput{
+	acct, apiKey, err := s.Env.API().Accounts.Create(ctx, accounts.CreateInput{
 		ID: fmt.Sprintf("acct_i%d", s.Seed), Plan: "free", Status: accounts.Active,
 	})
 	if err != nil {

@@ -212,7 +212,7 @@ func (p *Inbox) Start(ctx context.Context, s *Schedule) error {
 	if err := p.configure(s.Env); err != nil {
 		return err
 	}
-	api := s.Env.Function(resources.FunctionAPI).Accounts
+	api := s.Env.API().Accounts
 	// Most schedules put every event on one account, so that its events race one another.
 	nAccounts := 1
 	if r.IntN(3) == 0 {
@@ -341,7 +341,7 @@ func (p *Inbox) configure(env *Env) error {
 	if inboxSigner.err != nil {
 		return fmt.Errorf("the Kinde signer: %w", inboxSigner.err)
 	}
-	rcv := env.Function(resources.FunctionWebhooks).Inbox.Receiver
+	rcv := env.Webhooks().Receiver
 	rcv.SetKindeJWKSURL(inboxSigner.url)
 	rcv.Config.StripeSecret = stripeSecret
 	return nil
@@ -564,7 +564,7 @@ func (p *Inbox) work(s *Schedule, st *inboxState, body string) {
 // operate spawns an operator who unlinks a customer from account 0 while its events are
 // applied, and links it again, and so on: what the link condition of every effect is for.
 func (p *Inbox) operate(s *Schedule, st *inboxState) {
-	svc := s.Env.Function(resources.FunctionAPI).Accounts
+	svc := s.Env.API().Accounts
 	id := stripeCustomer(0)
 	if st.unlink == accounts.KindeCustomer {
 		id = kindeCustomer(0)
@@ -595,7 +595,7 @@ func (p *Inbox) operate(s *Schedule, st *inboxState) {
 // admit spawns an admission of account 0 that reads its allowance, as a hold does: the first
 // of the cycle opens it, racing the events' grants on the cycle's rows.
 func (p *Inbox) admit(s *Schedule, st *inboxState) {
-	fn := s.Env.Function(resources.FunctionHolds)
+	fn := s.Env.Holds()
 	s.Count("admission")
 	s.Spawn("admission", resources.FunctionHolds, func(ctx context.Context) error {
 		for range maxSendAttempts {
@@ -833,7 +833,7 @@ func (p *Inbox) Check(ctx context.Context, s *Schedule) []string {
 			bad("%s (copy %d) was never answered 200", d.ev, d.n)
 		}
 	}
-	store := s.Env.Function(resources.FunctionInbox).Inbox.Store
+	store := s.Env.Inbox().Store
 	stored := map[string]inbox.Event{}
 	for _, e := range st.events {
 		got, err := store.Get(ctx, e.stored)
@@ -962,7 +962,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 		return v
 	}
 	if len(marks) > 0 {
-		list, _, err := s.Env.Function(resources.FunctionInbox).Inbox.MeterMarks.List(ctx, "", inbox.MaxPageSize)
+		list, _, err := s.Env.Inbox().MeterMarks.List(ctx, "", inbox.MaxPageSize)
 		if err != nil {
 			bad("list the meter marks: %v", err)
 		}
@@ -975,7 +975,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 			bad("a meter change of %s was applied, and %s is not marked for the reconciler", label, plans.FeatureEvents)
 		}
 	}
-	now, err := s.Env.Function(resources.FunctionAPI).Accounts.Get(ctx, acct.ID)
+	now, err := s.Env.API().Accounts.Get(ctx, acct.ID)
 	if err != nil {
 		bad("read the account: %v", err)
 		return v
@@ -1002,7 +1002,7 @@ func (p *Inbox) checkAccount(ctx context.Context, s *Schedule, st *inboxState, i
 		pl, _ := catalog.Plan(plan)
 		return pl.Grant(creditsFeature)
 	}
-	fn := s.Env.Function(resources.FunctionInbox)
+	fn := s.Env.Inbox()
 	labels[acct.CycleAt(startTime).Label()] = true
 	for label := range labels {
 		c, err := fn.Allowances.Store.Read(ctx, acct.ID, creditsFeature, label)

@@ -230,7 +230,7 @@ func buildMutants(t *testing.T, root, dir string) string {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	bin := filepath.Join(dir, "harness-mutants.test")
-	cmd := exec.Command(goBin, "test", "-c", "-overlay", overlayFile, "-o", bin, "./internal/harness/")
+	cmd := exec.Command(goBin, "test", "-c", "-overlay", overlayFile, "-o", bin, "./internal/devkit/harness/")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the mutants: %v\n%s", err, tail(out))
@@ -242,7 +242,7 @@ func buildMutants(t *testing.T, root, dir string) string {
 func runMutant(t *testing.T, root, bin string, m mutation) (uint64, string) {
 	t.Helper()
 	cmd := exec.Command(bin, "-test.count=1", "-test.run", "^TestHarness_Mutant$", "-test.v")
-	cmd.Dir = filepath.Join(root, "internal", "harness")
+	cmd.Dir = filepath.Join(root, "internal", "devkit", "harness")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%s:%d", envMutant, m.id, m.pipeline, m.budget))
 	out, err := cmd.CombinedOutput()
 	if err == nil {

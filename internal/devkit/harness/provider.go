@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	stripestandin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/platform/stripe"
+	"github.com/ferrymeter/ferry/internal/reporting"
 )
 
 // Faults of a provider's HTTP API, beside the wire's KillBefore, KillAfter, NetworkError and
@@ -118,13 +120,29 @@ func (p *providerWire) attempts(identifier string) (sends, faulted int) {
 	return p.sends[identifier], p.faulted[identifier]
 }
 
-// meters is the providers' configuration of every function in the harness: Stripe, reached
-// through the wire.
-func (p *providerWire) meters() app.MetersConfig {
-	return app.MetersConfig{Stripe: &stripe.Config{
+// settings report usage to Stripe in every function of the harness.
+func (p *providerWire) settings() compose.Settings {
+	return compose.Settings{resources.EnvStripeAPIKey: standInStripeKey, resources.EnvStripeAPIBase: standInStripeBase}
+}
+
+// reachThrough makes a function that reports usage reach Stripe through the wire.
+func (p *providerWire) reachThrough(fn *compose.Function) error {
+	parts, ok := fn.Parts.(*reporting.Parts)
+	if !ok || parts.Stripe == nil {
+		return nil
+	}
+	client, err := stripe.New(stripe.Config{
 		APIKey: standInStripeKey, APIBase: standInStripeBase,
 		HTTPClient: &http.Client{Transport: p, Timeout: providerTimeout},
-	}}
+	})
+	if err != nil {
+		return err
+	}
+	parts.Stripe, parts.Drainer.Sender = client, client
+	if parts.Reconciler != nil {
+		parts.Reconciler.Stripe = client
+	}
+	return nil
 }
 
 // RoundTrip implements http.RoundTripper.

@@ -8,10 +8,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	drainerfn "github.com/ferrymeter/ferry/functions/drainer"
+	reporterfn "github.com/ferrymeter/ferry/functions/reporter"
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -94,7 +96,7 @@ func (p *Reporter) Start(ctx context.Context, s *Schedule) error {
 	st := &reporterState{deadBefore: s.Env.Metrics.Get(metrics.OutboxDead)}
 	s.State = st
 	s.Env.provider.fresh(plans.Default())
-	api := s.Env.Function(resources.FunctionAPI)
+	api := s.Env.API()
 	n := 1 + r.IntN(maxReportAccounts)
 	for i := range n {
 		plan := "free"
@@ -184,7 +186,7 @@ func (p *Reporter) bill(s *Schedule, st *reporterState, ra *reportAccount) {
 	wave := ra.billed
 	ra.billed++
 	ids := ra.waves[wave]
-	store := s.Env.Function(resources.FunctionWorker).Ledger
+	store := s.Env.Worker().Ledger
 	charge := ledger.BillingFor(ra.acct, plans.Default())
 	s.Spawn(fmt.Sprintf("bill %s w%d", ra.acct.ID, wave), resources.FunctionWorker, func(ctx context.Context) error {
 		a := ActorFrom(ctx)
@@ -282,7 +284,7 @@ func (p *Reporter) drain(s *Schedule, st *reporterState, target *reportAccount) 
 			*due = res.Due > 0
 			return err
 		}
-		rows, err := fn.Outbox.Cycle(ictx, one.acct.ID, plans.FeatureEvents, p.cycle(s, one))
+		rows, err := drainerfn.PartsOf(fn).Outbox.Cycle(ictx, one.acct.ID, plans.FeatureEvents, p.cycle(s, one))
 		if err != nil {
 			return err
 		}
@@ -320,8 +322,8 @@ func spawnRun(s *Schedule, function string, n int, pause bool, run func(ictx con
 
 // reporterOf is the function's reporter under its own owner: each invocation is its own process
 // in Lambda, with its own name in the leases it takes.
-func reporterOf(fn *app.Function, owner string) *report.Reporter {
-	r := fn.Reporter
+func reporterOf(fn *compose.Function, owner string) *report.Reporter {
+	r := reporterfn.PartsOf(fn).Reporter
 	return &report.Reporter{
 		Usage: r.Usage, Marks: r.Marks, State: r.State, Outbox: r.Outbox, Accounts: r.Accounts, Catalog: r.Catalog,
 		Kinde: r.Kinde, Stripe: r.Stripe, Review: r.Review, Reconcile: r.Reconcile, Metrics: r.Metrics, Log: r.Log,
@@ -332,8 +334,8 @@ func reporterOf(fn *app.Function, owner string) *report.Reporter {
 }
 
 // drainerOf is the function's drainer under its own owner.
-func drainerOf(fn *app.Function, owner string) *outbox.Drainer {
-	d := fn.Drainer
+func drainerOf(fn *compose.Function, owner string) *outbox.Drainer {
+	d := drainerfn.PartsOf(fn).Drainer
 	return &outbox.Drainer{
 		Store: d.Store, Sender: d.Sender, Review: d.Review, Metrics: d.Metrics, Log: d.Log, Now: d.Now, Owner: owner, Hook: d.Hook,
 		Concurrency: 1,
@@ -342,12 +344,12 @@ func drainerOf(fn *app.Function, owner string) *outbox.Drainer {
 
 // installReportHooks makes the reporter and the drainer crash, at random, between their steps.
 func installReportHooks(env *Env) {
-	if r := env.Function(resources.FunctionReporter).Reporter; r.Hook == nil {
+	if r := env.Reporter().Reporter; r.Hook == nil {
 		r.Hook = func(ctx context.Context, pt report.Point, _ report.Key) error {
 			return crashBetweenSteps(ctx, string(pt))
 		}
 	}
-	if d := env.Function(resources.FunctionDrainer).Drainer; d.Hook == nil {
+	if d := env.Drainer().Drainer; d.Hook == nil {
 		d.Hook = func(ctx context.Context, pt outbox.Point, _ outbox.Row) error {
 			return crashBetweenSteps(ctx, string(pt))
 		}
@@ -373,7 +375,7 @@ func (p *Reporter) Idle(ctx context.Context, s *Schedule) bool {
 	if spawned {
 		return true
 	}
-	fn := s.Env.Function(resources.FunctionReporter)
+	fn := s.Env.Reporter()
 	keys, _, err := fn.Reporter.Marks.Dirty(ctx, report.MaxKeysPerRun, 0)
 	if err != nil {
 		s.Violate("reporter: read the marks: %v", err)
@@ -426,7 +428,7 @@ func (p *Reporter) cycle(s *Schedule, ra *reportAccount) string {
 // Check implements Pipeline.
 func (p *Reporter) Check(ctx context.Context, s *Schedule) []string {
 	st := s.State.(*reporterState)
-	fn := s.Env.Function(resources.FunctionReporter)
+	fn := s.Env.Reporter()
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "reporter: "+fmt.Sprintf(format, args...)) }
 	stand := s.Env.provider.Stripe()
@@ -530,7 +532,7 @@ func (p *Reporter) Check(ctx context.Context, s *Schedule) []string {
 func (p *Reporter) reconcile(ctx context.Context, s *Schedule, st *reporterState, missing map[string]bool) []string {
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "reporter: "+fmt.Sprintf(format, args...)) }
-	rec := s.Env.Function(resources.FunctionReconciler).Reconciler
+	rec := s.Env.Reconciler().Reconciler
 	// The reconciler's waits (a read-back, a recheck) do not wait: the schedule is quiet.
 	ctx = retry.WithSleep(ctx, func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	// Leases a crashed run left have lapsed by the time anyone reconciles.

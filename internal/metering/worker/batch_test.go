@@ -19,7 +19,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // putCounter counts the worker's archive writes.
@@ -37,7 +36,7 @@ func (p *putCounter) Put(ctx context.Context, key string, body []byte) error {
 }
 
 func countPuts(h *apptest.Harness) *putCounter {
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	p := &putCounter{Archive: w.Archive}
 	w.Archive = p
 	return p
@@ -54,7 +53,7 @@ func idsN(prefix string, n int) []string {
 // archived reads the whole archive object an entry's payload is in.
 func archived(t testing.TB, h *apptest.Harness, e ledger.Entry) []byte {
 	t.Helper()
-	obj, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), e.ArchiveKey)
+	obj, err := h.Worker().Archive.Get(context.Background(), e.ArchiveKey)
 	if err != nil {
 		t.Fatalf("archive object of %s: %v", e.EventID, err)
 	}
@@ -127,7 +126,7 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 	if _, err := process(t, h, packed(t, h, "acct_cap", nil, ids...)); err != nil {
 		t.Fatal(err)
 	}
-	rows := h.Fn(resources.FunctionWorker).Analytics
+	rows := h.Worker().Analytics
 	for i, id := range ids {
 		e := entry(t, h, "acct_cap", id)
 		want := ledger.Inserted
@@ -169,11 +168,11 @@ func TestBatch_HalfClaimedBatch_CancelledByItsClaimedMembers_BillsEachOnce(t *te
 	if _, err := process(t, h, message(t, h, "acct_half", ids[0], nil)); err != nil {
 		t.Fatal(err)
 	}
-	h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
+	h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 	if _, err := process(t, h, message(t, h, "acct_half", ids[2], nil)); !errors.Is(err, errKilled) {
 		t.Fatalf("not killed: %v", err)
 	}
-	h.Fn(resources.FunctionWorker).Worker.Hook = nil
+	h.Worker().Worker.Hook = nil
 	body := packed(t, h, "acct_half", nil, ids...)
 	res, err := process(t, h, body)
 	if err != nil {
@@ -211,11 +210,11 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_own", "free", nil)
 	owner := packed(t, h, "acct_own", nil, "evt_a", "evt_shared")
-	h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+	h.Worker().Worker.Hook = killAt(worker.Point{Stage: ledger.StageBill})
 	if _, err := process(t, h, owner); !errors.Is(err, errKilled) {
 		t.Fatalf("not killed: %v", err)
 	}
-	h.Fn(resources.FunctionWorker).Worker.Hook = nil
+	h.Worker().Worker.Hook = nil
 	other := packed(t, h, "acct_own", nil, "evt_shared", "evt_b")
 	res, err := process(t, h, other)
 	if err != nil {
@@ -246,7 +245,7 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_rows", "free", nil)
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	w.RowChunk = 25
 	defer func() { w.RowChunk = 0 }()
 	ids := idsN("evt", event.MaxPackedEvents+1)
@@ -260,7 +259,7 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	before := archived(t, h, first)
 	for i, id := range ids {
 		e := entry(t, h, "acct_rows", id)
-		row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), e.RowRef())
+		row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef())
 		if row != (i < 25) || e.Status != ledger.Inserting || e.RowInUnit {
 			t.Fatalf("after the crash %s: row %v status %s in its unit's item %v", id, row, e.Status, e.RowInUnit)
 		}
@@ -341,7 +340,7 @@ func TestBatch_ConcurrentDeliveriesAndRacingBatches_CapExact(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), body)
+				_, _ = h.Worker().Worker.Process(context.Background(), body)
 			}()
 		}
 	}
@@ -379,7 +378,7 @@ func TestBatch_RedeliveryOfAFinishedBatch_OneRoundTrip(t *testing.T) {
 	}
 	calls.Reset()
 	puts.n = 0
-	resp, err := h.Fn(resources.FunctionWorker).Worker.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+	resp, err := h.Worker().Worker.HandleSQS(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
 		{MessageId: "m1", Body: body, Attributes: map[string]string{"ApproximateReceiveCount": "2"}},
 	}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
@@ -472,7 +471,7 @@ func TestBatch_BatchRouteEndToEnd(t *testing.T) {
 		}
 		e := entry(t, h, "acct_e2e", id)
 		batches[e.Batch] = true
-		payload, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation())
+		payload, err := h.Worker().Archive.Read(context.Background(), e.ArchiveLocation())
 		if err != nil || !bytes.Contains(payload, []byte(`"id":"`+id+`"`)) {
 			t.Fatalf("%s: archived payload %s %v", id, payload, err)
 		}
@@ -507,7 +506,7 @@ func (l *raceLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) e
 func TestBatch_TransactionCancelledByOneMember(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_cx", "free", nil)
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	ids := idsN("evt", 4)
 	single := message(t, h, "acct_cx", ids[1], nil)
 	race := &raceLedger{Ledger: w.Ledger}
@@ -586,7 +585,7 @@ func (a orderArchive) Put(ctx context.Context, key string, body []byte) error {
 func TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_ord", "free", nil)
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	if _, err := process(t, h, message(t, h, "acct_ord", "evt_00", nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -664,7 +663,7 @@ func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testi
 		t.Run(map[bool]string{false: "object stored", true: "object missing"}[missing], func(t *testing.T) {
 			h := apptest.New(t)
 			h.CreateAccount(t, "acct_old", "free", nil)
-			w := h.Fn(resources.FunctionWorker).Worker
+			w := h.Worker().Worker
 			ids := idsN("evt", 3)
 			if _, err := process(t, h, message(t, h, "acct_old", ids[0], nil)); err != nil {
 				t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // keyCounter records the archive keys the worker writes.
@@ -33,7 +32,7 @@ func (k *keyCounter) Put(ctx context.Context, key string, body []byte) error {
 }
 
 func countKeys(h *apptest.Harness) *keyCounter {
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	k := &keyCounter{Archive: w.Archive, keys: map[string]int{}}
 	w.Archive = k
 	return k
@@ -42,7 +41,7 @@ func countKeys(h *apptest.Harness) *keyCounter {
 // coalescing is a worker in batch mode: one invocation's messages grouped by account.
 func coalescing(t testing.TB, h *apptest.Harness) *worker.Worker {
 	t.Helper()
-	w := h.Fn(resources.FunctionWorker).Worker
+	w := h.Worker().Worker
 	w.Coalesce = true
 	t.Cleanup(func() { w.Coalesce = false })
 	return w
@@ -375,7 +374,7 @@ func TestCoalesce_UnitsNeverSpanTwoCycles(t *testing.T) {
 	if got := invoke(t, w, map[string]string{"w": message(t, h, "acct_cyc", "warm", nil)}); len(got) != 0 {
 		t.Fatalf("warm-up failed: %v", got)
 	}
-	acct, err := h.Fn(resources.FunctionWorker).Accounts.Get(context.Background(), "acct_cyc")
+	acct, err := h.Worker().Accounts.Get(context.Background(), "acct_cyc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +391,7 @@ func TestCoalesce_UnitsNeverSpanTwoCycles(t *testing.T) {
 		t.Fatalf("failed: %v", failed)
 	}
 	for label, want := range map[string]int64{this.Label(): 4, next.Label(): 2} {
-		tot, err := h.Fn(resources.FunctionWorker).Usage.Read(context.Background(), "acct_cyc", "events", label)
+		tot, err := h.Worker().Usage.Read(context.Background(), "acct_cyc", "events", label)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Limits of the randomized harness. FERRY_RANDOM_SCHEDULES raises the number of schedules for a
@@ -80,10 +79,10 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 			}
 			if round < faultyRounds {
 				faults.SetPlan(plan1)
-				h.Fn(resources.FunctionWorker).Worker.Hook = hook
+				h.Worker().Worker.Hook = hook
 			} else {
 				faults.SetPlan(nil)
-				h.Fn(resources.FunctionWorker).Worker.Hook = nil
+				h.Worker().Worker.Hook = nil
 			}
 			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
 			var failed []int
@@ -96,7 +95,7 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 				go func(i int) {
 					defer wg.Done()
 					defer func() { <-slots }()
-					if _, err := h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), bodies[i]); err != nil {
+					if _, err := h.Worker().Worker.Process(context.Background(), bodies[i]); err != nil {
 						fmu.Lock()
 						failed = append(failed, i)
 						fmu.Unlock()
@@ -107,7 +106,7 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 			deliveries = failed
 		}
 		faults.SetPlan(nil)
-		h.Fn(resources.FunctionWorker).Worker.Hook = nil
+		h.Worker().Worker.Hook = nil
 
 		billed := int64(0)
 		for i, body := range bodies {

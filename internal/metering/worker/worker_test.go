@@ -47,7 +47,7 @@ func message(t testing.TB, h *apptest.Harness, accountID, eventID string, data m
 
 func entry(t testing.TB, h *apptest.Harness, accountID, eventID string) ledger.Entry {
 	t.Helper()
-	e, err := h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), accountID, eventID)
+	e, err := h.Worker().Ledger.Get(context.Background(), accountID, eventID)
 	if err != nil {
 		t.Fatalf("ledger %s: %v", eventID, err)
 	}
@@ -57,7 +57,7 @@ func entry(t testing.TB, h *apptest.Harness, accountID, eventID string) ledger.E
 // used is the account's events usage in the current cycle: the meter.
 func used(t testing.TB, h *apptest.Harness, accountID string) int64 {
 	t.Helper()
-	tot, err := h.Fn(resources.FunctionWorker).Usage.Read(context.Background(), accountID, plans.FeatureEvents, "2026-11")
+	tot, err := h.Worker().Usage.Read(context.Background(), accountID, plans.FeatureEvents, "2026-11")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 		t.Errorf("%s: status %s billed %v; want INSERTED and billed", eventID, e.Status, e.Billed())
 	}
 	want := payloadOf(t, body, eventID)
-	obj, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation())
+	obj, err := h.Worker().Archive.Read(context.Background(), e.ArchiveLocation())
 	if err != nil {
 		t.Fatalf("%s: archive: %v", eventID, err)
 	}
@@ -87,7 +87,7 @@ func assertStoredOnce(t testing.TB, h *apptest.Harness, accountID, eventID, body
 // unit's rows item, or a row of its own), and no row of its own besides one in its unit's item.
 func assertOneRow(t testing.TB, h *apptest.Harness, e ledger.Entry) {
 	t.Helper()
-	rows := h.Fn(resources.FunctionWorker).Analytics
+	rows := h.Worker().Analytics
 	present, err := rows.Exists(context.Background(), e.RowRef())
 	if err != nil || !present {
 		t.Errorf("%s: analytics row (in its unit's item: %v) present=%v err=%v", e.EventID, e.RowInUnit, present, err)
@@ -101,7 +101,7 @@ func assertOneRow(t testing.TB, h *apptest.Harness, e ledger.Entry) {
 
 func process(t testing.TB, h *apptest.Harness, body string) (worker.Result, error) {
 	t.Helper()
-	return h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), body)
+	return h.Worker().Worker.Process(context.Background(), body)
 }
 
 // killAt makes the worker die at one point of the pipeline.
@@ -161,9 +161,9 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 				body := m.body(t, h, "acct_crash", id, map[string]any{"route": "/x"})
 				before := used(t, h, "acct_crash")
 
-				h.Fn(resources.FunctionWorker).Worker.Hook = killAt(w.point)
+				h.Worker().Worker.Hook = killAt(w.point)
 				_, err := process(t, h, body)
-				h.Fn(resources.FunctionWorker).Worker.Hook = nil
+				h.Worker().Worker.Hook = nil
 				if m.batch && w.point.Stage == ledger.StageInsert {
 					if err != nil {
 						t.Fatalf("a unit whose rows went with its claim reached a row write: %v", err)
@@ -178,7 +178,7 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 				}
 				for _, id := range ids {
 					if unclaimed {
-						if _, err := h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), "acct_crash", id); !errors.Is(err, ledger.ErrNotFound) {
+						if _, err := h.Worker().Ledger.Get(context.Background(), "acct_crash", id); !errors.Is(err, ledger.ErrNotFound) {
 							t.Fatalf("after the crash before the claim: %s read %v, want no entry", id, err)
 						}
 						continue
@@ -187,7 +187,7 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 					if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
 						t.Fatalf("after the crash: %s status %s billed %v; want INSERTING billed=%v", id, e.Status, e.Billed(), w.wantBilled)
 					}
-					if row, _ := h.Fn(resources.FunctionWorker).Analytics.Exists(context.Background(), e.RowRef()); row != w.wantRow {
+					if row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef()); row != w.wantRow {
 						t.Fatalf("after the crash: %s row present %v, want %v", id, row, w.wantRow)
 					}
 				}
@@ -305,7 +305,7 @@ func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.Fn(resources.FunctionWorker).Worker.Process(context.Background(), body); err != nil {
+			if _, err := h.Worker().Worker.Process(context.Background(), body); err != nil {
 				errs <- err
 			}
 		}()
@@ -415,7 +415,7 @@ func TestWorker_Tiers(t *testing.T) {
 		if e.Status != tc.status || e.Tier != tc.tier {
 			t.Errorf("%s: status %s tier %q; want %s %q", tc.account, e.Status, e.Tier, tc.status, tc.tier)
 		}
-		tot, err := h.Fn(resources.FunctionWorker).Usage.Read(ctx, tc.account, plans.FeatureEvents, "2026-11")
+		tot, err := h.Worker().Usage.Read(ctx, tc.account, plans.FeatureEvents, "2026-11")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,7 +461,7 @@ func TestWorker_PoisonRow_GoesUninsertableAfterBoundedQuarantines(t *testing.T) 
 		t.Errorf("EventsUninsertable = %d, want 1", got)
 	}
 	e := entry(t, h, "acct_p", "evt_drift")
-	if _, err := h.Fn(resources.FunctionWorker).Archive.Read(context.Background(), e.ArchiveLocation()); err != nil {
+	if _, err := h.Worker().Archive.Read(context.Background(), e.ArchiveLocation()); err != nil {
 		t.Errorf("the payload of an UNINSERTABLE event is not archived: %v", err)
 	}
 }
@@ -533,9 +533,9 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("claim lost and the ledger read fails: unreadable, retry", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_read_fails", nil)
-		h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
+		h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
-		h.Fn(resources.FunctionWorker).Worker.Hook = nil
+		h.Worker().Worker.Hook = nil
 		gets := 0
 		faults.SetPlan(func(op string, _, _ int) instrument.Fault {
 			if op == "GetItem" {
@@ -561,9 +561,9 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 
 	t.Run("row present without a checkpoint: bill then mark", func(t *testing.T) {
 		body := message(t, h, "acct_s", "evt_row_first", map[string]any{"k": "v"})
-		h.Fn(resources.FunctionWorker).Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
+		h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 		_, _ = process(t, h, body)
-		h.Fn(resources.FunctionWorker).Worker.Hook = nil
+		h.Worker().Worker.Hook = nil
 		e := entry(t, h, "acct_s", "evt_row_first")
 		_, ev, _ := event.DecodeEnvelope(body)
 		row, err := analytics.RowFor(analytics.DefaultSchema, ev, "acct_s", e.ReceivedAtMs, e.RowInsertedAtMs, e.Cycle,
@@ -571,7 +571,7 @@ func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.Fn(resources.FunctionWorker).Analytics.Write(context.Background(), row); err != nil {
+		if err := h.Worker().Analytics.Write(context.Background(), row); err != nil {
 			t.Fatal(err)
 		}
 		res, err := process(t, h, body)
@@ -600,8 +600,8 @@ func TestRedrive_UninsertableEventIsStoredWithoutBillingAgain(t *testing.T) {
 	if e := entry(t, h, "acct_rd", "evt_wide"); e.Status != ledger.Uninsertable {
 		t.Fatalf("status %s", e.Status)
 	}
-	h.Fn(resources.FunctionWorker).Worker.Schema = analytics.DefaultSchema // the drift is fixed
-	r := &worker.Redrive{Ledger: h.Fn(resources.FunctionWorker).Ledger, Archive: h.Fn(resources.FunctionWorker).Archive, Queue: h.Fn(resources.FunctionIngest).Ingest.Queue, NowMs: func() int64 { return h.Clock.Now().UnixMilli() }}
+	h.Worker().Worker.Schema = analytics.DefaultSchema // the drift is fixed
+	r := &worker.Redrive{Ledger: h.Worker().Ledger, Archive: h.Worker().Archive, Queue: h.Ingest().Ingest.Queue, NowMs: func() int64 { return h.Clock.Now().UnixMilli() }}
 	if before, err := r.Run(context.Background(), "acct_rd", "evt_wide"); err != nil || before != ledger.Uninsertable {
 		t.Fatalf("redrive: %s %v", before, err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/stripe/stripe-go/v85"
 
-	signer "github.com/ferrymeter/ferry/internal/devkit/kindesigner"
 	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
@@ -30,6 +29,10 @@ const (
 	// {"event": "<billing event id>"} kills that event's next apply before it commits.
 	DevCrashPath = "/_dev/faults/inbox-apply"
 )
+
+// SignPath is where a Kinde signer stand-in signs the claims POSTed to it and answers the token
+// (application/jwt).
+const SignPath = "/sign"
 
 // Paths of the webhook routes.
 const (
@@ -97,7 +100,7 @@ func (c *Client) Sign(ctx context.Context, signerURL string, claims map[string]a
 	if err != nil {
 		return "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(signerURL, "/")+signer.SignPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(signerURL, "/")+SignPath, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}

@@ -55,7 +55,7 @@ func TestLabs_AgainstAFerry_ComeOutAsExpected(t *testing.T) {
 // dev mounts them) comes out as seed 000's scenario says.
 func TestLabReconcile_AgainstAFerry_ComesOutAsTheSeedSays(t *testing.T) {
 	stand := apptest.NewStandIns(t, plans.Default())
-	h := apptest.New(t, apptest.Options{Meters: stand.Meters})
+	h := apptest.New(t, apptest.Options{Settings: stand.Settings})
 	target, err := url.Parse(h.Server.URL)
 	if err != nil {
 		t.Fatal(err)

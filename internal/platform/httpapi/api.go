@@ -29,8 +29,10 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/operator/session"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
 	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
@@ -90,13 +92,9 @@ func New(d Deps) *API { return &API{deps: d} }
 // SetLimits replaces the limit source GET /v1/usage reads (ferry dev swaps in a stand-in's).
 func (a *API) SetLimits(src limits.Source) { a.deps.Limits = src }
 
-// HandlerFunc is a route handler: it writes a success answer or returns an error, which the
-// server turns into a problem document.
-type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
-
 // Middleware wraps the handler of one route. Capabilities (idempotency) add theirs. It runs after
 // authentication, so PrincipalFrom always finds the caller.
-type Middleware func(route Route, next HandlerFunc) HandlerFunc
+type Middleware func(route resources.Route, next HandlerFunc) HandlerFunc
 
 // Authenticator resolves an account's API key (accounts.Service does).
 type Authenticator interface {
@@ -107,7 +105,7 @@ type Authenticator interface {
 // over the body, and names the provider. Its errors should carry a problem kind
 // (SignatureInvalid, Invalid, TooLarge, UnsupportedMediaType, Unavailable); any other is a 500.
 type SignatureVerifier interface {
-	Verify(ctx context.Context, route Route, header http.Header, body []byte) (provider string, err error)
+	Verify(ctx context.Context, route resources.Route, header http.Header, body []byte) (provider string, err error)
 }
 
 // Authentication is what a function's server checks callers against, by each route's Auth.
@@ -134,17 +132,20 @@ type SessionVerifier interface {
 // Every other path of the table is known too, so that a wrong method gets a 405 listing the right
 // ones (API Gateway hands such requests to the $default route).
 type Server struct {
+	// Keys are the idempotency keys of the server's mutating routes (nil when it has none).
+	Keys *idempotency.Service
+
 	function   string
-	table      []Route
-	on         any
+	table      []resources.Route
+	handlers   Handlers
 	auth       Authentication
 	log        *slog.Logger
 	middleware []Middleware
 }
 
-// NewServer makes the server of function's routes in table, run on on.
-func NewServer(function string, table []Route, on any, auth Authentication, log *slog.Logger) *Server {
-	return &Server{function: function, table: table, on: on, auth: auth, log: log}
+// NewServer makes the server of function's routes in table, each served by its handler.
+func NewServer(function string, table []resources.Route, handlers Handlers, auth Authentication, log *slog.Logger) *Server {
+	return &Server{function: function, table: table, handlers: handlers, auth: auth, log: log}
 }
 
 // Use adds middleware around every route handler, inside authentication. Middleware added first
@@ -155,11 +156,11 @@ func (s *Server) Use(m Middleware) { s.middleware = append(s.middleware, m) }
 func (s *Server) Function() string { return s.function }
 
 // Routes returns the routes the server serves, in table order.
-func (s *Server) Routes() []Route { return RoutesOf(s.table, s.function) }
+func (s *Server) Routes() []resources.Route { return resources.RoutesOf(s.table, s.function) }
 
 // Handler builds the server's http.Handler. It fails — at build time, never in a request — when
-// a route's handler does not run on the server's value, or the server lacks what a route's Auth
-// needs. Requests for paths no route serves get a 404 problem; a known path with another method
+// a route of the function has no handler, a handler names no route of the function, or the server
+// lacks what a route's Auth needs. Requests for paths no route serves get a 404 problem; a known path with another method
 // gets a 405 problem.
 func (s *Server) Handler() (http.Handler, error) {
 	byPath := map[string]map[string]HandlerFunc{}
@@ -173,13 +174,9 @@ func (s *Server) Handler() (http.Handler, error) {
 		if route.Function != s.function {
 			continue
 		}
-		if route.Handler.bind == nil {
-			errs = append(errs, fmt.Errorf("route %s has no handler", route.Key()))
-			continue
-		}
-		h, ok := route.Handler.bind(s.on)
+		h, ok := s.handlers[route.Key()]
 		if !ok {
-			errs = append(errs, fmt.Errorf("route %s runs on a %s; function %s composed a %T", route.Key(), route.Handler.on, s.function, s.on))
+			errs = append(errs, fmt.Errorf("route %s has no handler in function %s", route.Key(), s.function))
 			continue
 		}
 		if err := s.auth.covers(route); err != nil {
@@ -194,6 +191,11 @@ func (s *Server) Handler() (http.Handler, error) {
 		}
 		byPath[route.Path][route.Method] = s.authenticate(route, h)
 	}
+	for key := range s.handlers {
+		if !s.serves(key) {
+			errs = append(errs, fmt.Errorf("function %s has a handler for %s, which is no route of its own", s.function, key))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -205,6 +207,16 @@ func (s *Server) Handler() (http.Handler, error) {
 		return notFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
 	}))
 	return mux, nil
+}
+
+// serves reports whether key names one of the server's own routes.
+func (s *Server) serves(key string) bool {
+	for _, r := range s.Routes() {
+		if r.Key() == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) dispatch(methods map[string]HandlerFunc, allowed []string) http.Handler {
@@ -230,29 +242,29 @@ func (s *Server) serve(h HandlerFunc) http.Handler {
 }
 
 // covers reports what the authentication lacks to serve route.
-func (a Authentication) covers(route Route) error {
+func (a Authentication) covers(route resources.Route) error {
 	switch route.Auth {
-	case Operator:
+	case resources.Operator:
 		if a.OperatorKey == "" {
 			return fmt.Errorf("route %s needs the operator key, and the function has none", route.Key())
 		}
-	case Account:
+	case resources.Account:
 		if a.Accounts == nil {
 			return fmt.Errorf("route %s authenticates account keys, and the function has no accounts", route.Key())
 		}
-	case WebhookSignature:
+	case resources.WebhookSignature:
 		if a.Signatures == nil {
 			return fmt.Errorf("route %s verifies webhook signatures, and the function has no verifier", route.Key())
 		}
-	case AccountOrOperator:
+	case resources.AccountOrOperator:
 		if a.OperatorKey == "" || a.Accounts == nil {
 			return fmt.Errorf("route %s takes the operator key or account keys, and the function lacks one of them", route.Key())
 		}
-	case OperatorSignIn:
+	case resources.OperatorSignIn:
 		if a.OperatorKey == "" {
 			return fmt.Errorf("route %s needs the operator key, and the function has none", route.Key())
 		}
-	case Public:
+	case resources.Public:
 		if route.Mutating() {
 			return fmt.Errorf("route %s is public and changes state; a public route only serves what carries no data", route.Key())
 		}
@@ -295,14 +307,14 @@ func (p Principal) Scope() string {
 }
 
 // authenticate checks the caller the route's Auth asks for.
-func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
+func (s *Server) authenticate(route resources.Route, next HandlerFunc) HandlerFunc {
 	auth := route.Auth
-	if auth == Public {
+	if auth == resources.Public {
 		return func(w http.ResponseWriter, r *http.Request) error {
 			return next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, Principal{})))
 		}
 	}
-	if auth == WebhookSignature {
+	if auth == resources.WebhookSignature {
 		return func(w http.ResponseWriter, r *http.Request) error {
 			body, err := readBody(r, maxSignedBodyBytes)
 			if err != nil {
@@ -332,7 +344,7 @@ func (s *Server) authenticate(route Route, next HandlerFunc) HandlerFunc {
 		}
 		var p Principal
 		switch {
-		case auth == Operator || auth == OperatorSignIn || (auth == AccountOrOperator && s.isOperatorKey(key)):
+		case auth == resources.Operator || auth == resources.OperatorSignIn || (auth == resources.AccountOrOperator && s.isOperatorKey(key)):
 			if !s.isOperatorKey(key) {
 				return unauthorized("This route needs the operator key.")
 			}

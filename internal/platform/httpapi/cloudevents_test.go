@@ -17,7 +17,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func sdkClient(t *testing.T, h *apptest.Harness, key string) cloudevents.Client {
@@ -60,11 +59,11 @@ func sendStatus(t *testing.T, ctx context.Context, c cloudevents.Client, e cloud
 // archived reads back the JSON format Ferry archived for an event, with the SDK.
 func archived(t *testing.T, h *apptest.Harness, accountID, id string) cloudevents.Event {
 	t.Helper()
-	e, err := h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), accountID, id)
+	e, err := h.Worker().Ledger.Get(context.Background(), accountID, id)
 	if err != nil {
 		t.Fatalf("ledger %s: %v", id, err)
 	}
-	raw, err := h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key(accountID, id, e.RowInsertedAtMs))
+	raw, err := h.Worker().Archive.Get(context.Background(), archive.Key(accountID, id, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func newFuzzStack(f *testing.F, target string) *fuzzStack {
 	s.h = apptest.New(f, apptest.Options{
 		DynamoDB: []func(*dynamodb.Options){func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, w.install) }},
 		Configure: func(h *apptest.Harness) {
-			ing := h.Fn(resources.FunctionIngest).Ingest
+			ing := h.Ingest().Ingest
 			s.queue = &recordingQueue{Queue: ing.Queue}
 			ing.Queue = s.queue
 		},
@@ -272,11 +272,11 @@ func (s *fuzzStack) checkEvent(t *testing.T, id string, sent []byte) {
 	if err := json.Unmarshal(got.Body, &entry); err != nil || entry.ID != id || entry.Status != "INSERTED" {
 		t.Fatalf("accepted event %q reads back as %s (%v)", id, got.Body, err)
 	}
-	e, err := s.h.Fn(resources.FunctionWorker).Ledger.Get(context.Background(), "acct_fuzz", id)
+	e, err := s.h.Worker().Ledger.Get(context.Background(), "acct_fuzz", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := s.h.Fn(resources.FunctionWorker).Archive.Get(context.Background(), archive.Key("acct_fuzz", id, e.RowInsertedAtMs))
+	obj, err := s.h.Worker().Archive.Get(context.Background(), archive.Key("acct_fuzz", id, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatalf("archive of %q: %v", id, err)
 	}

@@ -59,14 +59,14 @@ func ledgerItems(t *testing.T, h *apptest.Harness) int {
 func storedEvent(t *testing.T, h *apptest.Harness, accountID, id string, sent []byte) map[string]types.AttributeValue {
 	t.Helper()
 	ctx := context.Background()
-	e, err := h.Fn(resources.FunctionWorker).Ledger.Get(ctx, accountID, id)
+	e, err := h.Worker().Ledger.Get(ctx, accountID, id)
 	if err != nil {
 		t.Fatalf("ledger %q: %v", id, err)
 	}
 	if e.Status != ledger.Inserted || !e.Billed() || e.EventID != id {
 		t.Errorf("%q: status %s billed %v id %q", id, e.Status, e.Billed(), e.EventID)
 	}
-	obj, err := h.Fn(resources.FunctionWorker).Archive.Get(ctx, archive.Key(accountID, id, e.RowInsertedAtMs))
+	obj, err := h.Worker().Archive.Get(ctx, archive.Key(accountID, id, e.RowInsertedAtMs))
 	if err != nil {
 		t.Fatalf("archive %q: %v", id, err)
 	}
@@ -155,8 +155,8 @@ func TestHostile_ASendThatLandedAndThenFailed_IsOutcomeUnknown_BilledOnce(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := h.Fn(resources.FunctionIngest).Ingest.Queue
-	h.Fn(resources.FunctionIngest).Ingest.Queue = &ingest.SQSQueue{Client: faulty.SQS, URL: h.Env.Names.QueueURL(resources.QueueEvents)}
+	good := h.Ingest().Ingest.Queue
+	h.Ingest().Ingest.Queue = &ingest.SQSQueue{Client: faulty.SQS, URL: h.Env.Names.QueueURL(resources.QueueEvents)}
 	r := h.Do(t, "POST", "/v1/events", key, ce("evt_l1"))
 	p := assertProblem(t, r, 502, "outcome-unknown")
 	if r.Header.Get("Retry-After") == "" || !strings.Contains(fmt.Sprint(p["detail"]), "Retry with the same event id") {
@@ -165,7 +165,7 @@ func TestHostile_ASendThatLandedAndThenFailed_IsOutcomeUnknown_BilledOnce(t *tes
 	assertProblem(t, h.Do(t, "POST", "/v1/events/batch", key, []any{ce("evt_l2"), ce("evt_l3")}), 502, "outcome-unknown")
 
 	// The client retries with the same ids, as the answer asks; the queue answers properly now.
-	h.Fn(resources.FunctionIngest).Ingest.Queue = good
+	h.Ingest().Ingest.Queue = good
 	if r := h.Do(t, "POST", "/v1/events", key, ce("evt_l1")); r.Status != 202 {
 		t.Fatalf("retry: %d %s", r.Status, r.Body)
 	}
@@ -198,7 +198,7 @@ func TestHostile_ASendNothingReceived_Is503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Fn(resources.FunctionIngest).Ingest.Queue = &ingest.SQSQueue{Client: nowhere.SQS, URL: closed + "/000000000000/nowhere"}
+	h.Ingest().Ingest.Queue = &ingest.SQSQueue{Client: nowhere.SQS, URL: closed + "/000000000000/nowhere"}
 	assertProblem(t, h.Do(t, "POST", "/v1/events", key, ce("evt_n1")), 503, "unavailable")
 	assertProblem(t, h.Do(t, "POST", "/v1/events/batch", key, []any{ce("evt_n2")}), 503, "unavailable")
 }
@@ -217,7 +217,7 @@ func TestHostile_ASend5xx_IsOutcomeUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Fn(resources.FunctionIngest).Ingest.Queue = &ingest.SQSQueue{Client: failing.SQS, URL: sqs500.URL + "/000000000000/q"}
+	h.Ingest().Ingest.Queue = &ingest.SQSQueue{Client: failing.SQS, URL: sqs500.URL + "/000000000000/q"}
 	assertProblem(t, h.Do(t, "POST", "/v1/events", key, ce("evt_51")), 502, "outcome-unknown")
 	assertProblem(t, h.Do(t, "POST", "/v1/events/batch", key, []any{ce("evt_52")}), 502, "outcome-unknown")
 }

@@ -206,7 +206,7 @@ func TestIngest_BatchCollapsesDuplicatesAndAnswersPerItem(t *testing.T) {
 func TestIngest_QueueFailureAnswers503(t *testing.T) {
 	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_q", "free", nil)
-	h.Fn(resources.FunctionIngest).Ingest.Queue = &ingest.SQSQueue{Client: h.Env.Clients.SQS, URL: h.Env.Names.QueueURL(resources.QueueEvents) + "-missing"}
+	h.Ingest().Ingest.Queue = &ingest.SQSQueue{Client: h.Env.Clients.SQS, URL: h.Env.Names.QueueURL(resources.QueueEvents) + "-missing"}
 	p := assertProblem(t, h.Do(t, "POST", "/v1/events", key, ce("e1")), 503, "unavailable")
 	if !strings.Contains(fmt.Sprint(p["detail"]), "not accepted") {
 		t.Errorf("detail %v", p["detail"])
@@ -245,7 +245,7 @@ func TestIngest_AdvisoryGate(t *testing.T) {
 		t.Errorf("retry of an accepted batch: %d %s", r.Status, r.Body)
 	}
 	// The meter cannot be read: the gate fails open and the worker decides.
-	h.Fn(resources.FunctionIngest).Ingest.Usage = usage.Table{DB: h.Env.Clients.DynamoDB, Name: "missing-table"}
+	h.Ingest().Ingest.Usage = usage.Table{DB: h.Env.Clients.DynamoDB, Name: "missing-table"}
 	if r := h.Do(t, "POST", "/v1/events", key, ce("e4")); r.Status != 202 {
 		t.Errorf("gate did not fail open: %d %s", r.Status, r.Body)
 	}
@@ -302,7 +302,7 @@ func TestRoutes_EveryDeclaredRouteIsServedAndNoOther(t *testing.T) {
 	for _, k := range h.Served() {
 		registered[k] = true
 	}
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		if !registered[r.Method+" "+r.Path] {
 			t.Errorf("declared route %s %s has no handler", r.Method, r.Path)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Idempotency headers.
@@ -40,7 +41,7 @@ var replayedHeaders = []string{"Content-Type", "Location"}
 // without the header run as before; other routes are not wrapped. It runs after authentication, so the caller scopes the key, and an unauthenticated
 // request never reaches the store.
 func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
-	return func(route Route, next HandlerFunc) HandlerFunc {
+	return func(route resources.Route, next HandlerFunc) HandlerFunc {
 		if !route.Mutating() {
 			return next
 		}

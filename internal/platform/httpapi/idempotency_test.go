@@ -323,7 +323,7 @@ func (q *flakyQueue) Send(ctx context.Context, env event.Envelope) error {
 // A 5xx means the work did not happen: the key is released and the retry runs.
 func TestIdempotency_ServerError_ReleasesTheKey_RetryRuns(t *testing.T) {
 	h := apptest.New(t, apptest.Options{Configure: func(h *apptest.Harness) {
-		ingest := h.Fn(resources.FunctionIngest).Ingest
+		ingest := h.Ingest().Ingest
 		q := &flakyQueue{Queue: ingest.Queue}
 		q.failures.Store(1)
 		ingest.Queue = q
@@ -351,7 +351,7 @@ func blockFirst(method, path string, started, release chan struct{}) func(h *app
 			if fn.HTTP == nil {
 				continue
 			}
-			fn.HTTP.Use(func(route httpapi.Route, next httpapi.HandlerFunc) httpapi.HandlerFunc {
+			fn.HTTP.(*httpapi.Server).Use(func(route resources.Route, next httpapi.HandlerFunc) httpapi.HandlerFunc {
 				if route.Method != method || route.Path != path {
 					return next
 				}
@@ -649,7 +649,7 @@ func TestIdempotency_EveryMutatingRouteGoesThroughTheMiddleware(t *testing.T) {
 	for _, k := range h.Served() {
 		registered[k] = true
 	}
-	for i, route := range httpapi.Routes {
+	for i, route := range resources.Routes {
 		name := route.Method + " " + route.Path
 		t.Run(name, func(t *testing.T) {
 			if !registered[name] {

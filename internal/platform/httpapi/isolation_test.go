@@ -23,7 +23,7 @@ import (
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
@@ -126,13 +126,13 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 	}
 	billing := r.JSON(t)["id"].(string)
 	h.Drain(t, 0)
-	resources := map[string]ids{
+	resourceIDs := map[string]ids{
 		"/v1/events/{id}":         {"evt_iso_a", "evt_iso_none"},
 		"/v1/holds/{id}":          {hold, holds.ID("acct_b", "job-iso-none")},
 		"/v1/billing-events/{id}": {billing, inbox.ID(inbox.Stripe, "evt_iso_none")},
 	}
-	resourceOf := func(route httpapi.Route) (ids, bool) {
-		for prefix, id := range resources {
+	resourceOf := func(route resources.Route) (ids, bool) {
+		for prefix, id := range resourceIDs {
 			if route.Path == prefix || strings.HasPrefix(route.Path, prefix+"/") {
 				return id, true
 			}
@@ -153,7 +153,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 		header []string // Authorization and more, as pairs
 		path   string
 	}
-	for _, route := range httpapi.Routes {
+	for _, route := range resources.Routes {
 		key := route.Key()
 		body, ok := isolationBodies[key]
 		if !ok {
@@ -165,7 +165,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			t.Errorf("%s: not in openapi.yaml", key)
 			continue
 		}
-		if route.Auth == httpapi.Public {
+		if route.Auth == resources.Public {
 			checkSecurity(t, op, route)
 			continue
 		}
@@ -175,9 +175,9 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			switch {
 			case hasResource:
 				concrete = strings.Replace(route.Path, "{id}", res.own, 1)
-			case route.Auth == httpapi.Operator && strings.HasPrefix(route.Path, "/v1/events/"):
+			case route.Auth == resources.Operator && strings.HasPrefix(route.Path, "/v1/events/"):
 				concrete = strings.Replace(route.Path, "{id}", "evt_iso_a", 1)
-			case route.Auth == httpapi.Operator:
+			case route.Auth == resources.Operator:
 				concrete = strings.Replace(route.Path, "{id}", "acct_a", 1)
 			default:
 				t.Errorf("%s: an account's resource with no entry in resources; add one so another account's key is tried on it", key)
@@ -206,11 +206,11 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			call{"the operator key and a byte more", auth("Bearer " + apptest.AdminKey + "x"), concrete},
 		)
 		switch route.Auth {
-		case httpapi.Account:
+		case resources.Account:
 			refused = append(refused, call{"the operator key on an account route", auth("Bearer " + apptest.AdminKey), concrete})
-		case httpapi.Operator, httpapi.OperatorSignIn:
+		case resources.Operator, resources.OperatorSignIn:
 			refused = append(refused, call{"an account key on an operator route", auth("Bearer " + keyA), concrete})
-		case httpapi.WebhookSignature:
+		case resources.WebhookSignature:
 			// No signature: the media type right, the body a delivery, nothing signed — with no
 			// key, and with each key (a key does not stand in for a provider's signature).
 			var ct string
@@ -227,7 +227,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			}
 		}
 		wantKind, wantRef := "unauthorized", "#/components/responses/Unauthorized"
-		if route.Auth == httpapi.WebhookSignature {
+		if route.Auth == resources.WebhookSignature {
 			wantKind, wantRef = "invalid-signature", "#/components/responses/InvalidSignature"
 		}
 		if got := responseRef(op, "401"); got != wantRef {
@@ -238,7 +238,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 			t.Run(key+"/"+c.name, func(t *testing.T) {
 				r := send(c)
 				p := assertProblem(t, r, http.StatusUnauthorized, wantKind)
-				if route.Auth != httpapi.WebhookSignature && r.Header.Get("WWW-Authenticate") == "" {
+				if route.Auth != resources.WebhookSignature && r.Header.Get("WWW-Authenticate") == "" {
 					t.Errorf("a 401 without WWW-Authenticate (openapi.yaml requires it)")
 				}
 				if _, ok := p["detail"].(string); !ok {
@@ -250,7 +250,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 
 		// Another account's key: on A's resource, exactly what an unknown id answers; elsewhere,
 		// B's own scope, with nothing of A's.
-		if route.Auth != httpapi.Account && route.Auth != httpapi.AccountOrOperator {
+		if route.Auth != resources.Account && route.Auth != resources.AccountOrOperator {
 			continue
 		}
 		t.Run(key+"/another account's key", func(t *testing.T) {
@@ -282,9 +282,9 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 
 	// The controls: A's own key reaches each of A's resources (the 404s above are B's, not a
 	// missing resource), in an order where each call leaves the next one possible.
-	for _, route := range httpapi.Routes {
+	for _, route := range resources.Routes {
 		res, ok := resourceOf(route)
-		if !ok || route.Auth == httpapi.Operator {
+		if !ok || route.Auth == resources.Operator {
 			continue
 		}
 		var b any
@@ -299,7 +299,7 @@ func TestIsolation_EveryRouteRefusesEveryWrongCaller_AsDocumented(t *testing.T) 
 }
 
 // checkSecurity checks openapi.yaml asks for the key the route table's Auth takes.
-func checkSecurity(t *testing.T, op *openapi3.Operation, route httpapi.Route) {
+func checkSecurity(t *testing.T, op *openapi3.Operation, route resources.Route) {
 	t.Helper()
 	schemes := map[string]bool{}
 	if op.Security != nil {
@@ -313,13 +313,13 @@ func checkSecurity(t *testing.T, op *openapi3.Operation, route httpapi.Route) {
 		// A console session stands in for the operator key where the route takes one.
 		delete(schemes, "consoleSession")
 	}
-	want := map[httpapi.Auth][]string{
-		httpapi.OperatorSignIn:    {"operatorKey"},
-		httpapi.Public:            nil,
-		httpapi.Operator:          {"operatorKey"},
-		httpapi.Account:           {"accountKey"},
-		httpapi.AccountOrOperator: {"accountKey", "operatorKey"},
-		httpapi.WebhookSignature:  nil,
+	want := map[resources.Auth][]string{
+		resources.OperatorSignIn:    {"operatorKey"},
+		resources.Public:            nil,
+		resources.Operator:          {"operatorKey"},
+		resources.Account:           {"accountKey"},
+		resources.AccountOrOperator: {"accountKey", "operatorKey"},
+		resources.WebhookSignature:  nil,
 	}[route.Auth]
 	if len(schemes) != len(want) {
 		t.Errorf("%s: openapi.yaml's security is %v, the route table's Auth %s", route.Key(), schemes, route.Auth)
@@ -340,7 +340,7 @@ func loadOpenAPI(t *testing.T) *openapi3.T {
 	return doc
 }
 
-func operationOf(doc *openapi3.T, route httpapi.Route) *openapi3.Operation {
+func operationOf(doc *openapi3.T, route resources.Route) *openapi3.Operation {
 	item := doc.Paths.Value(route.Path)
 	if item == nil {
 		return nil

@@ -30,3 +30,12 @@ func NewLambdaHandler(h http.Handler) LambdaHandler {
 		return proxy(ctx, req)
 	}
 }
+
+// LambdaHandler is the server's handler behind API Gateway's payload v2 events.
+func (s *Server) LambdaHandler() (any, error) {
+	h, err := s.Handler()
+	if err != nil {
+		return nil, err
+	}
+	return NewLambdaHandler(h), nil
+}

@@ -37,7 +37,7 @@ func TestAccounts_LinkedProviderIdsAreUniqueAndFindTheirAccount(t *testing.T) {
 	assertProblem(t, h.Do(t, "PATCH", "/v1/accounts/acct_other", apptest.AdminKey, map[string]any{"kindeCustomerId": "customer_01a"}),
 		http.StatusConflict, "conflict")
 
-	svc := h.Fn(resources.FunctionAPI).Accounts
+	svc := h.API().Accounts
 	ctx := context.Background()
 	if a, err := svc.Linked(ctx, accounts.KindeCustomer, "customer_01a"); err != nil || a.ID != "acct_k" {
 		t.Fatalf("linked kinde customer → %+v %v", a, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/corrections"
 	"github.com/ferrymeter/ferry/internal/reporting/review"
 )
@@ -18,7 +17,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 func apply(t *testing.T, h *apptest.Harness, in corrections.Input) (corrections.Correction, bool, error) {
 	t.Helper()
-	return h.Fn(resources.FunctionMeterAPI).Meters.Corrections.Apply(context.Background(), in)
+	return h.MeterAPI().Corrections.Apply(context.Background(), in)
 }
 
 // A correction is a new row in the corrected cycle; its Idempotency-Key names it, so the same key
@@ -39,7 +38,7 @@ func TestApply_AppendsOnceUnderItsKey(t *testing.T) {
 	if _, _, err := apply(t, h, in); !errors.Is(err, corrections.ErrKeyReused) {
 		t.Errorf("the key with another correction: %v", err)
 	}
-	tot, err := h.Fn(resources.FunctionMeterAPI).Usage.Read(context.Background(), "acct_c", "events", "2026-11")
+	tot, err := h.MeterAPI().Usage.Read(context.Background(), "acct_c", "events", "2026-11")
 	if err != nil || tot.Corrections != -2 {
 		t.Errorf("corrections %d, %v", tot.Corrections, err)
 	}
@@ -54,7 +53,7 @@ func TestApply_ClosedCycle_StoredAndListedForReview(t *testing.T) {
 	if err != nil || !created || !c.Closed || c.Cycle != "2026-10" {
 		t.Fatalf("%+v %v %v", c, created, err)
 	}
-	entries, err := h.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, err := h.MeterAPI().Review.List(context.Background())
 	if err != nil || len(entries) != 1 || entries[0].Reason != review.ClosedCycleChanged || entries[0].Ledger != 4 {
 		t.Errorf("review %+v, %v", entries, err)
 	}

@@ -15,7 +15,6 @@ import (
 	standin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/outbox"
 )
 
@@ -33,9 +32,9 @@ type rig struct {
 func newRig(t *testing.T, dynamoOpts ...func(*dynamodb.Options)) *rig {
 	t.Helper()
 	stand := apptest.NewStandIns(t, plans.Default())
-	h := apptest.New(t, apptest.Options{Meters: stand.Meters, DynamoDB: dynamoOpts})
+	h := apptest.New(t, apptest.Options{Settings: stand.Settings, DynamoDB: dynamoOpts})
 	stand.Stripe.SetClock(h.Clock.Now)
-	return &rig{h: h, stand: stand, d: h.Fn(resources.FunctionMeterAPI).Meters.Drainer}
+	return &rig{h: h, stand: stand, d: h.MeterAPI().Drainer}
 }
 
 // other is a second drainer on the same outbox, as a second Lambda instance would be.
@@ -54,7 +53,7 @@ func (r *rig) row(t *testing.T) outbox.Row {
 		Total: 7, Delta: 7, EventName: "ferry_events", MeterID: "mtr_ferry_events", Customer: "cus_1",
 		TimestampMs: now.UnixMilli(), CycleEndMs: c.UnixMilli(), CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
 	}
-	item, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.InsertItem(row)
+	item, err := r.h.MeterAPI().Outbox.InsertItem(row)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +67,7 @@ func (r *rig) row(t *testing.T) outbox.Row {
 
 func (r *rig) get(t *testing.T, row outbox.Row) outbox.Row {
 	t.Helper()
-	got, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.Get(context.Background(), outbox.RefOf(row))
+	got, err := r.h.MeterAPI().Outbox.Get(context.Background(), outbox.RefOf(row))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +331,7 @@ func TestDrainer_RowAfterItsCycleClosed_ListedNotSent(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	r.wantStripe(t, 0, 0)
-	entries, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, err := r.h.MeterAPI().Review.List(context.Background())
 	if err != nil || len(entries) != 1 {
 		t.Errorf("review %+v, %v", entries, err)
 	}
@@ -344,11 +343,11 @@ func TestOutbox_InsertRefusesAnExistingKey(t *testing.T) {
 	r := newRig(t)
 	row := r.row(t)
 	r.run(t, r.d)
-	item, err := r.h.Fn(resources.FunctionMeterAPI).Meters.Outbox.InsertItem(row)
+	item, err := r.h.MeterAPI().Outbox.InsertItem(row)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = r.h.Fn(resources.FunctionMeterAPI).Meters.State.Commit(context.Background(), item)
+	err = r.h.MeterAPI().State.Commit(context.Background(), item)
 	if err == nil {
 		t.Fatal("a second row with the same key was written")
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
 )
 
@@ -33,11 +32,11 @@ func newRig(t *testing.T, opts ...apptest.Options) *rig {
 		o = opts[0]
 	}
 	stand := apptest.NewStandIns(t, plans.Default())
-	o.Meters = stand.Meters
+	o.Settings = o.Settings.With(stand.Settings)
 	h := apptest.New(t, o)
 	// The stand-ins answer at once: no waiting between read-backs and rechecks.
-	h.Fn(resources.FunctionMeterAPI).Meters.Reconciler.ConfirmWait = 10 * time.Millisecond
-	h.Fn(resources.FunctionMeterAPI).Meters.Reconciler.RecheckWait = 10 * time.Millisecond
+	h.MeterAPI().Reconciler.ConfirmWait = 10 * time.Millisecond
+	h.MeterAPI().Reconciler.RecheckWait = 10 * time.Millisecond
 	stand.Stripe.SetClock(h.Clock.Now)
 	return &rig{Harness: h, stand: stand, keys: map[string]string{}}
 }
@@ -56,10 +55,10 @@ func (r *rig) bill(t *testing.T, acct accounts.Account, n int) { t.Helper(); r.B
 // report runs the reporter, then the drainer, as the schedules do.
 func (r *rig) report(t *testing.T) {
 	t.Helper()
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Reporter.Run(context.Background()); err != nil {
+	if _, err := r.MeterAPI().Reporter.Run(context.Background()); err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
+	if _, err := r.MeterAPI().Drainer.Run(context.Background()); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
 }
@@ -73,7 +72,7 @@ func (r *rig) reconcile(t *testing.T, id string) (reconcile.Result, error) {
 // reconcileFeature reconciles one account's current cycle and returns a feature's result.
 func (r *rig) reconcileFeature(t *testing.T, id, feature string) (reconcile.Result, error) {
 	t.Helper()
-	page, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: id, Cycle: r.cycle(t, id)})
+	page, err := r.MeterAPI().Reconciler.Run(context.Background(), reconcile.Input{Account: id, Cycle: r.cycle(t, id)})
 	for _, res := range page.Results {
 		if res.Feature == feature {
 			return res, err
@@ -113,7 +112,7 @@ func (r *rig) spend(t *testing.T, apiKey string, amount int64) {
 
 func (r *rig) cycle(t *testing.T, id string) string {
 	t.Helper()
-	a, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), id)
+	a, err := r.MeterAPI().Accounts.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func check(t *testing.T, res reconcile.Result, provider string) reconcile.Check 
 
 func (r *rig) evidence(t *testing.T, id string) []reconcile.Record {
 	t.Helper()
-	recs, err := r.Fn(resources.FunctionMeterAPI).Meters.Evidence.List(context.Background(), id, r.cycle(t, id))
+	recs, err := r.MeterAPI().Evidence.List(context.Background(), id, r.cycle(t, id))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestInboxMeterMark_ReconciledByTheNextReporterRun(t *testing.T) {
 	if resp.Status != http.StatusCreated {
 		t.Fatalf("create: %d %s", resp.Status, resp.Body)
 	}
-	acct, err := r.Fn(resources.FunctionMeterAPI).Accounts.Get(context.Background(), "acct_mm")
+	acct, err := r.MeterAPI().Accounts.Get(context.Background(), "acct_mm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +47,14 @@ func TestInboxMeterMark_ReconciledByTheNextReporterRun(t *testing.T) {
 		t.Fatalf("deliver: %d %s", d.Status, d.Body)
 	}
 	r.Drain(t, 0)
-	marks := r.Fn(resources.FunctionInbox).Inbox.MeterMarks
+	marks := r.Inbox().MeterMarks
 	if listed, _, err := marks.List(context.Background(), "", 10); err != nil || len(listed) != 1 {
 		t.Fatalf("inbox marks %+v, %v; want the one", listed, err)
 	}
 
 	// The reporter's minute run, as its schedule runs it.
 	rep := r.Fn(resources.FunctionReporter)
-	rep.Reconciler.ConfirmWait, rep.Reconciler.RecheckWait = 10*time.Millisecond, 10*time.Millisecond
+	r.Reporter().Reconciler.ConfirmWait, r.Reporter().Reconciler.RecheckWait = 10*time.Millisecond, 10*time.Millisecond
 	if err := rep.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func TestReconcile_ClosedCycleDrift_ListedNeverWritten(t *testing.T) {
 	r.stand.Stripe.Drift("ferry_events", "cus_acct_closed", -3, r.Clock.Now())
 	r.Clock.Set(acct.CycleAt(r.Clock.Now()).End.Add(2 * time.Hour))
 	before := r.stand.Stripe.Counts()
-	page, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: acct.ID, Cycle: label})
+	page, err := r.MeterAPI().Reconciler.Run(context.Background(), reconcile.Input{Account: acct.ID, Cycle: label})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -213,7 +213,7 @@ func TestReconcile_ClosedCycleDrift_ListedNeverWritten(t *testing.T) {
 	if after := r.stand.Stripe.Counts(); after.MeterEventRequests != before.MeterEventRequests || after.Cancels != before.Cancels {
 		t.Errorf("a closed cycle was written: %+v → %+v", before, after)
 	}
-	entries, err := r.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, err := r.MeterAPI().Review.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,10 +224,10 @@ func TestReconcile_ClosedCycleDrift_ListedNeverWritten(t *testing.T) {
 		t.Errorf("metrics: drift %d, listed %d", r.Counter.Get(metrics.ReconcileDrift), r.Counter.Get(metrics.ReviewListed))
 	}
 	// Found again on the same numbers, it is listed once: one entry, one alarm.
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.Run(context.Background(), reconcile.Input{Account: acct.ID, Cycle: label}); err != nil {
+	if _, err := r.MeterAPI().Reconciler.Run(context.Background(), reconcile.Input{Account: acct.ID, Cycle: label}); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ = r.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, _ = r.MeterAPI().Review.List(context.Background())
 	if len(entries) != 1 || r.Counter.Get(metrics.ReviewListed) != 1 {
 		t.Errorf("listed again: %d entries, ReviewListed %d", len(entries), r.Counter.Get(metrics.ReviewListed))
 	}
@@ -237,7 +237,7 @@ func TestReconcile_ClosedCycleDrift_ListedNeverWritten(t *testing.T) {
 // leaves it.
 func TestRequests_ARequestMadeAgainSurvivesTheFirstOnesDone(t *testing.T) {
 	r := newRig(t)
-	q := r.Fn(resources.FunctionMeterAPI).Meters.Requests
+	q := r.MeterAPI().Requests
 	ctx := context.Background()
 	if err := q.Request(ctx, "acct_q", "2026-11", "first"); err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestReconcile_OverBilledPastTheWindow_ListedForReview(t *testing.T) {
 	if got := r.stand.Stripe.Counts().Cancels; got != 0 {
 		t.Errorf("%d cancellations past the window", got)
 	}
-	entries, _ := r.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, _ := r.MeterAPI().Review.List(context.Background())
 	if len(entries) != 1 || entries[0].Reason != review.OverBilledUncancellable {
 		t.Errorf("review list: %+v", entries)
 	}
@@ -326,7 +326,7 @@ func TestReconcile_CounterDifferingFromTheLedger_RebuiltFromTheRows(t *testing.T
 	r.report(t)
 	// Damage one counter shard behind Ferry's back.
 	label := r.cycle(t, acct.ID)
-	_, rows, err := r.Fn(resources.FunctionMeterAPI).Usage.ReadRows(context.Background(), acct.ID, plans.FeatureEvents, label)
+	_, rows, err := r.MeterAPI().Usage.ReadRows(context.Background(), acct.ID, plans.FeatureEvents, label)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestReconcile_CounterDifferingFromTheLedger_RebuiltFromTheRows(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tot, _ := r.Fn(resources.FunctionMeterAPI).Usage.Read(context.Background(), acct.ID, plans.FeatureEvents, label); tot.Used != 37 {
+	if tot, _ := r.MeterAPI().Usage.Read(context.Background(), acct.ID, plans.FeatureEvents, label); tot.Used != 37 {
 		t.Fatalf("damaged counters read %d", tot.Used)
 	}
 	res, err := r.reconcile(t, acct.ID)
@@ -365,7 +365,7 @@ func TestReconcile_CounterDifferingFromTheLedger_RebuiltFromTheRows(t *testing.T
 	if got := r.Counter.Get(metrics.CountersRebuilt); got != 1 {
 		t.Errorf("CountersRebuilt = %d", got)
 	}
-	if tot, _ := r.Fn(resources.FunctionMeterAPI).Usage.Read(context.Background(), acct.ID, plans.FeatureEvents, label); tot.Used != 30 {
+	if tot, _ := r.MeterAPI().Usage.Read(context.Background(), acct.ID, plans.FeatureEvents, label); tot.Used != 30 {
 		t.Errorf("counters read %d after the rebuild", tot.Used)
 	}
 }
@@ -376,7 +376,7 @@ func TestReconcile_PendingReport_SentBeforeTheMeterIsRead(t *testing.T) {
 	r := newRig(t)
 	acct := r.linked(t, "acct_pending", "plus")
 	r.bill(t, acct, 11)
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Reporter.Run(context.Background()); err != nil { // no drain
+	if _, err := r.MeterAPI().Reporter.Run(context.Background()); err != nil { // no drain
 		t.Fatal(err)
 	}
 	res, err := r.reconcile(t, acct.ID)
@@ -386,7 +386,7 @@ func TestReconcile_PendingReport_SentBeforeTheMeterIsRead(t *testing.T) {
 	if c := check(t, res, report.ProviderStripe); c.Verdict != reconcile.Match || val(c.Meter) != "11" {
 		t.Errorf("check: %+v", c)
 	}
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
+	if _, err := r.MeterAPI().Drainer.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.stand.Stripe.Total("ferry_events", "cus_acct_pending"); got != 11 {
@@ -408,7 +408,7 @@ func TestReconcile_DeadReport_RepairedUnderAnEvidenceKey(t *testing.T) {
 	r.report(t)
 	for range outbox.MaxAttempts - 1 {
 		r.Clock.Advance(outbox.BackoffCap)
-		if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
+		if _, err := r.MeterAPI().Drainer.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -459,7 +459,7 @@ func TestReconcile_RunAllVisitsEveryAccount(t *testing.T) {
 	r.CreateAccount(t, "acct_unlinked", "plus", nil)
 	r.report(t)
 	var seen []string
-	done, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.RunAll(context.Background(), time.Now().Add(time.Hour), func(p reconcile.Page) {
+	done, err := r.MeterAPI().Reconciler.RunAll(context.Background(), time.Now().Add(time.Hour), func(p reconcile.Page) {
 		for _, res := range p.Results {
 			if res.Feature == plans.FeatureEvents && res.Cycle == r.cycle(t, res.Account) {
 				seen = append(seen, res.Account)
@@ -481,21 +481,21 @@ func TestReconcile_RunMarked_ReconcilesAndMarksDone(t *testing.T) {
 	acct := r.linked(t, "acct_marked", "plus")
 	r.bill(t, acct, 6)
 	r.report(t)
-	if err := r.Fn(resources.FunctionMeterAPI).Meters.Requests.Request(context.Background(), acct.ID, r.cycle(t, acct.ID), "a test"); err != nil {
+	if err := r.MeterAPI().Requests.Request(context.Background(), acct.ID, r.cycle(t, acct.ID), "a test"); err != nil {
 		t.Fatal(err)
 	}
-	results, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.RunMarked(context.Background())
+	results, err := r.MeterAPI().Reconciler.RunMarked(context.Background())
 	if err != nil || len(results) == 0 {
 		t.Fatalf("%d results, %v", len(results), err)
 	}
-	pending, err := r.Fn(resources.FunctionMeterAPI).Meters.Requests.Pending(context.Background(), 10)
+	pending, err := r.MeterAPI().Requests.Pending(context.Background(), 10)
 	if err != nil || len(pending) != 0 {
 		t.Errorf("still pending: %+v, %v", pending, err)
 	}
 	// Another source, as the webhook inbox will be, is read through the same seam.
 	src := &fakeSource{marks: []reconcile.Mark{{Account: acct.ID, Cycle: r.cycle(t, acct.ID), ID: "evt_1", Reason: "customer.meter_usage_updated"}}}
-	r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.Marks = reconcile.Sources{r.Fn(resources.FunctionMeterAPI).Meters.Requests, src}
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Reconciler.RunMarked(context.Background()); err != nil {
+	r.MeterAPI().Reconciler.Marks = reconcile.Sources{r.MeterAPI().Requests, src}
+	if _, err := r.MeterAPI().Reconciler.RunMarked(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if len(src.done) != 1 || src.done[0] != "evt_1" {

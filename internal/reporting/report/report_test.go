@@ -17,7 +17,6 @@ import (
 	kindestandin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/report"
 	"github.com/ferrymeter/ferry/internal/reporting/review"
 )
@@ -35,11 +34,12 @@ type rig struct {
 func newRig(t *testing.T, ddb ...func(*dynamodb.Options)) *rig {
 	t.Helper()
 	stand := apptest.NewStandIns(t, plans.Default())
-	// A short client timeout, so that a timeout after the write landed is quick to see.
-	stand.Meters.Kinde.HTTPClient = &http.Client{Timeout: 300 * time.Millisecond}
-	h := apptest.New(t, apptest.Options{Meters: stand.Meters, DynamoDB: ddb})
+	h := apptest.New(t, apptest.Options{Settings: stand.Settings, DynamoDB: ddb, Configure: func(h *apptest.Harness) {
+		// A short client timeout, so that a timeout after the write landed is quick to see.
+		h.MeterAPI().Reporter.Kinde = stand.KindeClient(t, &http.Client{Timeout: 300 * time.Millisecond})
+	}})
 	stand.Stripe.SetClock(h.Clock.Now)
-	return &rig{Harness: h, stand: stand, rep: h.Fn(resources.FunctionMeterAPI).Meters.Reporter}
+	return &rig{Harness: h, stand: stand, rep: h.MeterAPI().Reporter}
 }
 
 func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
@@ -62,7 +62,7 @@ func (r *rig) run(t *testing.T) report.Result {
 
 func (r *rig) drain(t *testing.T) {
 	t.Helper()
-	if _, err := r.Fn(resources.FunctionMeterAPI).Meters.Drainer.Run(context.Background()); err != nil {
+	if _, err := r.MeterAPI().Drainer.Run(context.Background()); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
 }
@@ -358,7 +358,7 @@ func TestReport_ClosedCycle_ListedNeverWritten(t *testing.T) {
 	if r.stand.Kinde.Counts().MeterWrites != kinde || r.stand.Stripe.Counts().MeterEventRequests != stripe {
 		t.Error("a closed cycle was written")
 	}
-	entries, err := r.Fn(resources.FunctionMeterAPI).Meters.Review.List(context.Background())
+	entries, err := r.MeterAPI().Review.List(context.Background())
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("review %+v, %v", entries, err)
 	}

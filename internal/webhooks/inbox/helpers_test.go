@@ -19,7 +19,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/inboxfault"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 	webhooks "github.com/ferrymeter/ferry/internal/webhooks/intake"
 )
@@ -56,18 +55,18 @@ func newHarness(t *testing.T, opts ...apptest.Options) *harness {
 
 // The composed functions' services the tests drive directly, each from the function that has it
 // in AWS (and with that function's IAM-guarded clients).
-func (h *harness) worker() *inbox.Worker     { return h.Fn(resources.FunctionInbox).Inbox.Worker }
-func (h *harness) store() *inbox.DynamoStore { return h.Fn(resources.FunctionInbox).Inbox.Store }
-func (h *harness) sweeper() *inbox.Worker    { return h.Fn(resources.FunctionInboxSweep).Inbox.Worker }
-func (h *harness) intake() *inbox.Intake     { return h.Fn(resources.FunctionWebhooks).Inbox.Intake }
+func (h *harness) worker() *inbox.Worker     { return h.Inbox().Worker }
+func (h *harness) store() *inbox.DynamoStore { return h.Inbox().Store }
+func (h *harness) sweeper() *inbox.Worker    { return h.InboxSweep().Worker }
+func (h *harness) intake() *inbox.Intake     { return h.Webhooks().Intake }
 func (h *harness) meterMarks() inbox.MeterMarks {
-	return h.Fn(resources.FunctionInbox).Inbox.MeterMarks
+	return h.Inbox().MeterMarks
 }
 func (h *harness) receiver() *webhooks.Receiver {
-	return h.Fn(resources.FunctionWebhooks).Inbox.Receiver
+	return h.Webhooks().Receiver
 }
-func (h *harness) accounts() *accounts.Service    { return h.Fn(resources.FunctionAPI).Accounts }
-func (h *harness) allowances() *allowance.Service { return h.Fn(resources.FunctionInbox).Allowances }
+func (h *harness) accounts() *accounts.Service    { return h.API().Accounts }
+func (h *harness) allowances() *allowance.Service { return h.Inbox().Allowances }
 
 // account creates a free account linked to a Kinde customer (and a Stripe one) and returns its
 // key.

@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 	kindewebhook "github.com/ferrymeter/ferry/internal/webhooks/kinde"
 	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
@@ -71,7 +71,7 @@ type verified struct {
 
 // Verify implements httpapi.SignatureVerifier: the delivery to route has the route's media type,
 // fits in inbox.MaxPayloadBytes and carries its provider's valid signature. It names the provider.
-func (r *Receiver) Verify(ctx context.Context, route httpapi.Route, header http.Header, body []byte) (string, error) {
+func (r *Receiver) Verify(ctx context.Context, route resources.Route, header http.Header, body []byte) (string, error) {
 	v, err := r.verify(ctx, route.Path, header, body)
 	if err != nil {
 		return "", err
