@@ -10,10 +10,10 @@ import (
 	"github.com/ferrymeter/ferry/internal/devstack"
 )
 
-// The README's walkthrough, run by scripts/walkthrough.sh (which reads it from the README), gets
-// the answers the README shows from a fresh local stack. CI runs the same script against `make
-// run` too.
-func TestReadme_TheWalkthroughAnswersAsTheReadmeSays(t *testing.T) {
+// The walkthrough (docs/walkthrough.md), run by scripts/walkthrough.sh (which reads it from the
+// document), gets the answers the document shows from a fresh local stack. CI runs the same
+// script against `make run` too.
+func TestWalkthrough_AnswersAsTheDocumentSays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the walkthrough runs the labs, which compile cmd/ferry")
 	}
@@ -28,7 +28,7 @@ func TestReadme_TheWalkthroughAnswersAsTheReadmeSays(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scripts/walkthrough.sh: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "every answer is the README's") {
+	if !strings.Contains(string(out), "every answer is the document's") {
 		t.Errorf("the script did not report success:\n%s", out)
 	}
 }
