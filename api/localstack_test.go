@@ -47,7 +47,7 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 func startLocalStack(t *testing.T) *devstack.Stack {
 	t.Helper()
 	// The webhook tooling ferry dev has: the local Kinde signer, the dev Stripe secret, the
-	// apply-crash injector (the README's walkthrough sends webhooks and runs the webhooks lab).
+	// apply-crash injector (the walkthrough sends webhooks and runs the webhooks lab).
 	webhooks, err := devstack.NewInboxDev(compose.Settings{}, apptest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
