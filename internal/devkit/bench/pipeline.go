@@ -87,6 +87,8 @@ var pipelinePhases = []phase{
 	{name: "single", request: 1, invocation: devstack.DefaultBatchSize},
 	{name: "single/batch", request: 1, pack: true, coalesce: true, invocation: benchInvocation},
 	{name: "single/once", request: 1, pack: true, coalesce: true, invocation: benchInvocation, once: true},
+	{name: "sparse/per-event", request: 1, invocation: 1},
+	{name: "sparse/batch", request: 1, pack: true, coalesce: true, invocation: 1},
 	{name: "naive", request: benchIngestBatch, naive: true, invocation: devstack.DefaultBatchSize},
 }
 

@@ -101,6 +101,15 @@ func unitID(msgs []queued) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// archiveFirstMinEvents is the smallest unit a first delivery archives before its read. A unit
+// of one event reads first and archives only if its event is still unclaimed: in sparse traffic
+// (one message an invocation) every client's resend is such a unit, and archiving first would
+// write an object for an event claimed long before ($5 a million resends). Reading first puts
+// the PUT between the read and the claim, where a concurrent unit claiming the same event would
+// cancel this one's transaction; for one event that transaction is four items (8 write units,
+// about what the PUT costs), and such a race is far rarer than a resend.
+const archiveFirstMinEvents = 2
+
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
@@ -227,8 +236,8 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 	// An account that may not spend admits nothing: its events are claimed REJECTED, with no
 	// payload to archive. A first delivery also builds its rows item before the read, for the
 	// plan that admits every member (the common case), so that the plan is all that lies between
-	// the read and the claim.
-	if !r.redelivered && r.billing.Kind != ledger.BillReject {
+	// the read and the claim. A unit of one event reads first (archiveFirstMinEvents).
+	if !r.redelivered && len(r.envs) >= archiveFirstMinEvents && r.billing.Kind != ledger.BillReject {
 		if err := archive(ctx); err != nil {
 			return nil, nil, err
 		}
