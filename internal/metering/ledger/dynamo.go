@@ -31,8 +31,10 @@ const (
 	markCondition    = "#status = :inserting"
 	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
 	// reopenUpdate takes the entry out of the failure index in the write that reopens it, and
-	// out of its batch: the batch's record of being done no longer speaks for it.
-	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs, #batch"
+	// out of its batch: the batch's record of being done no longer speaks for it. The batch is
+	// set to "" (which reads as none) rather than removed: the local emulator ignores REMOVE,
+	// and there a redriven event would read INSERTED through its batch's record, unstored.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now, #batch = :noBatch REMOVE #failureKey, #failedAtMs"
 	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
 	// UNINSERTABLE end) from touching an entry another delivery finished.
 	insertingCondition = "#status = :inserting"
@@ -411,7 +413,7 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 		ExpressionAttributeNames: dynamo.Names(reopenUpdate, uninsertableCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
-			":zero": dynamo.N(0),
+			":zero": dynamo.N(0), ":noBatch": dynamo.S(""),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {
