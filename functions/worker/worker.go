@@ -1,5 +1,5 @@
 // Package worker composes the worker function: the SQS consumer that claims, bills, archives and
-// stores each queued event exactly once, in units of one account's events (batch mode).
+// stores each queued event exactly once, in units of one account's events.
 package worker
 
 import (
@@ -30,8 +30,6 @@ type Parts struct {
 func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p }
 
 func build(c *compose.Composer) (*compose.Function, error) {
-	batchMode, err := c.Settings().Bool(resources.EnvBatchMode)
-	c.Fail(err)
 	p := &Parts{
 		// The worker reads accounts and stamps the first usage; it never touches API keys.
 		Accounts: &accounts.Service{
@@ -48,7 +46,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p.Worker = &eventworker.Worker{
 		Accounts: p.Accounts, Ledger: p.Ledger, Archive: p.Archive, Analytics: p.Analytics,
 		Schema: analytics.DefaultSchema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
-		MaxQuarantines: eventworker.DefaultMaxQuarantines, Coalesce: batchMode,
+		MaxQuarantines: eventworker.DefaultMaxQuarantines,
 	}
 	fn := c.Function(p)
 	fn.Consume = p.Worker.HandleSQS

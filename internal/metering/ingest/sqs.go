@@ -26,15 +26,13 @@ const (
 	maxEntryAttempts = 3
 )
 
-// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes, or,
-// with Pack, a batch's envelopes packed several to a message (event.EncodePacked).
+// SQSQueue sends envelopes to an SQS queue: one event as a message body event.EncodeEnvelope
+// writes, a batch's events packed several to a message (event.EncodePacked), up to
+// event.MaxPackedEvents each, so that a pack is one message, one worker transaction and one
+// archive object.
 type SQSQueue struct {
 	Client *sqs.Client
 	URL    string
-	// Pack sends the events of one SendBatch as packed messages, up to event.MaxPackedEvents
-	// each: one message, one worker transaction and one archive object per pack instead of per
-	// event.
-	Pack bool
 }
 
 // maxPackedRaw bounds a packed message's JSON so its base64 body stays within SQS's 256 KiB.
@@ -69,19 +67,8 @@ func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
 	return nil
 }
 
-// encode renders the message bodies of a batch: one per envelope, or packed.
+// encode renders the message bodies of a batch: its envelopes packed (Packs).
 func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
-	if !q.Pack {
-		bodies := make([]string, len(envs))
-		for i, env := range envs {
-			b, err := event.EncodeEnvelope(env)
-			if err != nil {
-				return nil, err
-			}
-			bodies[i] = b
-		}
-		return bodies, nil
-	}
 	var bodies []string
 	for _, p := range Packs(envs) {
 		b, err := event.EncodePacked(p)

@@ -19,32 +19,33 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// The batch pipeline: the events of one unit (a packed message, or in batch mode several
-// messages of one account coalesced), billed together. Its steps are the per-event pipeline's,
-// each done once for the whole unit:
+// A unit: the events of one account from one invocation's messages (coalesce.go), billed
+// together. Each step is done once for the whole unit:
 //
 //  1. Archive: one object holding every member's payload in unit order, under a key derived
 //     from the unit and those bytes, so every delivery and every lap writes the same bytes (the
-//     conditional put makes a retry free). A first delivery writes it before the read below, so
-//     the read and the claim are adjacent; a redelivery writes it only if its read finds a
-//     member to claim. Either way it exists before any entry points into it.
+//     conditional put makes a retry free). A first delivery of a unit of several events writes
+//     it before the read below, so the read and the claim are adjacent; a redelivery, or a unit
+//     of one event, writes it only if its read finds a member to claim. Either way it exists
+//     before any entry points into it.
 //  2. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
-//     located in the unit's archive object, or REJECTED past the cap, and moves the meter once
-//     (ledger.DynamoStore.WriteBatchClaim). A cancelled transaction is resolved from durable
-//     state (ReadBatch), and the next lap claims what is still unclaimed, admitting as many as
-//     fit, in unit order.
-//  3. Each event's scenario is picked from the ordered table in package ledger, from durable
-//     state: its entry as the claim wrote it or as read, the unit's record and, for an
-//     INSERTING entry, one bulk probe of the analytics rows.
-//  4. Insert: the rows in bulk; a refused bulk write is retried row by row, so a poison row is
-//     quarantined alone.
+//     located in the unit's archive object, or REJECTED past the cap, moves the meter once and
+//     puts the admitted members' analytics rows (ledger.DynamoStore.WriteBatchClaim). A cancelled
+//     transaction is resolved from durable state (ReadBatch), and the next lap claims what is
+//     still unclaimed, admitting as many as fit, in unit order.
+//  3. Each member's scenario is picked from the ordered table in package ledger, from durable
+//     state: its entry as the claim wrote it or as read, the unit's record and, for an INSERTING
+//     entry, one bulk probe of the analytics rows.
+//  4. Insert: the rows the claim could not carry, in bulk; a refused bulk write is retried row
+//     by row, so a poison row is quarantined alone.
 //  5. Mark: one item records the unit finished (MarkBatchDone).
 //
-// An event of the message that another unit claimed (sent before, alone or in another batch) is
-// handed to the per-event pipeline, which finishes it from its own entry.
+// A member another unit claimed (sent before, alone or in another message) is finished from its
+// own entry (finish.go); a member whose entry an earlier release claimed alone and never billed
+// is taken over by the claim (ledger.ClaimedAlone).
 
-// batchRun is one unit's processing: one account's events, from one packed message or, in
-// batch mode, from every message of one invocation that bills the same account and cycle.
+// batchRun is one unit's processing: one account's events, from the messages of one invocation
+// that bill the same account and cycle.
 type batchRun struct {
 	envs    []event.Envelope // the unit's distinct events, in unit order
 	evs     []event.Event
@@ -79,6 +80,9 @@ type member struct {
 	scenario ledger.Scenario
 	foreign  bool // claimed by another unit
 	done     bool // claimed by another unit and finished
+	// failed is why the member cannot be finished by this delivery (nil: it can): its message
+	// alone is left to a redelivery.
+	failed error
 }
 
 // BatchID is a packed message's identity: the hash of its bytes, the same on every delivery.
@@ -113,14 +117,6 @@ const archiveFirstMinEvents = 2
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-func (w *Worker) processBatch(ctx context.Context, m event.Message, redelivered bool) (Result, error) {
-	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw, redelivered: redelivered}}, accounts.Account{})
-	if err == nil && len(pending) > 0 {
-		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
-	}
-	return res.Result, err
-}
-
 // unitResult is a unit's outcome: each event's result, and the unit's id.
 type unitResult struct {
 	Result
@@ -128,9 +124,9 @@ type unitResult struct {
 }
 
 // processUnit runs one unit: msgs are one account's messages, in unit order, holding at most
-// event.MaxPackedEvents distinct events. acct is the account when the caller read it already. A
-// non-nil error leaves every event of the unit to a redelivery; otherwise pending lists the
-// events not finished (each message holding one is failed, the others acked).
+// event.MaxPackedEvents distinct events of acct. A non-nil error leaves every event of the unit
+// to a redelivery; otherwise pending lists the events not finished (each message holding one is
+// failed, the others acked).
 func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.Account) (res unitResult, pending map[string]error, err error) {
 	now := w.Now()
 	first := msgs[0].msg.Envelopes[0]
@@ -148,11 +144,6 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 		}
 	}
 	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(r.ids), "messages", len(msgs))
-	if acct.ID == "" {
-		if acct, err = w.account(ctx, first.AccountID, now); err != nil {
-			return res, nil, err
-		}
-	}
 	r.account, r.billing = acct, ledger.BillingFor(acct, w.Catalog)
 	r.cycle = acct.CycleAt(time.UnixMilli(first.ReceivedAtMs)).Label()
 	for _, env := range r.envs {
@@ -169,24 +160,18 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 	if err := w.hook(ctx, Point{Stage: StageClaim}); err != nil {
 		return res, nil, err
 	}
-	if len(won) > 0 {
-		if err := w.hook(ctx, Point{Stage: ledger.StageBill}); err != nil {
-			return res, nil, err
-		}
-	}
 	members, err := w.batchMembers(ctx, r, won, read)
 	if err != nil {
 		return res, nil, err
 	}
 	res.Events = map[string]Result{}
-	defer func() {
-		res.Scenario, res.Final = res.Events[r.ids[0]].Scenario, res.Events[r.ids[0]].Final
-	}()
 	for _, mb := range members {
 		if !mb.foreign {
 			res.Events[mb.env.EventID] = Result{Scenario: mb.scenario.Name, Final: mb.entry.Status, Billed: won[mb.env.EventID].Billed()}
 			if mb.scenario.Retry {
-				return res, nil, fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
+				// A state no scenario covers is this member's alone: its message is retried,
+				// and the unit's other messages go on.
+				mb.failed = fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
 			}
 		}
 	}
@@ -331,12 +316,19 @@ func unitLayout(r *batchRun) layout {
 func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, error) {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
-		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
+		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent, TakeOver: map[string]bool{},
 	}
 	var open []int
 	for i, id := range r.ids {
-		if _, ok := read.Entries[id]; !ok {
+		stored, ok := read.Entries[id]
+		switch {
+		case !ok:
 			open = append(open, i)
+		case ledger.ClaimedAlone(stored):
+			// An earlier release's per-event worker claimed it and died before billing it:
+			// claimed here like an unclaimed one, over that entry and at its instants.
+			open = append(open, i)
+			c.TakeOver[id] = true
 		}
 	}
 	admit := len(open)
@@ -352,13 +344,21 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 	var admitted []int
 	for n, i := range open {
 		e := claimEntry(r, l, i)
+		if c.TakeOver[e.EventID] {
+			stored := read.Entries[e.EventID]
+			e.RowInsertedAtMs, e.CreatedAtMs = stored.RowInsertedAtMs, stored.CreatedAtMs
+		}
 		if n >= admit {
 			e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
 			c.Reject = append(c.Reject, e)
 			continue
 		}
 		c.Admit = append(c.Admit, e)
-		admitted = append(admitted, i)
+		if !c.TakeOver[e.EventID] {
+			// A member taken over gets its row of its own after the claim, at the instant its
+			// first claim fixed: where that release's worker, were it still running, writes it.
+			admitted = append(admitted, i)
+		}
 	}
 	// The admitted members' rows go with the claim, in the unit's rows item.
 	if len(admitted) == 0 || !c.HasRoomForRows() {
@@ -420,7 +420,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 		members[i] = mb
 		if e, ok := won[env.EventID]; ok {
 			mb.entry = e
-			mb.state = ledger.State{ClaimWon: true, Readable: true, Status: e.Status, Billed: e.Billed()}
+			mb.state = ledger.State{ClaimWon: true, Status: e.Status, Billed: e.Billed()}
 			continue
 		}
 		e, ok := read.Entries[env.EventID]
@@ -435,7 +435,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 			continue
 		}
 		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
-		mb.state = ledger.State{Readable: true, Status: mb.entry.Status, Billed: mb.entry.Billed()}
+		mb.state = ledger.State{Status: mb.entry.Status, Billed: mb.entry.Billed()}
 		if mb.entry.Status == ledger.Inserting {
 			probe = append(probe, e.RowRef())
 		}
@@ -494,24 +494,16 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 	archiveNeeded := false
 	var insert []*member
 	for _, mb := range members {
-		if mb.foreign {
+		if mb.foreign || mb.failed != nil {
 			continue
 		}
 		st := mb.scenario.Stages
-		if has(st, ledger.StageBill) {
-			// A batch's entries are claimed checkpointed or rejected; nothing else is.
-			return nil, fmt.Errorf("event %s of batch %s: %s: not a batch entry's state: %w", mb.env.EventID, r.batch, mb.scenario.Name, errRetry)
-		}
 		// This delivery archived what it claimed before claiming it; an entry an earlier
 		// delivery claimed has its object rewritten, byte for byte.
 		if has(st, ledger.StageArchive) && (r.archivedKey == "" || mb.entry.ArchiveKey != r.archivedKey) {
 			archiveNeeded = true
 		}
 		markNeeded = markNeeded || has(st, ledger.StageMark)
-		// A row the claim wrote in the unit's rows item is there (one transaction).
-		if has(st, ledger.StageInsert) && !mb.entry.RowInUnit {
-			insert = append(insert, mb)
-		}
 		if len(st) == 0 {
 			w.Metrics.Count(metrics.EventsDuplicate, 1)
 		}
@@ -522,6 +514,16 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 		}
 	}
 	failed := map[string]error{}
+	for _, mb := range members {
+		if mb.failed != nil {
+			failed[mb.env.EventID] = mb.failed
+			continue
+		}
+		// A row the claim wrote in the unit's rows item is there (one transaction).
+		if !mb.foreign && has(mb.scenario.Stages, ledger.StageInsert) && !mb.entry.RowInUnit {
+			insert = append(insert, mb)
+		}
+	}
 	if len(insert) > 0 {
 		if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageInsert}); err != nil {
 			return nil, err
@@ -544,8 +546,7 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			continue
 		}
 		// Claimed by another unit: its own entry says where it re-enters.
-		known := mb.entry
-		one, err := w.processOne(ctx, mb.env, mb.ev, r.account, &known)
+		one, err := w.finishAlone(ctx, mb.env, mb.ev, r.account, mb.entry)
 		res.Events[mb.env.EventID] = one
 		if err != nil {
 			failed[mb.env.EventID] = err
@@ -602,8 +603,9 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 // archiveBatch writes the unit's archive object again (an entry an earlier delivery claimed,
 // whose object this delivery did not write): every member's payload in unit order, each followed
 // by a newline. Its key and bytes derive from the unit alone, so every retry writes the same
-// object; an entry whose recorded location this unit does not lay out fails the unit (it cannot
-// be repaired by retrying, and reaches the DLQ).
+// object. A member whose recorded location this unit does not lay out, and which is not stored,
+// cannot be repaired by retrying: it is failed alone (its message reaches the DLQ, whose alarm
+// calls an operator), and the unit's other members go on.
 func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*member) error {
 	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
 		return err
@@ -613,7 +615,7 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 	stored := map[string]bool{}
 	for _, mb := range members {
 		e := mb.entry
-		if mb.foreign || e.ArchiveKey == "" {
+		if mb.foreign || mb.failed != nil || e.ArchiveKey == "" {
 			continue
 		}
 		if e.ArchiveKey == l.key && e.ArchiveOffset == l.offset[e.EventID] && e.ArchiveLength == int64(len(mb.env.Event)) {
@@ -632,8 +634,9 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 			stored[e.ArchiveKey] = ok
 		}
 		if !ok {
-			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
+			mb.failed = fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
 				r.batch, e.EventID, e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength)
+			w.Log.Error("an entry names an archive object that is not stored", "account", r.account.ID, "eventId", e.EventID, "err", mb.failed)
 		}
 	}
 	if write {
@@ -645,7 +648,7 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 }
 
 // insertBatch writes the rows of the events that need one, in bulk writes of RowChunk rows. A
-// chunk the sink refuses is written row by row through the per-event insert, which quarantines
+// chunk the sink refuses is written row by row through the one-row insert (finish.go), which quarantines
 // the refused row alone (and, after the bound, ends its event UNINSERTABLE). It returns the
 // events left quarantined for another try.
 func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member, res *Result) (map[string]error, error) {
