@@ -151,3 +151,7 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 -include infra/infra.mk
+
+.PHONY: linked
+linked: ## per function: how many internal packages its binary links, and its size (arm64, stripped)
+	scripts/linked.sh
