@@ -8,10 +8,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // A worker disappears: its lease runs out, the sweeper settles the hold as EXPIRED at the usage
@@ -24,7 +24,7 @@ func TestSweeper_ExpiresALapsedLease_AndALateWorkerIsIgnored(t *testing.T) {
 	mustStatus(t, charge(t, h, key, id, "step-1", 12_000), http.StatusOK)
 
 	h.Clock.Advance(holds.LeaseDuration - time.Second)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a live lease was swept: %+v, %v", res, err)
 	}
 	h.Clock.Advance(time.Second)
@@ -45,7 +45,7 @@ func TestSweeper_ExpiresALapsedLease_AndALateWorkerIsIgnored(t *testing.T) {
 		t.Errorf("late settle = %v", s)
 	}
 	wantUsage(t, h, key, 12_000, 0)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Errorf("a second sweep moved something: %+v, %v", res, err)
 	}
 	// The released capacity is usable again.
@@ -61,12 +61,12 @@ func TestSweeper_AChargeRenewsTheLease(t *testing.T) {
 	h.Clock.Advance(90 * time.Second)
 	mustStatus(t, charge(t, h, key, id, "step-1", 1_000), http.StatusOK)
 	h.Clock.Advance(60 * time.Second) // 2.5 min after admission, 1 min after the charge
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a renewed lease was swept: %+v, %v", res, err)
 	}
 	mustStatus(t, charge(t, h, key, id, "step-2", 0), http.StatusOK) // a heartbeat renews too
 	h.Clock.Advance(holds.LeaseDuration - time.Millisecond)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a renewed lease was swept: %+v, %v", res, err)
 	}
 	if hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK); hold["status"] != "RUNNING" {
@@ -84,8 +84,8 @@ func TestSweeper_BoundedRun_TheNextRunContinues(t *testing.T) {
 	for i := range 5 {
 		mustStatus(t, reserve(t, h, key, job(i), 1_000), http.StatusCreated)
 	}
-	h.Fn(resources.FunctionSweeper).Holds.SweepMaxHolds = 3
-	h.Fn(resources.FunctionSweeper).Holds.SweepPageSize = 1
+	h.Sweeper().Holds.SweepMaxHolds = 3
+	h.Sweeper().Holds.SweepPageSize = 1
 	h.Clock.Advance(holds.LeaseDuration)
 	waitForIndex(t, h, func(ids map[string]bool) bool { return len(ids) == 5 })
 
@@ -132,7 +132,7 @@ func TestLease_LastsTwoMinutes(t *testing.T) {
 		t.Errorf("charged 30 s in, the lease runs to %s; want %s", got.Format(time.RFC3339), renewed.Format(time.RFC3339))
 	}
 	h.Clock.Set(renewed.Add(-time.Millisecond))
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("swept a millisecond before two minutes: %+v, %v", res, err)
 	}
 	h.Clock.Set(renewed)
@@ -159,7 +159,7 @@ func TestSweeper_StaleIndexListsARenewedHold_TheReReadKeepsItRunning(t *testing.
 	lag := instrument.NewIndexLag(resources.IndexHoldsByLease)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){lag.Option}})
 	key := h.CreateAccount(t, "acct_stale", "free", nil)
-	svc := h.Fn(resources.FunctionSweeper).Holds
+	svc := h.Sweeper().Holds
 	const pageSize, maxPages = 100, 5
 	svc.SweepPageSize, svc.SweepMaxPages = pageSize, maxPages
 	start := h.Clock.Now()
