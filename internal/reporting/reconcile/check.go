@@ -72,7 +72,7 @@ func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.
 		}
 		log.Warn("closed cycle drifted; listed for review", "meter", *ev.Meter)
 	case OverBilled, UnderBilled:
-		if d.Repair == nil {
+		if d.Review {
 			// Nothing Ferry may send would repair it (a ledger below zero): a person settles it,
 			// and the run says the cycle is not proven.
 			r.Metrics.Count(metrics.ReconcileUnconfirmed, 1, metrics.Dimension{Name: "Provider", Value: provider})
