@@ -2,7 +2,7 @@
 CloudFormation, and IAM enforced the way AWS enforces it on what Ferry's functions call.
 
 It is moto_server.py (the same serialized DynamoDB, transactions with an undo log and idempotent
-ClientRequestTokens) with seven changes, each closing a gap of moto 5.2.5 found while rehearsing
+ClientRequestTokens) with six changes, each closing a gap of moto 5.2.5 found while rehearsing
 the stack; each one is named in docs/deploy-rehearsal.md:
 
 - AWS::SecretsManager::Secret is created by CloudFormation. moto's CloudFormation has no model
@@ -34,8 +34,9 @@ the stack; each one is named in docs/deploy-rehearsal.md:
   which a bucket named by CloudFormation does not have: KeyError 'BucketName' on any update of a
   tagged, unnamed bucket. The property is filled in with the bucket's name, which also tells moto
   (rightly) that nothing requires replacing it.
-- IAM enforcement starts when the driver says so (POST /moto-api/reset-auth, as moto documents):
-  the deployment runs as an administrator would, then every call the functions make is checked.
+
+IAM enforcement starts when the rehearsal says so (moto's own POST /moto-api/reset-auth): the
+deployment runs as an administrator would, then every call the functions make is checked.
 """
 
 import json
