@@ -95,7 +95,8 @@ bootstrap bucket's function zips (a few MB per deploy). Secrets the operator cre
 the stack by ARN (the Kinde client secret, the Stripe API key) are counted where the template
 names them: they are billed to the same account.
 
-The cost per event under traffic is the README's ("Performance"), measured by ` + "`make bench`" + `.
+The cost per event under traffic is in [performance.md](performance.md), measured by
+` + "`make bench`" + `.
 
 `
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Every finding of cfn-lint or checkov the template accepts is accepted on its resource with a

@@ -19,11 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
 // Bounds of the drive.
