@@ -135,6 +135,11 @@ func newCall(method, path string, body any) (*call, error) {
 	return c, nil
 }
 
+// newRawCall makes a mutating call of a JSON body already encoded.
+func newRawCall(method, path string, body []byte) *call {
+	return &call{method: method, path: path, body: body, contentType: "application/json", idempotencyKey: newIdempotencyKey()}
+}
+
 // do sends the call, retrying as the policy allows, and decodes a 2xx answer into out (if not
 // nil). It returns the answer's status.
 func (c *Client) do(ctx context.Context, k *call, out any) (int, error) {

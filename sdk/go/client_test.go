@@ -296,3 +296,22 @@ func TestNew_RefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestEncodeEvents_NoNullData_ExtensionsKept(t *testing.T) {
+	ext := CloudEvent_AdditionalProperties{}
+	if err := ext.FromCloudEvent0("eu-west-1"); err != nil {
+		t.Fatal(err)
+	}
+	evs := []CloudEvent{
+		{Specversion: "1.0", Id: "a", Source: "/s", Type: "t"},
+		{Specversion: "1.0", Id: "b", Source: "/s", Type: "t", Data: map[string]int{"n": 1}, AdditionalProperties: map[string]CloudEvent_AdditionalProperties{"region": ext}},
+	}
+	b, err := encodeEvents(evs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"specversion":"1.0","id":"a","source":"/s","type":"t"},{"specversion":"1.0","id":"b","source":"/s","type":"t","data":{"n":1},"region":"eu-west-1"}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+}

@@ -30,10 +30,11 @@ func prepare(ev *CloudEvent) {
 // counts once. A 402 (*LimitReachedError, *AccountInactiveError) is the advisory gate's answer.
 func (c *Client) SendEvent(ctx context.Context, ev CloudEvent) (*EventAccepted, error) {
 	prepare(&ev)
-	k, err := newCall(http.MethodPost, "/v1/events", ev)
+	body, err := encodeEvents([]CloudEvent{ev}, false)
 	if err != nil {
 		return nil, err
 	}
+	k := newRawCall(http.MethodPost, "/v1/events", body)
 	var out EventAccepted
 	if _, err := c.do(ctx, k, &out); err != nil {
 		return nil, fmt.Errorf("send event %s: %w", ev.Id, err)
@@ -58,10 +59,11 @@ func (c *Client) SendBatch(ctx context.Context, events []CloudEvent) (*BatchAcce
 
 // sendPrepared sends a batch whose events all have their ids.
 func (c *Client) sendPrepared(ctx context.Context, batch []CloudEvent) (*BatchAccepted, error) {
-	k, err := newCall(http.MethodPost, "/v1/events/batch", batch)
+	body, err := encodeEvents(batch, true)
 	if err != nil {
 		return nil, err
 	}
+	k := newRawCall(http.MethodPost, "/v1/events/batch", body)
 	var out BatchAccepted
 	if _, err := c.do(ctx, k, &out); err != nil {
 		return nil, fmt.Errorf("send a batch of %d events (first %s): %w", len(batch), batch[0].Id, err)
