@@ -14,18 +14,22 @@
 # for any text within a line, and a line that is only "…" for any number of lines. A block marked
 # ```text unordered is compared as a set of lines (the README says why its order is a race).
 # The stack must be fresh: the walkthrough creates fixed account ids.
+#
+# WALKTHROUGH_README and WALKTHROUGH_SECTION run another page's section the same way (the SDKs'
+# quick-starts: scripts/sdk-quickstarts.sh); WALKTHROUGH_SHOW=1 prints each compared answer.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 readme=${WALKTHROUGH_README:-$root/README.md}
+section=${WALKTHROUGH_SECTION:-A walkthrough}
 addr=${FERRY_ADDR:-127.0.0.1:8080}
 key=${FERRY_ADMIN_KEY:-dev-admin-key}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # 1. The steps, from the README: NN.sh, and NN.expected (with NN.mode) where the README shows one.
-awk -v dir="$work" '
-	/^## A walkthrough/ { in_section = 1; next }
+awk -v dir="$work" -v section="## $section" '
+	index($0, section) == 1 { in_section = 1; next }
 	in_section && /^## / { in_section = 0 }
 	!in_section { next }
 	/^```/ && !in_block {
@@ -48,7 +52,7 @@ awk -v dir="$work" '
 ' "$readme"
 steps=$(ls "$work"/*.sh 2>/dev/null | wc -l)
 if [ "$steps" -eq 0 ]; then
-	echo "walkthrough: no \`\`\`sh blocks in the walkthrough section of $readme" >&2
+	echo "walkthrough: no \`\`\`sh blocks in the \"$section\" section of $readme" >&2
 	exit 1
 fi
 
@@ -132,6 +136,7 @@ for expected in "$work"/*.expected; do
 	same "$n" && ok=1 || ok=0
 	if [ "$ok" = 1 ]; then
 		echo "walkthrough step $n: ok"
+		if [ "${WALKTHROUGH_SHOW:-}" = 1 ]; then sed 's/^/    /' "$work/$n.actual"; fi
 	else
 		failed=1
 		echo "walkthrough step $n: the answer differs from the README's" >&2
