@@ -149,4 +149,4 @@ done
 if [ "$failed" = 1 ]; then
 	exit 1
 fi
-echo "walkthrough: every answer is the README's ($steps steps against http://$addr)"
+echo "walkthrough: every answer is $(basename "$readme")'s ($steps steps against http://$addr)"

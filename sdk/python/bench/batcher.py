@@ -1,0 +1,100 @@
+"""Measures the sync Batcher's throughput against a running Ferry, side by side with a bare httpx
+client posting the same batches (an id per event and an Idempotency-Key per request, as the
+Batcher sends, so Ferry does the same work for both and the ratio is the client's own cost):
+events per second each way, alternating rounds on fresh
+accounts, and their ratio (the goal is at least 0.9). A program, not a test: make bench-sdk runs
+it against ferry dev.
+
+    FERRY_SDK_STACK_URL=http://127.0.0.1:8080 python bench/batcher.py [events] [rounds]
+"""
+
+import json
+import os
+import secrets
+import statistics
+import sys
+import threading
+import time
+
+import httpx
+
+import ferrymeter
+
+BASE = os.environ["FERRY_SDK_STACK_URL"]
+ADMIN = os.environ.get("FERRY_ADMIN_KEY") or "dev-admin-key"
+EVENTS = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+CONCURRENCY = 2
+
+
+def account(prefix):
+    with ferrymeter.Client(BASE, ADMIN) as op:
+        return op.create_account(f"{prefix}-{secrets.token_hex(4)}", limits={"events": 2 * EVENTS}).apiKey
+
+
+def drain(key):
+    """Waits until the worker has billed every event a side sent, so the next side starts on an
+    idle stack rather than racing the worker for the machine's cores."""
+    with ferrymeter.Client(BASE, key) as c:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if c.usage(feature="events").used == EVENTS:
+                return
+            time.sleep(0.25)
+    raise RuntimeError(f"the worker did not bill {EVENTS} events in time")
+
+
+def run_sdk():
+    key = account("bench-py-sdk")
+    with ferrymeter.Client(BASE, key) as client:
+        start = time.perf_counter()
+        with client.batcher(concurrency=CONCURRENCY) as b:
+            for i in range(EVENTS):
+                b.add({"source": "/bench", "type": "api.call", "data": {"n": i}})
+        rate = EVENTS / (time.perf_counter() - start)
+    drain(key)
+    return rate
+
+
+def run_bare():
+    key = account("bench-py-bare")
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    lock = threading.Lock()
+    cursor = [0]
+    with httpx.Client() as http:
+        def worker():
+            while True:
+                with lock:
+                    first = cursor[0]
+                    if first >= EVENTS:
+                        return
+                    cursor[0] = last = min(first + 100, EVENTS)
+                batch = [{"specversion": "1.0", "id": ferrymeter.new_event_id(), "source": "/bench", "type": "api.call", "data": {"n": i}}
+                         for i in range(first, last)]
+                resp = http.post(f"{BASE}/v1/events/batch", content=json.dumps(batch),
+                                 headers={**headers, "Idempotency-Key": ferrymeter.new_event_id()})
+                if resp.status_code != 202:
+                    raise RuntimeError(f"bare batch: {resp.status_code}")
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(CONCURRENCY)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rate = EVENTS / (time.perf_counter() - start)
+    drain(key)
+    return rate
+
+
+sdk, bare = [], []
+for r in range(ROUNDS):
+    if r % 2 == 0:
+        a, b = run_sdk(), run_bare()
+    else:
+        b, a = run_bare(), run_sdk()
+    sdk.append(a)
+    bare.append(b)
+    print(f"round {r + 1}: batcher {a:.0f} events/s, bare httpx {b:.0f} events/s, ratio {a / b:.2f}")
+s, b = statistics.median(sdk), statistics.median(bare)
+print(f"python: {EVENTS} events a round, {CONCURRENCY} in flight: batcher {s:.0f} events/s, bare httpx {b:.0f} events/s (medians of {ROUNDS} rounds); ratio {s / b:.2f}×")
