@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FERRY_SDK_STACK_URL=http://${FERRY_ADDR:?the stack\'s address}
-events=${SDK_BENCH_EVENTS:-5000}
-rounds=${SDK_BENCH_ROUNDS:-3}
+events=${SDK_BENCH_EVENTS:-3000}
+rounds=${SDK_BENCH_ROUNDS:-4}
 (cd sdk/go && go run ./internal/bench -events "$events" -rounds "$rounds")
 (cd sdk/typescript && node_modules/.bin/tsc -p tsconfig.json && node bench/batcher.mjs "$events" "$rounds")
 PYTHONPATH=sdk/python/src _tools/venv-sdk-python/bin/python sdk/python/bench/batcher.py "$events" "$rounds"

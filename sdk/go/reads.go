@@ -35,7 +35,7 @@ func setQuery[T any](q url.Values, name string, v *T) {
 
 // page is one page of a listing.
 type page[T any] struct {
-	Items []T   `json:"items"`
+	Items []T     `json:"items"`
 	Next  *string `json:"next"`
 }
 

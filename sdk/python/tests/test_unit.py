@@ -337,3 +337,27 @@ def test_version_is_the_apis():
     pyproject = (ROOT / "sdk/python/pyproject.toml").read_text()
     assert re.search(r"^  version: (\S+)$", spec, re.M).group(1) == f.VERSION
     assert re.search(r'^version = "(\S+)"$', pyproject, re.M).group(1) == f.VERSION
+
+
+def test_async_close_sends_the_adds_waiting_for_room():
+    async def run():
+        sent, release = [], asyncio.Event()
+
+        async def handler(request):
+            await release.wait()
+            batch = json.loads(request.content)
+            sent.extend(e["id"] for e in batch)
+            return httpx.Response(202, json={"results": [{"id": e["id"], "status": "queued"} for e in batch]})
+
+        c = f.AsyncClient("http://ferry.test", "fk_test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+        b = c.batcher(max_batch=1, buffer=1, concurrency=1, max_age=3600)
+        adds = [asyncio.create_task(b.add({"source": "/t", "type": "t"})) for _ in range(6)]
+        await asyncio.sleep(0.05)  # one in flight, one in the buffer, the rest waiting for room
+        closing = asyncio.create_task(b.close())
+        await asyncio.sleep(0.05)
+        release.set()
+        await closing
+        # Bounded: an add whose event close left in the buffer would wait for room forever.
+        ids = await asyncio.wait_for(asyncio.gather(*adds), 5)
+        assert sorted(sent) == sorted(ids) and len(ids) == 6
+    asyncio.run(run())

@@ -10,7 +10,7 @@ import { FerryClient, Batcher, newEventId } from "../dist/index.js";
 const base = process.env.FERRY_SDK_STACK_URL;
 const admin = process.env.FERRY_ADMIN_KEY || "dev-admin-key";
 const events = Number(process.argv[2] ?? 5000);
-const rounds = Number(process.argv[3] ?? 3);
+const rounds = Number(process.argv[3] ?? 4);
 const concurrency = 2;
 if (!base) throw new Error("FERRY_SDK_STACK_URL names no stack");
 const op = new FerryClient({ baseUrl: base, apiKey: admin });
@@ -32,6 +32,17 @@ async function drain(key) {
   throw new Error(`the worker did not bill ${events} events in time`);
 }
 
+// Runs a side: its rate, and this process's CPU time per event (µs) — the client's own cost, which
+// the machine's other load changes far less than it changes the rate. Then waits for the worker.
+async function measured(side) {
+  const before = process.cpuUsage();
+  const [rate, key] = await side();
+  const used = process.cpuUsage(before);
+  const cpu = (used.user + used.system) / events;
+  await drain(key);
+  return [rate, cpu];
+}
+
 async function runSdk() {
   const key = await account("bench-ts-sdk");
   const client = new FerryClient({ baseUrl: base, apiKey: key });
@@ -40,8 +51,7 @@ async function runSdk() {
   for (let i = 0; i < events; i++) await b.add({ source: "/bench", type: "api.call", data: { n: i } });
   await b.close();
   const rate = events / ((performance.now() - start) / 1000);
-  await drain(key);
-  return rate;
+  return [rate, key];
 }
 
 async function runBare() {
@@ -61,17 +71,21 @@ async function runBare() {
   }
   await Promise.all(Array.from({ length: concurrency }, worker));
   const rate = events / ((performance.now() - start) / 1000);
-  await drain(key);
-  return rate;
+  return [rate, key];
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const sdk = [], bare = [];
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+// The geometric mean of the rounds' ratios: rounds where either side went first weigh alike.
+const geomean = (xs) => Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / xs.length);
+const sdk = [], bare = [], ratios = [], sdkCpu = [], bareCpu = [];
 for (let r = 0; r < rounds; r++) {
-  let a, b;
-  if (r % 2 === 0) { a = await runSdk(); b = await runBare(); } else { b = await runBare(); a = await runSdk(); }
-  sdk.push(a); bare.push(b);
-  console.log(`round ${r + 1}: batcher ${a.toFixed(0)} events/s, bare fetch ${b.toFixed(0)} events/s, ratio ${(a / b).toFixed(2)}`);
+  let a, b, ac, bc;
+  if (r % 2 === 0) { [a, ac] = await measured(runSdk); [b, bc] = await measured(runBare); } else { [b, bc] = await measured(runBare); [a, ac] = await measured(runSdk); }
+  sdk.push(a); bare.push(b); ratios.push(a / b); sdkCpu.push(ac); bareCpu.push(bc);
+  console.log(`round ${r + 1}: batcher ${a.toFixed(0)} events/s, bare fetch ${b.toFixed(0)} events/s, ratio ${(a / b).toFixed(2)}; client CPU ${ac.toFixed(1)} µs/event vs ${bc.toFixed(1)}`);
 }
-const s = median(sdk), b = median(bare);
-console.log(`typescript: ${events} events a round, ${concurrency} in flight: batcher ${s.toFixed(0)} events/s, bare fetch ${b.toFixed(0)} events/s (medians of ${rounds} rounds); ratio ${(s / b).toFixed(2)}×`);
+console.log(`typescript: client CPU per event: batcher ${median(sdkCpu).toFixed(1)} µs, bare fetch ${median(bareCpu).toFixed(1)} µs (medians)`);
+console.log(`typescript: ${events} events a side, ${concurrency} requests in flight: batcher ${median(sdk).toFixed(0)} events/s, bare fetch ${median(bare).toFixed(0)} events/s (medians of ${rounds} rounds); ratio ${geomean(ratios).toFixed(2)}× (geometric mean of the rounds' ratios)`);

@@ -1,7 +1,7 @@
 // Unit tests of the TypeScript client, run by node's test runner against the compiled library.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { Webhook } from "standardwebhooks";
 import {
   FerryClient, Batcher, BatchError, BufferFullError, BatcherClosedError, ProblemError, LimitReachedError,
@@ -19,7 +19,8 @@ const hangUp = () => { throw new TypeError("fetch failed: socket hang up"); };
 function scripted(...answers) {
   const requests = [];
   const fetch = async (url, init) => {
-    requests.push({ url, method: init.method, headers: init.headers, body: init.body });
+    // A copy: a client that changed its headers between attempts must show it here.
+    requests.push({ url, method: init.method, headers: { ...init.headers }, body: init.body });
     const answer = answers[Math.min(requests.length - 1, answers.length - 1)];
     return answer(url, init);
   };
@@ -266,4 +267,16 @@ test("the library's version is the API's", () => {
   const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
   assert.equal(spec.match(/^  version: (\S+)$/m)[1], VERSION);
   assert.equal(pkg.version, VERSION);
+});
+
+test("the library imports no Node.js built-in (it runs in browsers too)", () => {
+  const dist = new URL("../dist/", import.meta.url);
+  for (const name of readdirSync(dist).filter((f) => f.endsWith(".js"))) {
+    const code = readFileSync(new URL(name, dist), "utf8");
+    const imports = [...code.matchAll(/(?:from|import)\s*\(?\s*["']([^"']+)["']/g)].map((m) => m[1]);
+    for (const spec of imports) {
+      assert.ok(spec.startsWith("./") || spec === "standardwebhooks", `${name} imports ${spec}`);
+    }
+    assert.doesNotMatch(code, /\brequire\(|\bprocess\.|\bBuffer\b/, name);
+  }
 });

@@ -16,10 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	ferry "github.com/ferrymeter/ferry/sdk/go"
@@ -27,7 +29,7 @@ import (
 
 func main() {
 	events := flag.Int("events", 5_000, "events per round and side")
-	rounds := flag.Int("rounds", 3, "rounds; each runs both sides, alternating which goes first")
+	rounds := flag.Int("rounds", 4, "rounds (even, so each side goes first as often); each runs both sides")
 	concurrency := flag.Int("concurrency", ferry.DefaultConcurrency, "batch requests in flight at once, on both sides")
 	flag.Parse()
 	base := os.Getenv("FERRY_SDK_STACK_URL")
@@ -43,31 +45,68 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var sdkRates, bareRates []float64
+	var sdkRates, bareRates, ratios, sdkCPU, bareCPU []float64
 	for r := range *rounds {
-		sides := []func() float64{
-			func() float64 { return runSDK(ctx, op, base, *events, *concurrency) },
-			func() float64 { return runBare(ctx, op, base, *events, *concurrency) },
+		sides := []func() (float64, float64){
+			func() (float64, float64) {
+				return measured(ctx, base, *events, func() (float64, string) { return runSDK(ctx, op, base, *events, *concurrency) })
+			},
+			func() (float64, float64) {
+				return measured(ctx, base, *events, func() (float64, string) { return runBare(ctx, op, base, *events, *concurrency) })
+			},
 		}
 		if r%2 == 1 {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
-		a, b := sides[0](), sides[1]()
+		a, ac := sides[0]()
+		b, bc := sides[1]()
 		if r%2 == 1 {
-			a, b = b, a
+			a, ac, b, bc = b, bc, a, ac
 		}
-		sdkRates, bareRates = append(sdkRates, a), append(bareRates, b)
-		fmt.Printf("round %d: batcher %.0f events/s, bare client %.0f events/s, ratio %.2f\n", r+1, a, b, a/b)
+		sdkRates, bareRates, ratios = append(sdkRates, a), append(bareRates, b), append(ratios, a/b)
+		sdkCPU, bareCPU = append(sdkCPU, ac), append(bareCPU, bc)
+		fmt.Printf("round %d: batcher %.0f events/s, bare client %.0f events/s, ratio %.2f; client CPU %.1f µs/event vs %.1f\n", r+1, a, b, a/b, ac, bc)
 	}
-	s, b := median(sdkRates), median(bareRates)
-	fmt.Printf("go: %d events a round, %d in flight: batcher %.0f events/s, bare client %.0f events/s (medians of %d rounds); ratio %.2f×\n",
-		*events, *concurrency, s, b, *rounds, s/b)
+	fmt.Printf("go: client CPU per event: batcher %.1f µs, bare client %.1f µs (medians)\n", median(sdkCPU), median(bareCPU))
+	fmt.Printf("go: %d events a side, %d requests in flight: batcher %.0f events/s, bare client %.0f events/s (medians of %d rounds); ratio %.2f× (geometric mean of the rounds' ratios)\n",
+		*events, *concurrency, median(sdkRates), median(bareRates), *rounds, geomean(ratios))
 }
 
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
 	return s[len(s)/2]
+}
+
+// measured runs a side and returns its rate and this process's CPU time per event (user and
+// system, in µs): the client's own cost, which the machine's other load changes far less than
+// it changes the rate. Then it waits for the worker to bill the side's events.
+func measured(ctx context.Context, base string, events int, side func() (float64, string)) (float64, float64) {
+	before := cpuTime()
+	rate, key := side()
+	cpu := float64((cpuTime() - before).Microseconds()) / float64(events)
+	drain(ctx, base, key, events)
+	return rate, cpu
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		log.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// geomean is the geometric mean: the ratios of rounds where either side went first weigh alike.
+func geomean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += math.Log(x)
+	}
+	return math.Exp(sum / float64(len(xs)))
 }
 
 // account creates a fresh account with room for the run's events.
@@ -105,9 +144,8 @@ func drain(ctx context.Context, base, key string, events int) {
 	log.Fatalf("the worker did not bill %d events within %s", events, drainWait)
 }
 
-func runSDK(ctx context.Context, op *ferry.Client, base string, events, concurrency int) float64 {
+func runSDK(ctx context.Context, op *ferry.Client, base string, events, concurrency int) (float64, string) {
 	key := account(ctx, op, "bench-go-sdk", events)
-	defer drain(ctx, base, key, events)
 	c, err := ferry.New(ferry.Config{BaseURL: base, APIKey: key})
 	if err != nil {
 		log.Fatal(err)
@@ -125,7 +163,7 @@ func runSDK(ctx context.Context, op *ferry.Client, base string, events, concurre
 	if err := b.Close(ctx); err != nil {
 		log.Fatal(err)
 	}
-	return float64(events) / time.Since(start).Seconds()
+	return float64(events) / time.Since(start).Seconds(), key
 }
 
 // bareEvent is an event as a hand-rolled client would post it.
@@ -141,9 +179,8 @@ type bareEvent struct {
 // ids minted per event and an Idempotency-Key per request (so Ferry does the same work for both
 // sides, and the ratio is the client's own cost), no retries, the same number of requests in
 // flight.
-func runBare(ctx context.Context, op *ferry.Client, base string, events, concurrency int) float64 {
+func runBare(ctx context.Context, op *ferry.Client, base string, events, concurrency int) (float64, string) {
 	key := account(ctx, op, "bench-go-bare", events)
-	defer drain(ctx, base, key, events)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	batches := make(chan []bareEvent)
 	var wg sync.WaitGroup
@@ -183,5 +220,5 @@ func runBare(ctx context.Context, op *ferry.Client, base string, events, concurr
 	}
 	close(batches)
 	wg.Wait()
-	return float64(events) / time.Since(start).Seconds()
+	return float64(events) / time.Since(start).Seconds(), key
 }

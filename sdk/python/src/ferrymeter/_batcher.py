@@ -119,7 +119,7 @@ class Batcher:
         self._slots = threading.Semaphore(concurrency)
         self._failures = _Failures(client, on_failure)
         self._closed = False
-        self._lock = threading.Lock()
+        self._adding = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ferry-batcher", daemon=True)
         self._thread.start()
@@ -127,15 +127,18 @@ class Batcher:
     def add(self, event: dict[str, Any], timeout: float | None = None) -> str:
         """Buffers an event and returns its id (the caller's, or one minted now)."""
         ev = prepare_event(event)
-        if self._closed:
-            raise BatcherClosedError("ferry: the batcher is closed")
-        try:
-            if self._overflow == "error":
-                self._queue.put_nowait(ev)
-            else:
-                self._queue.put(ev, timeout=timeout)
-        except queue.Full:
-            raise BufferFullError("ferry: the batcher's buffer is full") from None
+        # Held while the event goes in, so close (which takes it too) never drains the queue
+        # between an add's check and its put: an event added is always sent or named.
+        with self._adding:
+            if self._closed:
+                raise BatcherClosedError("ferry: the batcher is closed")
+            try:
+                if self._overflow == "error":
+                    self._queue.put_nowait(ev)
+                else:
+                    self._queue.put(ev, timeout=timeout)
+            except queue.Full:
+                raise BufferFullError("ferry: the batcher's buffer is full") from None
         return ev["id"]
 
     def flush(self) -> None:
@@ -148,7 +151,7 @@ class Batcher:
 
     def close(self) -> None:
         """Stops taking events, sends everything it holds, waits, and reports as flush does."""
-        with self._lock:
+        with self._adding:
             if self._closed:
                 raise BatcherClosedError("ferry: the batcher is closed")
             self._closed = True
@@ -231,6 +234,7 @@ class AsyncBatcher:
         self._inflight: set[asyncio.Task[None]] = set()
         self._failures = _Failures(client, on_failure)
         self._closed = False
+        self._adding = 0
         # The batch being filled: taken from the queue, not yet sent. Flush sends it too.
         self._batch: list[dict[str, Any]] = []
         # Set by close: the loop ends (it is never cancelled, so no event taken from the queue
@@ -249,7 +253,12 @@ class AsyncBatcher:
             except asyncio.QueueFull:
                 raise BufferFullError("ferry: the batcher's buffer is full") from None
         else:
-            await self._queue.put(ev)
+            # Counted while it waits for room, so close sends what it puts after close began.
+            self._adding += 1
+            try:
+                await self._queue.put(ev)
+            finally:
+                self._adding -= 1
         return ev["id"]
 
     async def flush(self) -> None:
@@ -270,7 +279,18 @@ class AsyncBatcher:
         self._closed = True
         self._stop.set()
         await self._task
-        await self.flush()
+        failed: list[FailedEvent] = []
+        # Adds that were waiting for room when close began put their events as flush makes room.
+        while True:
+            try:
+                await self.flush()
+            except BatchError as e:
+                failed.extend(e.failed)
+            if self._queue.empty() and self._adding == 0:
+                break
+            await asyncio.sleep(0)
+        if failed:
+            raise BatchError(failed)
 
     async def __aenter__(self) -> "AsyncBatcher":
         return self
