@@ -26,18 +26,17 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/corrections"
-	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/plans"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/reporting/corrections"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
 func TestMain(m *testing.M) {
@@ -197,7 +196,7 @@ func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 	doc := loadDoc(t)
 	declared := map[string]bool{}
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		key := r.Method + " " + r.Path
 		declared[key] = true
 		op := operation(doc, r.Method, r.Path)
@@ -804,12 +803,12 @@ func wantDuplicate(want bool) func(t *testing.T, c *conformanceRun, r exchangeRe
 // settleInbox runs the worker on every due billing event, as the sweep and the nudges do.
 func settleInbox(t *testing.T, c *conformanceRun) {
 	t.Helper()
-	ids, err := c.h.Fn(resources.FunctionInbox).Inbox.Store.Due(context.Background(), c.h.Clock.Now().UnixMilli(), 100)
+	ids, err := c.h.Inbox().Store.Due(context.Background(), c.h.Clock.Now().UnixMilli(), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if _, err := c.h.Fn(resources.FunctionInbox).Inbox.Worker.Process(context.Background(), id); err != nil {
+		if _, err := c.h.Inbox().Worker.Process(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -910,7 +909,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 	run.h = apptest.New(t, apptest.Options{
 		DynamoDB: []func(*dynamodb.Options){faults.Option},
 		Configure: func(h *apptest.Harness) {
-			ingest := h.Fn(resources.FunctionIngest).Ingest
+			ingest := h.Ingest().Ingest
 			run.queue = &switchQueue{Queue: ingest.Queue}
 			ingest.Queue = run.queue
 		},
@@ -988,7 +987,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 func routeMethod(route string) string { return route[:strings.IndexByte(route, ' ')] }
 
 // consoleTable exercises the console's routes: its page and files, signing in and out, its
-// lists, redrive and labs. (Sessions themselves are tested in internal/httpapi; the document
+// lists, redrive and labs. (Sessions themselves are tested in internal/platform/httpapi; the document
 // declares the cookie, the table calls with the operator key.)
 func consoleTable() []exchange {
 	return []exchange{

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs each SDK's quick-start as its page shows it, against the stack at FERRY_ADDR, and fails on
-# any answer that differs: the "Quick-start" section of docs/sdk/<language>.md is read and run by
-# scripts/walkthrough.sh, as the README's walkthrough is (every ```sh block in order in one shell,
-# each compared with the ```text block after it).
+# any answer that differs: docs/sdk/<language>.md is read and run by scripts/walkthrough.sh, as
+# docs/walkthrough.md is (every ```sh block in order in one shell, each compared with the ```text
+# block after it; a page's only ```sh blocks are its quick-start's).
 #
 #   scripts/with-stack.sh scripts/sdk-quickstarts.sh [go] [typescript] [python]
 set -euo pipefail
@@ -12,5 +12,5 @@ langs=("$@")
 [ ${#langs[@]} -gt 0 ] || langs=(go typescript python)
 for lang in "${langs[@]}"; do
 	echo "== the $lang quick-start (docs/sdk/$lang.md)"
-	WALKTHROUGH_README=docs/sdk/$lang.md WALKTHROUGH_SECTION=Quick-start WALKTHROUGH_SHOW=1 scripts/walkthrough.sh
+	WALKTHROUGH_DOC=docs/sdk/$lang.md WALKTHROUGH_SHOW=1 scripts/walkthrough.sh
 done

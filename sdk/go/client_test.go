@@ -209,7 +209,7 @@ func TestDecide_WaitsAndBounds(t *testing.T) {
 // The problem kinds this client knows are exactly the server's: its problem table and its
 // golden answers.
 func TestProblemKinds_MatchServerTable(t *testing.T) {
-	table, err := os.ReadFile("../../internal/httpapi/problem.go")
+	table, err := os.ReadFile("../../internal/platform/httpapi/problem.go")
 	if err != nil {
 		t.Fatal(err)
 	}

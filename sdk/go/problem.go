@@ -15,7 +15,7 @@ const ProblemTypePrefix = "tag:ferrymeter.dev,2026:problem:"
 // Kind is a kind of problem, the last part of its type URI.
 type Kind string
 
-// The kinds of problem Ferry answers (its problem table, internal/httpapi/problem.go).
+// The kinds of problem Ferry answers (its problem table, internal/platform/httpapi/problem.go).
 const (
 	KindInternal             Kind = "internal"
 	KindInvalidRequest       Kind = "invalid-request"

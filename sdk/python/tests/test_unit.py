@@ -119,7 +119,7 @@ def test_decide_backoff_bounds_and_ratelimit_reset():
 
 
 def test_problem_kinds_are_the_servers():
-    table = (ROOT / "internal/httpapi/problem.go").read_text()
+    table = (ROOT / "internal/platform/httpapi/problem.go").read_text()
     slugs = re.findall(r'slug: "([a-z-]+)"', table)
     assert slugs and sorted(slugs) == sorted(f.PROBLEM_KINDS)
     for line in (ROOT / "testdata/golden/problems.golden").read_text().strip().split("\n"):

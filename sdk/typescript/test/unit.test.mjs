@@ -101,7 +101,7 @@ test("decide: exponential backoff with jitter, bounded, RateLimit-Reset honoured
 });
 
 test("problem kinds are the server's: its table and its golden answers", () => {
-  const table = readFileSync(new URL("../../../internal/httpapi/problem.go", import.meta.url), "utf8");
+  const table = readFileSync(new URL("../../../internal/platform/httpapi/problem.go", import.meta.url), "utf8");
   const slugs = [...table.matchAll(/slug: "([a-z-]+)"/g)].map((m) => m[1]);
   assert.ok(slugs.length > 0);
   assert.deepEqual([...slugs].sort(), Object.keys(PROBLEM_KINDS).sort());
