@@ -60,7 +60,8 @@ def run_bare():
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     lock = threading.Lock()
     cursor = [0]
-    with httpx.Client() as http:
+    # A long timeout: a bare client has no retries, and a slow stack must not end the run.
+    with httpx.Client(timeout=60) as http:
         def worker():
             while True:
                 with lock:
