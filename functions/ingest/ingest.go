@@ -26,6 +26,11 @@ type Parts struct {
 func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p }
 
 func build(c *compose.Composer) (*compose.Function, error) {
+	// Earlier releases chose their worker design by this setting; a deployment that still asks
+	// for the retired one is refused rather than given the other.
+	if err := c.RetiredBool(resources.EnvRetiredBatchMode, true, resources.RetiredBatchModeWhy); err != nil {
+		return nil, err
+	}
 	// The advisory gate reads the ledger (is this a retry?) and the budget row; it writes nothing.
 	p := &Parts{Usage: usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.Read)}}
 	p.Ledger = &ledger.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.Read), Usage: p.Usage}

@@ -30,6 +30,11 @@ type Parts struct {
 func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p }
 
 func build(c *compose.Composer) (*compose.Function, error) {
+	// Earlier releases chose their worker design by this setting; a deployment that still asks
+	// for the retired one is refused rather than given the other.
+	if err := c.RetiredBool(resources.EnvRetiredBatchMode, true, resources.RetiredBatchModeWhy); err != nil {
+		return nil, err
+	}
 	p := &Parts{
 		// The worker reads accounts and stamps the first usage; it never touches API keys.
 		Accounts: &accounts.Service{

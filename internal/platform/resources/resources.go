@@ -458,7 +458,19 @@ const (
 	// to Stripe uses the Stripe API settings of inbox.go (EnvStripeAPIKey,
 	// EnvStripeAPIKeySecretARN, EnvStripeAPIBase).
 	EnvReportKinde = "FERRY_REPORT_KINDE" // "true": report usage to Kinde's meters
+
+	// EnvRetiredBatchMode is a setting earlier releases read on the ingest and worker functions
+	// to choose between two worker designs: "true" the design every deployment now runs, anything
+	// else the per-event worker, which was retired. This release uses it for nothing; those two
+	// functions only check it at start (RetiredBatchModeWhy).
+	EnvRetiredBatchMode = "FERRY_BATCH_MODE"
 )
+
+// RetiredBatchModeWhy is what replaced EnvRetiredBatchMode: the ingest and worker functions start
+// with it set to true, the design they run anyway, logging that it is ignored, and refuse to start
+// with any other value, which asks for a worker this release does not have.
+const RetiredBatchModeWhy = "the per-event worker was retired: every deployment runs the one worker design " +
+	"(units of one account's events, claimed and metered in one transaction; docs/performance.md)"
 
 // Environment kinds for EnvVar.
 const (
