@@ -32,6 +32,10 @@ STRIPE_API_BASE ?=
 STRIPE_API_KEY_SECRET_ARN ?=
 # The stack's public URL (its ApiUrl output, or a custom domain), for the console's labs.
 API_URL ?=
+# BATCH_MODE chose the worker design in earlier releases; there is one now. Set, it is passed on
+# as the context key it set, which synthesis refuses with why: an old deploy command is stopped,
+# not run in silence as a design it did not ask for.
+BATCH_MODE ?=
 CDK_FLAGS ?=
 
 CDK := _tools/node_modules/.bin/cdk
@@ -48,7 +52,8 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
 	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
 	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN)) \
-	$(if $(API_URL),-c apiUrl=$(API_URL))
+	$(if $(API_URL),-c apiUrl=$(API_URL)) \
+	$(if $(BATCH_MODE),-c batchMode=$(BATCH_MODE))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
