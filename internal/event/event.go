@@ -63,17 +63,18 @@ func invalid(format string, args ...any) error {
 // wire is a CloudEvent in its JSON format, as the strict decoder reads it. Every other member is
 // an extension attribute.
 type wire struct {
-	SpecVersion     string                    `json:"specversion" jsonbody:"required"`
-	ID              string                    `json:"id" jsonbody:"required"`
-	Source          string                    `json:"source" jsonbody:"required"`
-	Type            string                    `json:"type" jsonbody:"required"`
-	Subject         *string                   `json:"subject"`
-	Time            *string                   `json:"time"`
-	DataContentType *string                   `json:"datacontenttype"`
-	DataSchema      *string                   `json:"dataschema"`
-	Data            jsontext.Value            `json:"data"`
-	DataBase64      *string                   `json:"data_base64"`
-	Extensions      map[string]jsontext.Value `json:",embed"`
+	SpecVersion     string         `json:"specversion" jsonbody:"required"`
+	ID              string         `json:"id" jsonbody:"required"`
+	Source          string         `json:"source" jsonbody:"required"`
+	Type            string         `json:"type" jsonbody:"required"`
+	Subject         *string        `json:"subject"`
+	Time            *string        `json:"time"`
+	DataContentType *string        `json:"datacontenttype"`
+	DataSchema      *string        `json:"dataschema"`
+	Data            jsontext.Value `json:"data"`
+	// An empty data_base64 is an event whose data is zero bytes, a value of its own.
+	DataBase64 *string                   `json:"data_base64" jsonbody:"empty"`
+	Extensions map[string]jsontext.Value `json:",embed"`
 }
 
 // Parse validates one event in its JSON format (structured mode).

@@ -15,13 +15,15 @@ import (
 
 func TestParse_Valid(t *testing.T) {
 	for name, body := range map[string]string{
-		"minimal":           `{"specversion":"1.0","id":"e1","source":"/s","type":"t"}`,
-		"every attribute":   `{"specversion":"1.0","id":"e1","source":"https://example.com/s","type":"t","subject":"sub","time":"2026-11-15T12:00:00.123+01:00","datacontenttype":"application/json","dataschema":"https://example.com/schema","data":{"n":1}}`,
-		"extensions":        `{"specversion":"1.0","id":"e1","source":"/s","type":"t","traceparent":"00-ab","count":7,"flag":true}`,
-		"an emoji id":       `{"specversion":"1.0","id":"emoji-😀","source":"/s","type":"t","data":{"m":"🚀"}}`,
-		"escaped emoji":     `{"specversion":"1.0","id":"\ud83d\ude00","source":"/s","type":"t"}`,
-		"text data":         `{"specversion":"1.0","id":"e1","source":"/s","type":"t","datacontenttype":"text/plain","data":"hello"}`,
-		"base64 data":       `{"specversion":"1.0","id":"e1","source":"/s","type":"t","datacontenttype":"application/octet-stream","data_base64":"AAEC"}`,
+		"minimal":          `{"specversion":"1.0","id":"e1","source":"/s","type":"t"}`,
+		"every attribute":  `{"specversion":"1.0","id":"e1","source":"https://example.com/s","type":"t","subject":"sub","time":"2026-11-15T12:00:00.123+01:00","datacontenttype":"application/json","dataschema":"https://example.com/schema","data":{"n":1}}`,
+		"extensions":       `{"specversion":"1.0","id":"e1","source":"/s","type":"t","traceparent":"00-ab","count":7,"flag":true}`,
+		"an emoji id":      `{"specversion":"1.0","id":"emoji-😀","source":"/s","type":"t","data":{"m":"🚀"}}`,
+		"escaped emoji":    `{"specversion":"1.0","id":"\ud83d\ude00","source":"/s","type":"t"}`,
+		"text data":        `{"specversion":"1.0","id":"e1","source":"/s","type":"t","datacontenttype":"text/plain","data":"hello"}`,
+		"base64 data":      `{"specversion":"1.0","id":"e1","source":"/s","type":"t","datacontenttype":"application/octet-stream","data_base64":"AAEC"}`,
+		"no bytes of data": `{"specversion":"1.0","id":"e1","source":"/s","type":"t","datacontenttype":"application/octet-stream","data_base64":""}`,
+		"empty strings and large numbers in data and extensions": `{"specversion":"1.0","id":"e1","source":"/s","type":"t","note":"","data":{"s":"","n":99999999999999999999}}`,
 		"whitespace around": " \n{\"specversion\":\"1.0\",\"id\":\"e1\",\"source\":\"/s\",\"type\":\"t\"}\n",
 		"a 2 KB prompt":     `{"specversion":"1.0","id":"e1","source":"/s","type":"t","data":{"prompt":"` + strings.Repeat("x", 2048) + `"}}`,
 	} {
@@ -69,7 +71,8 @@ func TestParse_Refused(t *testing.T) {
 		{"a malformed time", `{` + base + `,"id":"e","time":"yesterday"}`, "time must be an RFC 3339 timestamp"},
 		{"no specversion", `{"id":"e","source":"/s","type":"t"}`, `"specversion" is required`},
 		{"an old specversion", `{"specversion":"0.3","id":"e","source":"/s","type":"t"}`, `specversion must be "1.0", not "0.3"`},
-		{"an empty id", `{` + base + `,"id":""}`, "id must be a non-empty string"},
+		{"an empty id", `{` + base + `,"id":""}`, `"id" is required and cannot be empty`},
+		{"an empty subject", `{` + base + `,"id":"e","subject":""}`, `"subject" is empty; leave it out instead`},
 		{"a control character in the id", `{` + base + `,"id":"a\u0001b"}`, "id must not contain control characters or Unicode noncharacters"},
 		{"a noncharacter in the id", `{` + base + `,"id":"a\uffffb"}`, "id must not contain control characters or Unicode noncharacters"},
 		{"a source no URI can hold", `{"specversion":"1.0","id":"e","source":"K<e","type":"t"}`, "source must be a URI-reference"},
