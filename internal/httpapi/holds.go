@@ -1,12 +1,9 @@
 package httpapi
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/jsonbody"
 )
 
 // holdBody is a hold as the API shows it.
@@ -45,9 +42,6 @@ type reserveRequest struct {
 
 // reserveHold is POST /v1/holds: 201 for a new hold, 200 for the hold a repeated key names.
 func (a *API) reserveHold(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req reserveRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
@@ -92,9 +86,6 @@ type chargeBody struct {
 
 // chargeHold is POST /v1/holds/{id}/charges.
 func (a *API) chargeHold(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req chargeRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
@@ -125,9 +116,6 @@ type settleBody struct {
 
 // settleHold is POST /v1/holds/{id}/settle; the body is optional.
 func (a *API) settleHold(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req settleRequest
 	if err := decodeOptionalJSON(r, &req); err != nil {
 		return err
@@ -139,17 +127,4 @@ func (a *API) settleHold(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, settleBody{
 		ID: st.HoldID, Status: st.Status, Used: st.Used, Charged: st.Charged, Released: st.Released,
 	})
-}
-
-// decodeOptionalJSON is decodeJSON for a route whose body may be empty.
-func decodeOptionalJSON(r *http.Request, into any) error {
-	body, err := readBody(r, maxJSONBodyBytes)
-	if err != nil {
-		return err
-	}
-	if jsonbody.Empty(body) {
-		return nil
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return decodeJSON(r, into)
 }

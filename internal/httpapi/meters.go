@@ -49,9 +49,6 @@ type correctionBody struct {
 
 // postCorrection is POST /v1/usage/corrections: an append-only ± row in the corrected cycle.
 func (a *API) postCorrection(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req correctionRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
@@ -91,9 +88,6 @@ type drainBody struct {
 
 // postReport is POST /v1/report: run the reporter now, then drain the Stripe outbox once.
 func (a *API) postReport(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	if err := decodeOptionalEmpty(r); err != nil {
 		return err
 	}
@@ -142,9 +136,6 @@ type reconcileBody struct {
 // postReconcile is POST /v1/reconcile: reconcile one account (and cycle) now, or one page of
 // every account.
 func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req reconcileRequest
 	if err := decodeOptionalJSON(r, &req); err != nil {
 		return err

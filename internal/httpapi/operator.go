@@ -252,9 +252,6 @@ func (a *API) redriveEvent(w http.ResponseWriter, r *http.Request) error {
 	if err := strictQuery(r, nil); err != nil {
 		return err
 	}
-	if err := checkJSON(r); err != nil {
-		return err
-	}
 	var req redriveRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err

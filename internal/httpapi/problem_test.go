@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/idempotency"
 	"github.com/ferrymeter/ferry/internal/ingest"
+	"github.com/ferrymeter/ferry/internal/jsonbody"
 	"github.com/ferrymeter/ferry/internal/ledger"
 	"github.com/ferrymeter/ferry/internal/limits"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -76,6 +78,14 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 		{"account inactive", fmt.Errorf("reserve: %w", accounts.ErrInactive)},
 		{"ingest outcome unknown", fmt.Errorf("%w: %v", ingest.ErrOutcomeUnknown, errors.New("checksum mismatch"))},
 		{"strict body", badRequest(`"amount" is required`)},
+		{"strict body, a route without fields", strictRefusal(`{"all":true}`, &struct{}{})},
+		{"strict body, an empty string", strictRefusal(`{"cycle":""}`, &struct {
+			Cycle string `json:"cycle"`
+		}{})},
+		{"strict body, above 2^53-1", strictRefusal(`{"amount":9007199254740992}`, &struct {
+			Amount int64 `json:"amount"`
+		}{})},
+		{"content coding", checkContentEncoding(&http.Request{Header: http.Header{"Content-Encoding": {"gzip"}}})},
 		{"request head", RequestHeadProblem(400)},
 		{"request head too large", RequestHeadProblem(431)},
 	}
@@ -109,6 +119,11 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 			t.Errorf("line %d:\n got %s\nwant %s", i+1, g, w)
 		}
 	}
+}
+
+// strictRefusal is the answer decodeJSON gives to a body the strict decoder refuses.
+func strictRefusal(body string, into any) error {
+	return badRequest(jsonbody.Decode([]byte(body), into).Error())
 }
 
 // The table answers every kind, and no two kinds share a problem type unless they mean the same
