@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/inbox"
@@ -53,7 +52,7 @@ func NewInboxDev(ctx context.Context, log *slog.Logger) (*InboxDev, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start the local Kinde signer: %w", err)
 		}
-		d.signer = &http.Server{Handler: sign.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		d.signer = NewServer(sign.Handler())
 		go func() { _ = d.signer.Serve(l) }()
 		url := "http://" + l.Addr().String()
 		d.Config.Webhooks.KindeJWKSURL = url + signer.JWKSPath

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/limits"
@@ -60,7 +58,7 @@ func startKindeStandIn(catalog plans.Catalog) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start the Kinde stand-in: %w", err)
 	}
-	srv := &http.Server{Handler: stand, ReadHeaderTimeout: 10 * time.Second}
+	srv := NewServer(stand)
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), nil
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/app"
 	"github.com/ferrymeter/ferry/internal/plans"
@@ -83,7 +82,7 @@ func serveLoopback(h http.Handler) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start a stand-in: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := NewServer(h)
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), nil
 }

@@ -86,6 +86,8 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 			Amount int64 `json:"amount"`
 		}{})},
 		{"content coding", checkContentEncoding(&http.Request{Header: http.Header{"Content-Encoding": {"gzip"}}})},
+		{"gateway request timeout", GatewayProblem(408)},
+		{"gateway body unreadable", GatewayProblem(400)},
 		{"request head", RequestHeadProblem(400)},
 		{"request head too large", RequestHeadProblem(431)},
 	}
