@@ -145,9 +145,6 @@ func (fs fields) byName(name string) (field, bool) {
 }
 
 func (fs fields) names() string {
-	if len(fs) == 0 {
-		return ""
-	}
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		names[i] = f.name
