@@ -225,6 +225,32 @@ func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
 	}
 }
 
+// A CloudEvent's id, type and subject are refused by the document exactly when the parser
+// refuses them for their characters: a control character anywhere, white space at either end
+// (Go's white space, the Unicode set), which the CloudEvents SDK would trim.
+func TestOpenAPI_StatesTheEventAttributeRuleOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	props := doc.Components.Schemas["CloudEvent"].Value.Properties
+	candidates := []string{"ok", "a b", "\ufeffx", "x\ufeff", "é", "evt_1"}
+	for r := rune(0); r <= 0x3000; r++ {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			candidates = append(candidates, "x"+string(r), string(r)+"x", "x"+string(r)+"x")
+		}
+	}
+	for _, attr := range []string{"id", "type", "subject"} {
+		pattern := regexp.MustCompile(props[attr].Value.Pattern)
+		for _, text := range candidates {
+			ev := map[string]string{"specversion": "1.0", "id": "e", "source": "/s", "type": "t"}
+			ev[attr] = text
+			body, _ := json.Marshal(ev)
+			_, err := event.Parse(body)
+			if document, parser := pattern.MatchString(text), err == nil; document != parser {
+				t.Errorf("%s %q: the document accepts it %v, the parser %v (%v)", attr, text, document, parser, err)
+			}
+		}
+	}
+}
+
 // The contract changes of strict input are stated where a client reads them: the decoder's
 // rules, the account status rule with its own problem type, what a 502 and a 503 mean on the
 // event routes, and binary content mode.
