@@ -417,12 +417,17 @@ def _one_content_mode(case):
     the body). A JSON body is generated as the event, so its request is structured and loses any
     ce-* headers (binary mode would make the body the data, which the schema does not describe);
     a body of any other type is binary and gets the missing required attributes (a fresh id each
-    time).
+    time). Schemathesis also sends a body it generated from the `*/*` schema (binary mode's data:
+    `false`, `[]`) as application/json; a valid body that is no JSON object cannot be a
+    structured event, so it is binary too.
     """
     headers = case.headers if case.headers is not None else {}
     ce = [name for name in list(headers) if name.lower().startswith("ce-")]
     media = (case.media_type or "").split(";")[0].strip().lower()
-    if media in ("application/json", "application/cloudevents+json"):
+    meta = getattr(case, "meta", None)
+    negative_body = meta is not None and meta.is_negative_at(ParameterLocation.BODY)
+    structured = isinstance(case.body, dict) or negative_body
+    if media in ("application/json", "application/cloudevents+json") and structured:
         if ce:
             for name in ce:
                 del headers[name]
