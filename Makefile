@@ -100,11 +100,11 @@ HARNESS_SCHEDULES ?= 150
 
 .PHONY: harness
 harness: tools ## the fault harness: seeded schedules, every guard removed, the mutations, a replayed seed
-	FERRY_HARNESS_SCHEDULES=$(HARNESS_SCHEDULES) $(GO) test -count=1 -timeout 30m ./internal/harness/
+	FERRY_HARNESS_SCHEDULES=$(HARNESS_SCHEDULES) $(GO) test -count=1 -timeout 30m ./internal/devkit/harness/
 
 # make fuzz runs every fuzz target for FUZZTIME each, one after another, with FUZZ_PARALLEL
-# workers: one per request body and webhook intake in internal/httpapi (through the whole stack),
-# and the Stripe-Signature header's reading in internal/provider/stripe/webhook. The readable
+# workers: one per request body and webhook intake in internal/platform/httpapi (through the whole stack),
+# and the Stripe-Signature header's reading in internal/webhooks/stripe. The readable
 # seeds are under testdata/fuzz/<body>/ (each target adds them); what go test keeps (inputs that
 # failed) goes to testdata/fuzz/FuzzXxx/ beside the target's package, and is replayed by every
 # plain `go test` from then on.
@@ -112,7 +112,7 @@ FUZZTIME      ?= 30s
 FUZZ_PARALLEL ?= 1
 # Minimizing an input that is merely interesting stops the fuzzing meanwhile; 60 s by default.
 FUZZ_MINIMIZE ?= 5s
-FUZZ_PKGS     := ./internal/httpapi/ ./internal/provider/stripe/webhook/
+FUZZ_PKGS     := ./internal/platform/httpapi/ ./internal/webhooks/stripe/
 
 .PHONY: fuzz
 fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTIME=2m
@@ -132,7 +132,7 @@ build: ## build every function as an arm64 bootstrap under build/<function>/ (BU
 	@for fn in $(FUNCTIONS); do \
 		echo "$(BUILD_DIR)/$$fn/bootstrap"; \
 		GOOS=linux GOARCH=$(BUILD_ARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags="-s -w" \
-			-o $(BUILD_DIR)/$$fn/bootstrap ./functions/$$fn || exit 1; \
+			-o $(BUILD_DIR)/$$fn/bootstrap ./functions/$$fn/bootstrap || exit 1; \
 	done
 
 $(RIE):

@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 )
 
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.
@@ -46,8 +47,8 @@ func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 func startLocalStack(t *testing.T) *devstack.Stack {
 	t.Helper()
 	// The webhook tooling ferry dev has: the local Kinde signer, the dev Stripe secret, the
-	// apply-crash injector (the README's walkthrough sends webhooks and runs the webhooks lab).
-	webhooks, err := devstack.NewInboxDev(context.Background(), apptest.Logger(t))
+	// apply-crash injector (the walkthrough sends webhooks and runs the webhooks lab).
+	webhooks, err := devstack.NewInboxDev(compose.Settings{}, apptest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,19 +26,18 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/ferrymeter/ferry/api"
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/corrections"
-	"github.com/ferrymeter/ferry/internal/event"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/ingest"
-	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/jsonbody"
-	"github.com/ferrymeter/ferry/internal/plans"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/reporting/corrections"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
 func TestMain(m *testing.M) {
@@ -134,9 +133,9 @@ func TestOpenAPI_EveryQuantityARequestTakesIsBoundedAsTheDecoderBoundsIt(t *test
 		t.Errorf("Limit maximum %v, want %d", limit.Max, int64(plans.MaxLimit))
 	}
 	checked := 0
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		op := operation(doc, r.Method, r.Path)
-		if op == nil || op.RequestBody == nil || r.Auth == httpapi.WebhookSignature {
+		if op == nil || op.RequestBody == nil || r.Auth == resources.WebhookSignature {
 			continue
 		}
 		for mt, content := range op.RequestBody.Value.Content {
@@ -194,7 +193,7 @@ func TestOpenAPI_StatesEmptyStringsTheIntegerBoundAndContentCodings(t *testing.T
 	if h := resp.Headers["Accept-Encoding"]; h == nil || h.Value.Schema.Value.Const != "identity" {
 		t.Error("the 415 answer does not document Accept-Encoding: identity")
 	}
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		if r.Method == http.MethodGet {
 			continue
 		}
@@ -305,7 +304,7 @@ func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 	doc := loadDoc(t)
 	declared := map[string]bool{}
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		key := r.Method + " " + r.Path
 		declared[key] = true
 		op := operation(doc, r.Method, r.Path)
@@ -934,12 +933,12 @@ func wantDuplicate(want bool) func(t *testing.T, c *conformanceRun, r exchangeRe
 // settleInbox runs the worker on every due billing event, as the sweep and the nudges do.
 func settleInbox(t *testing.T, c *conformanceRun) {
 	t.Helper()
-	ids, err := c.h.Fn(resources.FunctionInbox).Inbox.Store.Due(context.Background(), c.h.Clock.Now().UnixMilli(), 100)
+	ids, err := c.h.Inbox().Store.Due(context.Background(), c.h.Clock.Now().UnixMilli(), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if _, err := c.h.Fn(resources.FunctionInbox).Inbox.Worker.Process(context.Background(), id); err != nil {
+		if _, err := c.h.Inbox().Worker.Process(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1040,7 +1039,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 	run.h = apptest.New(t, apptest.Options{
 		DynamoDB: []func(*dynamodb.Options){faults.Option},
 		Configure: func(h *apptest.Harness) {
-			ingest := h.Fn(resources.FunctionIngest).Ingest
+			ingest := h.Ingest().Ingest
 			run.queue = &switchQueue{Queue: ingest.Queue}
 			ingest.Queue = run.queue
 		},
@@ -1118,7 +1117,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 func routeMethod(route string) string { return route[:strings.IndexByte(route, ' ')] }
 
 // consoleTable exercises the console's routes: its page and files, signing in and out, its
-// lists, redrive and labs. (Sessions themselves are tested in internal/httpapi; the document
+// lists, redrive and labs. (Sessions themselves are tested in internal/platform/httpapi; the document
 // declares the cookie, the table calls with the operator key.)
 func consoleTable() []exchange {
 	return []exchange{

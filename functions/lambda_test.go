@@ -23,14 +23,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/inbox"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	stripewebhook "github.com/ferrymeter/ferry/internal/provider/stripe/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
-	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
+	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

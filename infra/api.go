@@ -10,8 +10,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // defaultStageName is the stage an HTTP API serves at its root URL.
@@ -40,7 +39,7 @@ var accessLogFields = map[string]string{
 // HTTPAPIProps configures the HTTP API.
 type HTTPAPIProps struct {
 	Config    Config
-	Routes    []httpapi.Route
+	Routes    []resources.Route
 	Functions map[string]awslambda.Function
 }
 
@@ -112,7 +111,7 @@ func NewHTTPAPI(scope constructs.Construct, id string, props *HTTPAPIProps) *HTT
 	awsapigatewayv2.NewHttpRoute(this, jsii.String("DefaultRoute"), &awsapigatewayv2.HttpRouteProps{
 		HttpApi:     api,
 		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
-		Integration: integrationFor(httpapi.DefaultRouteFunction),
+		Integration: integrationFor(resources.DefaultRouteFunction),
 	})
 	return &HTTPAPI{API: api, Stage: stage}
 }

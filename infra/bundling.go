@@ -20,8 +20,12 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// functionsDir holds one main package per Lambda function: functions/<name>/main.go.
+// functionsDir holds one folder per Lambda function: functions/<name>/ composes it, and
+// functions/<name>/bootstrap/ is its main package, the binary Lambda runs.
 const functionsDir = "functions"
+
+// mainDir is the folder of a function's main package, under its own folder.
+const mainDir = "bootstrap"
 
 // goBuildFlags build a small static binary for Lambda's provided.al2023 runtime on Graviton.
 // lambda.norpc leaves out the RPC server only the retired go1.x runtime needed.
@@ -56,12 +60,12 @@ func functionDir(root, name string) string { return filepath.Join(root, function
 // checkFunctionSources reports a function whose folder has no Go code, before CDK would report
 // it as a missing asset or a failed build.
 func checkFunctionSources(root, name string) error {
-	matches, err := filepath.Glob(filepath.Join(functionDir(root, name), "*.go"))
+	matches, err := filepath.Glob(filepath.Join(functionDir(root, name), mainDir, "*.go"))
 	if err != nil {
 		return err
 	}
 	if len(matches) == 0 {
-		return fmt.Errorf("function %q: no Go files in %s; every function in resources.Functions needs a main package there", name, functionDir(root, name))
+		return fmt.Errorf("function %q: no Go files in %s; every function in resources.Functions needs a main package there", name, filepath.Join(functionDir(root, name), mainDir))
 	}
 	return nil
 }
@@ -85,7 +89,7 @@ func (b *goBundler) TryBundle(outputDir *string, _ *awscdk.BundlingOptions) *boo
 }
 
 func (b *goBundler) build(outputDir string) error {
-	args := append(append([]string{}, goBuildFlags...), "-o", filepath.Join(outputDir, "bootstrap"), "./"+functionsDir+"/"+b.name)
+	args := append(append([]string{}, goBuildFlags...), "-o", filepath.Join(outputDir, "bootstrap"), "./"+functionsDir+"/"+b.name+"/"+mainDir)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), goBuildEnv...)

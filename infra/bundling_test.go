@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // TestBundling_BuildsStaticArm64Bootstraps synthesizes with bundling on, as `cdk synth` does,
@@ -87,8 +87,8 @@ func TestSourceDigest_FollowsBuildInputsOnly(t *testing.T) {
 	}
 	write("go.mod", "module "+modulePath+"\n")
 	write("go.sum", "")
-	write("functions/api/main.go", "package main\n")
-	write("internal/ledger/ledger.go", "package ledger\n")
+	write("functions/api/bootstrap/main.go", "package main\n")
+	write("internal/metering/ledger/ledger.go", "package ledger\n")
 	digest := func() string {
 		t.Helper()
 		d, err := sourceDigest(root)
@@ -100,20 +100,20 @@ func TestSourceDigest_FollowsBuildInputsOnly(t *testing.T) {
 	base := digest()
 
 	// Not build inputs: tests, test data, tool folders, other top-level folders.
-	write("internal/ledger/ledger_test.go", "package ledger\n")
-	write("internal/ledger/testdata/fixture.go", "package fixture\n")
+	write("internal/metering/ledger/ledger_test.go", "package ledger\n")
+	write("internal/metering/ledger/testdata/fixture.go", "package fixture\n")
 	write("_tools/node_modules/x/template.go", "package x\n")
 	write("internal/_scratch/x.go", "package x\n")
 	write("cmd/ferry/main.go", "package main\n")
-	write("internal/ledger/README.md", "notes\n")
+	write("internal/metering/ledger/README.md", "notes\n")
 	if got := digest(); got != base {
 		t.Error("digest changed for a file that is not part of any function's build")
 	}
 
 	for _, change := range []struct{ rel, content string }{
-		{"internal/ledger/ledger.go", "package ledger // changed\n"},
-		{"internal/ledger/more.go", "package ledger\n"},
-		{"functions/api/main.go", "package main // changed\n"},
+		{"internal/metering/ledger/ledger.go", "package ledger // changed\n"},
+		{"internal/metering/ledger/more.go", "package ledger\n"},
+		{"functions/api/bootstrap/main.go", "package main // changed\n"},
 		{"go.sum", "example.com/x v1.0.0 h1:x\n"},
 	} {
 		before := digest()

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/provider"
-	kindewebhook "github.com/ferrymeter/ferry/internal/provider/kinde/webhook"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	provider "github.com/ferrymeter/ferry/internal/platform/endpoint"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+	kindewebhook "github.com/ferrymeter/ferry/internal/webhooks/kinde"
 )
 
 // Context keys the app reads (`cdk synth -c stage=prod`, or "context" in cdk.json).

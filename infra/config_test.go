@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func writeFile(t *testing.T, name, content string) string {

@@ -7,20 +7,19 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Definitions are what the stack deploys. The app always uses DefaultDefinitions, the lists in
-// internal/resources and internal/metrics, so a table, queue, function, route or alarm appended
+// internal/platform/resources and internal/platform/metrics, so a table, queue, function, route or alarm appended
 // there is deployed with no change here. Tests pass extended copies to prove exactly that.
 type Definitions struct {
 	Tables    []resources.Table
 	Queues    []resources.Queue
 	Buckets   []resources.Bucket
 	Functions []resources.Function
-	Routes    []httpapi.Route
+	Routes    []resources.Route
 	Alarms    []metrics.Alarm
 }
 
@@ -31,7 +30,7 @@ func DefaultDefinitions() Definitions {
 		Queues:    resources.Queues,
 		Buckets:   resources.Buckets,
 		Functions: resources.Functions,
-		Routes:    httpapi.Routes,
+		Routes:    resources.Routes,
 		Alarms:    metrics.Alarms,
 	}
 }

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestDefaultDefinitions_Valid(t *testing.T) {
@@ -41,13 +40,13 @@ func TestDefinitions_RefusesWhatCannotBeDeployed(t *testing.T) {
 			d.Functions[0].Every = 90 * time.Second
 		}, "whole number of minutes"},
 		{"route to unknown function", func(d *Definitions) {
-			d.Routes = append(d.Routes, httpapi.Route{Method: "GET", Path: "/v1/x", Function: "nope"})
+			d.Routes = append(d.Routes, resources.Route{Method: "GET", Path: "/v1/x", Function: "nope"})
 		}, `unknown function "nope"`},
 		{"duplicate route", func(d *Definitions) {
 			d.Routes = append(d.Routes, d.Routes[0])
 		}, "defined twice"},
 		{"bad method", func(d *Definitions) {
-			d.Routes = append(d.Routes, httpapi.Route{Method: "FETCH", Path: "/v1/x", Function: resources.FunctionAPI})
+			d.Routes = append(d.Routes, resources.Route{Method: "FETCH", Path: "/v1/x", Function: resources.FunctionAPI})
 		}, "method must be one of"},
 		{"unknown secret", func(d *Definitions) {
 			d.Functions[0].Secrets = []string{"FERRY_NOPE_SECRET_ARN"}
@@ -84,7 +83,7 @@ func copyDefinitions(d Definitions) Definitions {
 		Queues:    append([]resources.Queue(nil), d.Queues...),
 		Buckets:   append([]resources.Bucket(nil), d.Buckets...),
 		Functions: append([]resources.Function(nil), d.Functions...),
-		Routes:    append([]httpapi.Route(nil), d.Routes...),
+		Routes:    append([]resources.Route(nil), d.Routes...),
 		Alarms:    append([]metrics.Alarm(nil), d.Alarms...),
 	}
 	for i, f := range out.Functions {

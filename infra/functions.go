@@ -15,7 +15,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // maxScheduleEventAge bounds how late a scheduled invocation may run; EventBridge Scheduler

@@ -9,10 +9,9 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/idempotency"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // fakeRoot makes a module root with a trivial main package for each function, so a test can
@@ -37,7 +36,7 @@ func fakeRoot(t *testing.T, defs Definitions, broken ...string) string {
 		if contains(broken, f.Name) {
 			code = "package main\n\nfunc main() { undefinedCall() }\n"
 		}
-		write(filepath.Join(functionsDir, f.Name, "main.go"), code)
+		write(filepath.Join(functionsDir, f.Name, mainDir, "main.go"), code)
 	}
 	return root
 }
@@ -88,7 +87,7 @@ func grownDefinitions() Definitions {
 		Tables:   map[string]resources.Access{resources.TableLedger: resources.Read},
 		Every:    24 * time.Hour,
 	})
-	d.Routes = append(d.Routes, httpapi.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Auth: httpapi.Account, Idempotency: idempotency.DefaultRetention})
+	d.Routes = append(d.Routes, resources.Route{Method: "POST", Path: "/v1/widgets", Function: resources.FunctionAPI, Auth: resources.Account, Idempotency: idempotency.DefaultRetention})
 	d.Alarms = append(d.Alarms, metrics.Alarm{Metric: "WidgetsDead", Threshold: 1, Description: "A widget is DEAD."})
 	return d
 }
@@ -193,7 +192,7 @@ func TestStack_AFunctionWithOneRouteAndOneTable_IsDeployedFromTheDefinitions(t *
 			resources.TableIdempotency: resources.ReadWrite,
 		},
 	})
-	route := httpapi.Route{Method: "POST", Path: "/v1/gadgets", Function: "gadgets", Auth: httpapi.Account, Idempotency: idempotency.DefaultRetention}
+	route := resources.Route{Method: "POST", Path: "/v1/gadgets", Function: "gadgets", Auth: resources.Account, Idempotency: idempotency.DefaultRetention}
 	d.Routes = append(d.Routes, route)
 	s := synthWith(t, map[string]any{}, d, fakeRoot(t, d), false)
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // These tests cover where usage holds read limits from: the limitsSource context, the Kinde

@@ -1,6 +1,6 @@
 // Command infra is Ferry's AWS CDK app. `cdk synth` / `cdk deploy` run it (cdk.json at the
 // repository root); `make synth` and `make deploy` wrap those. Everything it deploys is derived
-// from internal/resources and internal/metrics, and its settings come from CDK context:
+// from internal/platform/resources and internal/platform/metrics, and its settings come from CDK context:
 //
 //	cdk deploy -c stage=prod -c alarmEmail=ops@example.com -c plansFile=plans.json
 //

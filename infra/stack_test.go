@@ -13,13 +13,12 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/ferrymeter/ferry/internal/httpapi"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // These tests walk the definition lists, so a table, queue, bucket, function, route or alarm
-// added to internal/resources or internal/metrics is checked here with no change to the tests.
+// added to internal/platform/resources or internal/platform/metrics is checked here with no change to the tests.
 
 func keySchema(pk resources.Attribute, sk *resources.Attribute) []any {
 	keys := []any{object{"AttributeName": pk.Name, "KeyType": "HASH"}}
@@ -628,9 +627,9 @@ func TestAPI_EveryRouteIntegratedWithItsFunction(t *testing.T) {
 	check(t, func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), like(object{"ProtocolType": "HTTP"}))
 		// Every declared route, and $default.
-		s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(httpapi.Routes)+1))
+		s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(resources.Routes)+1))
 	})
-	for _, r := range httpapi.Routes {
+	for _, r := range resources.Routes {
 		t.Run(r.Method+" "+r.Path, func(t *testing.T) {
 			assertRoute(t, s, r)
 		})
@@ -640,7 +639,7 @@ func TestAPI_EveryRouteIntegratedWithItsFunction(t *testing.T) {
 // Requests no route matches reach the function that answers them with problem documents.
 func TestAPI_DefaultRouteGoesToTheDefaultFunction(t *testing.T) {
 	s := synthStage(t, dev)
-	fnID := functionID(t, s, httpapi.DefaultRouteFunction)
+	fnID := functionID(t, s, resources.DefaultRouteFunction)
 	routeID := s.id(t, "AWS::ApiGatewayV2::Route", object{"RouteKey": "$default"})
 	route := props(s.json["Resources"].(object)[routeID].(object))
 	integration := props(s.json["Resources"].(object)[refs(route["Target"])[0]].(object))
@@ -649,7 +648,7 @@ func TestAPI_DefaultRouteGoesToTheDefaultFunction(t *testing.T) {
 	}
 }
 
-func assertRoute(t *testing.T, s *synthesized, r httpapi.Route) {
+func assertRoute(t *testing.T, s *synthesized, r resources.Route) {
 	t.Helper()
 	fnID := functionID(t, s, r.Function)
 	routeID := s.id(t, "AWS::ApiGatewayV2::Route", object{"RouteKey": r.Method + " " + r.Path})

@@ -1,33 +1,30 @@
 #!/usr/bin/env bash
-# Runs the README's walkthrough against a running Ferry and fails on any answer that differs from
-# the one the README shows.
+# Runs the walkthrough (docs/walkthrough.md) against a running Ferry and fails on any answer that
+# differs from the one the document shows.
 #
 #   make run &                       # in another terminal: the stack on 127.0.0.1:8080
 #   scripts/walkthrough.sh           # FERRY_ADDR=127.0.0.1:18080 for another address
 #
-# The walkthrough is read from README.md itself, so the two cannot drift: in its "A walkthrough"
-# section every ```sh block is run, in order, in one shell (so KEY, HOLD… carry over), against
+# The walkthrough is read from docs/walkthrough.md itself, so the two cannot drift: every ```sh
+# block of the document is run, in order, in one shell (so KEY, HOLD… carry over), against
 # http://$FERRY_ADDR with the operator key $FERRY_ADMIN_KEY; the ```text block that follows a
 # command block is its expected answer. Before comparing, ids, keys, times, cycles and measured
 # durations are masked on both sides, runs of spaces folded and blank lines dropped; only standard
 # output is compared (standard error is shown when a step fails). In the expected answer "…" stands
 # for any text within a line, and a line that is only "…" for any number of lines. A block marked
-# ```text unordered is compared as a set of lines (the README says why its order is a race).
+# ```text unordered is compared as a set of lines (the document says why its order is a race).
 # The stack must be fresh: the walkthrough creates fixed account ids.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-readme=${WALKTHROUGH_README:-$root/README.md}
+doc=${WALKTHROUGH_DOC:-$root/docs/walkthrough.md}
 addr=${FERRY_ADDR:-127.0.0.1:8080}
 key=${FERRY_ADMIN_KEY:-dev-admin-key}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# 1. The steps, from the README: NN.sh, and NN.expected (with NN.mode) where the README shows one.
+# 1. The steps, from the document: NN.sh, and NN.expected (with NN.mode) where it shows one.
 awk -v dir="$work" '
-	/^## A walkthrough/ { in_section = 1; next }
-	in_section && /^## / { in_section = 0 }
-	!in_section { next }
 	/^```/ && !in_block {
 		in_block = 1; info = substr($0, 4); lines = ""; next
 	}
@@ -45,15 +42,15 @@ awk -v dir="$work" '
 		next
 	}
 	in_block { lines = lines $0 "\n" }
-' "$readme"
+' "$doc"
 steps=$(ls "$work"/*.sh 2>/dev/null | wc -l)
 if [ "$steps" -eq 0 ]; then
-	echo "walkthrough: no \`\`\`sh blocks in the walkthrough section of $readme" >&2
+	echo "walkthrough: no \`\`\`sh blocks in $doc" >&2
 	exit 1
 fi
 
 # 2. How an answer is compared, after masking what differs on every run: same() says whether
-# step NN's answer is the README's.
+# step NN's answer is the document's.
 lib="$work/compare.bash"
 cat > "$lib" <<'LIB'
 mask() {
@@ -103,7 +100,7 @@ LIB
 
 # 3. Run every step in one shell, against this stack, from the repository root. A step that
 # waits for the stack's asynchronous work (a line starting with `sleep`) and whose answer is not
-# yet the README's is run again, up to $WALKTHROUGH_RETRIES times: a slow machine or a slow
+# yet the document's is run again, up to $WALKTHROUGH_RETRIES times: a slow machine or a slow
 # emulator may stretch the wait, never change the answer. (Those steps only read, or repeat a
 # request under the same Idempotency-Key.)
 retries=${WALKTHROUGH_RETRIES:-30}
@@ -134,9 +131,9 @@ for expected in "$work"/*.expected; do
 		echo "walkthrough step $n: ok"
 	else
 		failed=1
-		echo "walkthrough step $n: the answer differs from the README's" >&2
+		echo "walkthrough step $n: the answer differs from the document's" >&2
 		echo "--- the command" >&2; cat "$work/$n.sh" >&2
-		echo "--- the README's answer (masked)" >&2; cat "$work/$n.want" >&2
+		echo "--- the document's answer (masked)" >&2; cat "$work/$n.want" >&2
 		echo "--- this stack's answer (masked)" >&2; cat "$work/$n.got" >&2
 		if [ -s "$work/$n.stderr" ]; then echo "--- its standard error" >&2; cat "$work/$n.stderr" >&2; fi
 	fi
@@ -144,4 +141,4 @@ done
 if [ "$failed" = 1 ]; then
 	exit 1
 fi
-echo "walkthrough: every answer is the README's ($steps steps against http://$addr)"
+echo "walkthrough: every answer is the document's ($steps steps against http://$addr)"

@@ -9,11 +9,11 @@ import (
 	"io"
 	"strings"
 
-	"github.com/ferrymeter/ferry/internal/bench"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/lab"
-	"github.com/ferrymeter/ferry/internal/operate"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/bench"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/operator/lab"
+	"github.com/ferrymeter/ferry/internal/operator/operate"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/analytics"
-	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/ledger"
-	"github.com/ferrymeter/ferry/internal/resources"
+	workerfn "github.com/ferrymeter/ferry/functions/worker"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 )
 
 // Where the console's browser test finds what it drives.
@@ -68,32 +68,31 @@ func TestConsole_InABrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), browserTestLimit)
 	defer cancel()
-	log := app.NewLogger(&testLog{t})
+	log := compose.NewLogger(&testLog{t})
 	catalog, err := devstack.CatalogFromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits, err := devstack.LimitsFromEnv(ctx, catalog, log)
+	env := compose.SettingsFromEnv()
+	settings, standIns, err := devstack.ProviderStandIns(env, catalog, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	meters, standIns, err := devstack.MetersFromEnv(ctx, catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webhooks, err := devstack.NewInboxDev(ctx, log)
+	webhooks, err := devstack.NewInboxDev(env, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer webhooks.Close()
 	opts := devstack.StackOptions{
 		Addr: "127.0.0.1:0", OperatorKey: devstack.DefaultAdminKey, Prefix: "console-" + fmt.Sprint(time.Now().UnixNano()),
-		Log: log, Catalog: &catalog, Limits: limits, Meters: meters,
+		Log: log, Catalog: &catalog, Settings: settings,
 		// An analytics table that refuses rows of more than one dimension, at the first refusal:
 		// the event the test sends with two ends UNINSERTABLE, billed and archived.
-		Configure: func(c *app.Config) {
-			c.Schema = analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
-			c.MaxQuarantines = 1
+		Adjust: func(fn *compose.Function) {
+			if p := workerfn.PartsOf(fn); p != nil {
+				p.Worker.Schema = analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
+				p.Worker.MaxQuarantines = 1
+			}
 		},
 	}
 	webhooks.Apply(&opts)
@@ -132,7 +131,7 @@ func TestConsole_InABrowser(t *testing.T) {
 	if status, body := do("POST", "/v1/events", key, event); status != http.StatusAccepted {
 		t.Fatalf("send event: %d %v", status, body)
 	}
-	ledgerStore := stack.Function(resources.FunctionAPI).Ledger
+	ledgerStore := stack.API().Ledger
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e, err := ledgerStore.Get(ctx, "acct_console", "evt_wide")

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ferrymeter/ferry/internal/app"
-	"github.com/ferrymeter/ferry/internal/cloud"
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/operate"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/operator/operate"
+	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // EnvAddr names the environment variable for ferry dev's listen address (and the labs' and the
@@ -36,30 +36,29 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	operatorKey := envOr(resources.EnvAdminKey, devstack.DefaultAdminKey)
-	log := app.NewLogger(stderr)
+	log := compose.NewLogger(stderr)
 	// The catalog FERRY_PLANS names, as the functions read it.
 	catalog, err := devstack.CatalogFromEnv()
 	if err != nil {
 		return err
 	}
-	limits, err := devstack.LimitsFromEnv(ctx, catalog, log)
-	if err != nil {
-		return err
-	}
-	meters, standIns, err := devstack.MetersFromEnv(ctx, catalog)
+	// The functions read the settings the environment gives, as in AWS, with stand-ins for the
+	// providers it names none of.
+	env := compose.SettingsFromEnv()
+	settings, standIns, err := devstack.ProviderStandIns(env, catalog, log)
 	if err != nil {
 		return err
 	}
 	// The webhook tooling: a local Kinde signer and a dev Stripe secret unless the environment
 	// names real ones, and the apply-crash injector the webhooks lab kills one apply with.
-	webhooks, err := devstack.NewInboxDev(ctx, log)
+	webhooks, err := devstack.NewInboxDev(env, log)
 	if err != nil {
 		return err
 	}
 	defer webhooks.Close()
 	opts := devstack.StackOptions{
 		Addr: *addr, OperatorKey: operatorKey, Prefix: *prefix, External: cloud.EndpointsFromEnv(), Log: log,
-		Catalog: &catalog, Limits: limits, Meters: meters,
+		Catalog: &catalog, Settings: settings,
 	}
 	webhooks.Apply(&opts)
 	stack, err := devstack.Start(ctx, opts)

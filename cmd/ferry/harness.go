@@ -14,9 +14,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
-	"github.com/ferrymeter/ferry/internal/harness"
-	"github.com/ferrymeter/ferry/internal/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/harness"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 )
 
 // listFlag is a flag that may be given more than once (or as a comma-separated list).

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/devstack"
-	"github.com/ferrymeter/ferry/internal/inbox/deliver"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/operator/deliver"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // runWebhooks is `ferry webhooks send kinde|stripe …`: sign a delivery the way the provider

@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/cycle"
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/accounts/cycle"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
 
 // Status of an account.

@@ -9,8 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	. "github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

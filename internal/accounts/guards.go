@@ -3,8 +3,8 @@ package accounts
 import (
 	"fmt"
 
-	"github.com/ferrymeter/ferry/internal/dynamo"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Guards are the condition clauses the account writes carry, each with what it keeps.

@@ -6,10 +6,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/instrument"
-	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // crashNext injects fault into the next TransactWriteItems call only.
@@ -116,11 +115,11 @@ func TestSweeper_CrashAfterExpiring_NextRunMovesNothing(t *testing.T) {
 	waitForIndex(t, h, func(ids map[string]bool) bool { return ids[id] })
 
 	faults.SetPlan(crashNext(instrument.CrashAfter))
-	if _, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err == nil {
+	if _, err := h.Sweeper().Holds.Sweep(t.Context()); err == nil {
 		t.Fatal("the crashed sweep reported no failure")
 	}
 	faults.SetPlan(nil)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Errorf("the next sweep: %+v, %v", res, err)
 	}
 	hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK)

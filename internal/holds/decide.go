@@ -1,8 +1,8 @@
 package holds
 
 import (
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
 )
 
 // Admission is the decision on one reservation.

@@ -3,8 +3,8 @@ package holds
 import (
 	"testing"
 
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
 )
 
 func ptr(n int64) *int64 { return &n }

@@ -1,8 +1,8 @@
 package holds
 
 import (
-	"github.com/ferrymeter/ferry/internal/dynamo"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Guards are the condition clauses the holds table's writes carry, each with what it keeps.

@@ -12,10 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/resources"
-	"github.com/ferrymeter/ferry/internal/testenv"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -112,7 +112,7 @@ func sweep(t *testing.T, h *apptest.Harness, want int) holds.SweepResult {
 	const maxRuns = 20
 	var total holds.SweepResult
 	for run := range maxRuns {
-		res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(context.Background())
+		res, err := h.Sweeper().Holds.Sweep(context.Background())
 		if err != nil {
 			t.Fatalf("sweep: %v", err)
 		}
@@ -138,7 +138,7 @@ func lapsedIDs(t *testing.T, h *apptest.Harness) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
 	for shard := range resources.HoldsLeaseShards {
-		refs, err := h.Fn(resources.FunctionSweeper).Holds.Store.LapsedLeases(context.Background(), shard, h.Clock.Now().UnixMilli(), 100, 10)
+		refs, err := h.Sweeper().Holds.Store.LapsedLeases(context.Background(), shard, h.Clock.Now().UnixMilli(), 100, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

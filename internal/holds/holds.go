@@ -19,8 +19,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/problem"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
 
 // Limits of the holds, with their units.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/httpapi"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
 )
 
 // Scenario 1: five jobs of 40,000 start at the same moment against a limit of 100,000. Holds

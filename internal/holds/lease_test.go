@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/resources"
 )
 
 // A worker disappears: its lease runs out, the sweeper settles the hold as EXPIRED at the usage
@@ -20,7 +19,7 @@ func TestSweeper_ExpiresALapsedLease_AndALateWorkerIsIgnored(t *testing.T) {
 	mustStatus(t, charge(t, h, key, id, "step-1", 12_000), http.StatusOK)
 
 	h.Clock.Advance(holds.LeaseDuration - time.Second)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a live lease was swept: %+v, %v", res, err)
 	}
 	h.Clock.Advance(time.Second)
@@ -41,7 +40,7 @@ func TestSweeper_ExpiresALapsedLease_AndALateWorkerIsIgnored(t *testing.T) {
 		t.Errorf("late settle = %v", s)
 	}
 	wantUsage(t, h, key, 12_000, 0)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Errorf("a second sweep moved something: %+v, %v", res, err)
 	}
 	// The released capacity is usable again.
@@ -57,12 +56,12 @@ func TestSweeper_AChargeRenewsTheLease(t *testing.T) {
 	h.Clock.Advance(90 * time.Second)
 	mustStatus(t, charge(t, h, key, id, "step-1", 1_000), http.StatusOK)
 	h.Clock.Advance(60 * time.Second) // 2.5 min after admission, 1 min after the charge
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a renewed lease was swept: %+v, %v", res, err)
 	}
 	mustStatus(t, charge(t, h, key, id, "step-2", 0), http.StatusOK) // a heartbeat renews too
 	h.Clock.Advance(holds.LeaseDuration - time.Millisecond)
-	if res, err := h.Fn(resources.FunctionSweeper).Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
 		t.Fatalf("a renewed lease was swept: %+v, %v", res, err)
 	}
 	if hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK); hold["status"] != "RUNNING" {
@@ -80,8 +79,8 @@ func TestSweeper_BoundedRun_TheNextRunContinues(t *testing.T) {
 	for i := range 5 {
 		mustStatus(t, reserve(t, h, key, job(i), 1_000), http.StatusCreated)
 	}
-	h.Fn(resources.FunctionSweeper).Holds.SweepMaxHolds = 3
-	h.Fn(resources.FunctionSweeper).Holds.SweepPageSize = 1
+	h.Sweeper().Holds.SweepMaxHolds = 3
+	h.Sweeper().Holds.SweepPageSize = 1
 	h.Clock.Advance(holds.LeaseDuration)
 	waitForIndex(t, h, func(ids map[string]bool) bool { return len(ids) == 5 })
 

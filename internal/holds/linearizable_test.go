@@ -10,7 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 )
 
 // budgetOp is one call on an account's holds budget, as a history records it.

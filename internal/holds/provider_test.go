@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/apptest"
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/provider/kinde"
-	"github.com/ferrymeter/ferry/internal/provider/kinde/standin"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	standin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/platform/kinde"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // withKinde builds a harness whose limits come from a Kinde stand-in.
@@ -26,7 +26,7 @@ func withKinde(t *testing.T) (*apptest.Harness, *standin.Server) {
 			t.Fatal(err)
 		}
 		fn := h.Fn(resources.FunctionHolds)
-		fn.Holds.Limits = &limits.Cached{Fetch: client, Metrics: fn.Metrics, Log: fn.Log, Now: fn.Now}
+		h.Holds().Holds.Limits = &limits.Cached{Fetch: client, Metrics: fn.Metrics, Log: fn.Log, Now: fn.Now}
 	}})
 	return h, stand
 }

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/limits"
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/plans"
-	"github.com/ferrymeter/ferry/internal/ratelimit"
-	"github.com/ferrymeter/ferry/internal/retry"
-	"github.com/ferrymeter/ferry/internal/usage"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/holds/limits"
+	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
 // ErrCancelled is what the Store returns when a transaction was cancelled: one of its

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferrymeter/ferry/internal/metrics"
-	"github.com/ferrymeter/ferry/internal/resources"
+	"github.com/ferrymeter/ferry/internal/platform/metrics"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Sweep bounds. A run reads at most defaultSweepMaxPages pages of defaultSweepPageSize lapsed

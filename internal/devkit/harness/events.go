@@ -1,0 +1,600 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/archive"
+	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/worker"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+)
+
+// Limits of an events schedule.
+const (
+	maxEvents = 8
+	// maxSendAttempts bounds a client's retries of one event at the front door.
+	maxSendAttempts = 6
+	// maxQuietDeliveries bounds the deliveries an event may need once faults are over, per
+	// delivery of it still running then: a clean system finishes any event in one (two if a
+	// redelivery raced it).
+	maxQuietDeliveries = 3
+	// receiveBatch and receiveHold: the harness takes queued messages off SQS into its own
+	// pool, where it decides their deliveries; hold keeps them from coming back by themselves.
+	receiveBatch = 10
+	receiveHold  = 12 * 60 * 60
+)
+
+// Events is the event billing pipeline: clients send events through ingest (the advisory gate
+// and SQS), or straight onto the queue; the worker bills, archives, inserts and marks each, with
+// deliveries duplicated, reordered and run concurrently, writes crashed before and after they
+// commit, transactions cancelled by conflicts, throttles, S3 and SQS errors, and the worker
+// killed between any two steps.
+//
+// Invariants, per account: every event a client was told is queued ends in the ledger, and
+// every entry ends terminal (INSERTED, REJECTED with its reason); the meter equals the
+// checkpointed events and never passes the cap — a capped account bills exactly
+// min(limit, events), so no event is rejected while there is room; every INSERTED event is
+// billed, its payload archived byte for byte, with its analytics row; no REJECTED event is
+// billed.
+//
+// With Packed, it is the batch-mode pipeline (FERRY_BATCH_MODE): the events reach the queue
+// packed several to a message (event.Packed, as the batch route queues them), the worker claims,
+// bills and archives each message's events together (internal/metering/worker/batch.go), and some events
+// also travel alone or in both messages, so that a batch meets events another unit claimed. The
+// invariants are the same; an INSERTED event's payload is then a byte range of its batch's
+// archive object.
+type Events struct {
+	Packed bool
+}
+
+// Name implements Pipeline.
+func (p *Events) Name() string {
+	if p.Packed {
+		return "events-batch"
+	}
+	return "events"
+}
+
+type eventsState struct {
+	acct  accounts.Account
+	plan  string
+	limit int64
+	// raised is the limit an operator raises the account to during the schedule (0: none);
+	// reactivate: an operator reactivates the inactive account.
+	raised     int64
+	reactivate bool
+	inactive   bool
+	viaIngest  bool
+	ids        []string
+	bodies     map[string][]byte // the events as clients send them
+	// queued are the events that reached the queue: a client was told so (202), or the
+	// harness put them there.
+	queued map[string]bool
+	// deliveries counts deliveries per event, and quiet those made once faults were over.
+	deliveries map[string]int
+	quiet      map[string]int
+	// running counts the deliveries of each message running now; chains is how many were
+	// running (with the new one) when its first delivery after the faults was made.
+	running, chains map[string]int
+	// entries are the last ledger entries seen after a write, by event id.
+	entries map[string]ledger.Entry
+}
+
+// Start implements Pipeline.
+func (p *Events) Start(ctx context.Context, s *Schedule) error {
+	r := s.Rand
+	st := &eventsState{bodies: map[string][]byte{}, queued: map[string]bool{}, deliveries: map[string]int{}, quiet: map[string]int{},
+		running: map[string]int{}, chains: map[string]int{},
+		entries: map[string]ledger.Entry{}}
+	s.State = st
+	n := 2 + r.IntN(maxEvents-1)
+	st.plan = []string{"free", "free", "free", "plus", "internal"}[r.IntN(5)]
+	st.limit = int64(r.IntN(n + 1))
+	st.inactive = st.plan == "plus" && r.IntN(4) == 0
+	switch {
+	case st.inactive && r.IntN(2) == 0:
+		st.reactivate = true
+	case st.plan == "free" && r.IntN(3) == 0:
+		st.raised = st.limit + 1 + int64(r.IntN(n))
+	}
+	st.viaIngest = !p.Packed && r.IntN(3) == 0
+	in := accounts.CreateInput{
+		ID: fmt.Sprintf("acct_e%d", s.Seed), Plan: st.plan, Status: accounts.Active,
+		Limits: map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.limit)},
+	}
+	if st.inactive {
+		in.Status = accounts.Inactive
+	}
+	acct, _, err := s.Env.API().Accounts.Create(ctx, in)
+	if err != nil {
+		return fmt.Errorf("create account: %w", err)
+	}
+	st.acct = acct
+	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, fault rate %.2f",
+		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, s.FaultRate)
+	if st.raised > 0 || st.reactivate {
+		p.operate(s, st)
+	}
+	p.watchTerminal(s, st)
+	for i := range n {
+		id := fmt.Sprintf("evt_%02d", i)
+		st.ids = append(st.ids, id)
+		st.bodies[id] = []byte(fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/harness","type":"api.call","data":{"i":%d}}`, id, i))
+	}
+	installHook(s.Env)
+	if st.viaIngest {
+		for _, id := range st.ids {
+			copies := 1 + r.IntN(2) // a client that sends twice (a retry of its own, a second SDK)
+			for range copies {
+				p.produce(ctx, s, st, id)
+			}
+		}
+		return nil
+	}
+	if p.Packed {
+		msgs, err := p.pack(s, st)
+		if err != nil {
+			return err
+		}
+		// Some schedules hand the worker invocations of several messages, which it coalesces
+		// into units (Worker.Coalesce, as batch mode runs it): units made of several messages
+		// meet the faults too.
+		coalesce := r.IntN(2) == 0
+		s.Env.Worker().Worker.Coalesce = coalesce
+		if coalesce {
+			s.Count("coalesced-invocations")
+			p.deliverInvocations(s, st, msgs)
+			return nil
+		}
+		for _, m := range msgs {
+			p.deliver(s, st, m)
+		}
+		return nil
+	}
+	var msgs []string
+	for _, id := range st.ids {
+		ev, err := event.Parse(st.bodies[id])
+		if err != nil {
+			return err
+		}
+		body, err := event.EncodeEnvelope(event.Envelope{AccountID: acct.ID, EventID: id, ReceivedAtMs: s.Env.Clock.Now().UnixMilli(), Event: ev.Canonical})
+		if err != nil {
+			return err
+		}
+		st.queued[id] = true
+		msgs = append(msgs, body)
+		if r.IntN(2) == 0 {
+			s.Count("duplicate-delivery")
+			msgs = append(msgs, body)
+		}
+	}
+	for _, m := range msgs {
+		p.deliver(s, st, m)
+	}
+	return nil
+}
+
+// pack queues the events in one or two packed messages, as the batch route does: each event in
+// one of them, some in both, and some also alone (a client that sent it by itself first); each
+// message may be delivered twice.
+func (p *Events) pack(s *Schedule, st *eventsState) ([]string, error) {
+	r := s.Rand
+	now := s.Env.Clock.Now().UnixMilli()
+	packs := [][]json.RawMessage{nil, nil}
+	var alone []string
+	for _, id := range st.ids {
+		ev, err := event.Parse(st.bodies[id])
+		if err != nil {
+			return nil, err
+		}
+		st.queued[id] = true
+		switch k := r.IntN(8); {
+		case k == 0:
+			packs[0], packs[1] = append(packs[0], ev.Canonical), append(packs[1], ev.Canonical)
+			s.Count("event-in-two-batches")
+		case k == 1:
+			body, err := event.EncodeEnvelope(event.Envelope{AccountID: st.acct.ID, EventID: id, ReceivedAtMs: now, Event: ev.Canonical})
+			if err != nil {
+				return nil, err
+			}
+			alone = append(alone, body)
+			packs[0] = append(packs[0], ev.Canonical)
+			s.Count("event-alone-and-batched")
+		default:
+			packs[k%2] = append(packs[k%2], ev.Canonical)
+		}
+	}
+	var msgs []string
+	for _, evs := range packs {
+		if len(evs) == 0 {
+			continue
+		}
+		body, err := event.EncodePacked(event.Packed{AccountID: st.acct.ID, ReceivedAtMs: now, Events: evs})
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, body)
+		if r.IntN(2) == 0 {
+			s.Count("duplicate-delivery")
+			msgs = append(msgs, body)
+		}
+	}
+	msgs = append(msgs, alone...)
+	r.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs, nil
+}
+
+// produce spawns a client sending one event through ingest, retrying what the front door asks it
+// to retry, and delivers whatever reached the queue once it is done.
+func (p *Events) produce(ctx context.Context, s *Schedule, st *eventsState, id string) {
+	svc := s.Env.Ingest().Ingest
+	s.Spawn("client "+id, resources.FunctionIngest, func(ctx context.Context) error {
+		for range maxSendAttempts {
+			_, err := svc.Accept(s.Invoke(ctx, resources.FunctionIngest), st.acct, st.bodies[id])
+			var refused *ingest.RefusedError
+			switch {
+			case err == nil:
+				st.queued[id] = true
+				return nil
+			case errors.As(err, &refused):
+				return nil // a fast 402: the client is told the account is at its limit
+			case ActorFrom(ctx).Dead():
+				return err
+			}
+		}
+		return fmt.Errorf("the front door kept failing for %s", id)
+	}, func(error) {
+		for _, body := range p.receive(ctx, s) {
+			p.deliver(s, st, body)
+		}
+	})
+}
+
+// receive takes every message off the queue into the harness's pool, in a stable order.
+func (p *Events) receive(ctx context.Context, s *Schedule) []string {
+	return takeAll(ctx, s, resources.QueueEvents)
+}
+
+// deliver spawns a worker handling one delivery of a message. A delivery that fails (or whose
+// worker dies) comes back, as SQS redelivers after the visibility timeout; one that succeeds
+// may still be delivered again (SQS delivers at least once).
+func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
+	id, ok := p.count(s, st, body)
+	if !ok {
+		return
+	}
+	w := s.Env.Worker().Worker
+	s.Spawn(fmt.Sprintf("worker %s d%d", id, st.deliveries[id]), resources.FunctionWorker, func(ctx context.Context) error {
+		_, err := w.Process(s.Invoke(ctx, resources.FunctionWorker), body)
+		return err
+	}, func(err error) {
+		st.running[id]--
+		switch {
+		case err != nil:
+			s.Count("redelivery")
+			p.deliver(s, st, body)
+		case !s.Quiet() && s.Rand.IntN(6) == 0:
+			s.Count("duplicate-delivery")
+			p.deliver(s, st, body)
+		}
+	})
+}
+
+// count records one delivery of a message, holds the deliveries made once the faults are over
+// to their bound, and returns the message's name; false: the bound is broken (a violation).
+func (p *Events) count(s *Schedule, st *eventsState, body string) (string, bool) {
+	m, err := event.DecodeMessage(body)
+	if err != nil {
+		s.Violate("harness: a queued message does not decode: %v", err)
+		return "", false
+	}
+	id := m.Envelopes[0].EventID
+	if m.Packed {
+		id = "batch " + worker.BatchID(m.Raw)[:8]
+	}
+	st.deliveries[id]++
+	if s.Quiet() {
+		if st.quiet[id] == 0 {
+			// Deliveries still running when the faults ended each lead a chain of their own:
+			// one that finds another mid-pipeline answers "retry" and comes back.
+			st.chains[id] = st.running[id] + 1
+		}
+		st.quiet[id]++
+		if bound := maxQuietDeliveries * st.chains[id]; st.quiet[id] > bound {
+			s.Violate("events: %s needed more than %d deliveries after the faults ended (%d per delivery then running)", id, bound, maxQuietDeliveries)
+			return "", false
+		}
+	}
+	st.running[id]++
+	return id, true
+}
+
+// deliverInvocations hands the messages to the worker's SQS handler in invocations of one or
+// more messages (split at random), as Lambda's event source does. Each record carries its
+// receive count, so a redelivered unit takes the worker's read-first path. A message the
+// handler reports failed, or every message of an invocation whose worker died, comes back in a
+// later invocation, grouped anew with the others coming back with it; a message acked may
+// still be delivered again.
+func (p *Events) deliverInvocations(s *Schedule, st *eventsState, bodies []string) {
+	for len(bodies) > 0 {
+		n := 1 + s.Rand.IntN(len(bodies))
+		p.deliverInvocation(s, st, bodies[:n])
+		bodies = bodies[n:]
+	}
+}
+
+func (p *Events) deliverInvocation(s *Schedule, st *eventsState, bodies []string) {
+	var (
+		records []events.SQSMessage
+		names   []string
+	)
+	for i, body := range bodies {
+		id, ok := p.count(s, st, body)
+		if !ok {
+			continue
+		}
+		names = append(names, id)
+		records = append(records, events.SQSMessage{
+			MessageId: fmt.Sprint(i), Body: body,
+			Attributes: map[string]string{"ApproximateReceiveCount": fmt.Sprint(st.deliveries[id])},
+		})
+	}
+	if len(records) == 0 {
+		return
+	}
+	w := s.Env.Worker().Worker
+	var failed []string
+	s.Spawn(fmt.Sprintf("worker invocation of %d (%s d%d)", len(records), names[0], st.deliveries[names[0]]), resources.FunctionWorker, func(ctx context.Context) error {
+		resp, err := w.HandleSQS(s.Invoke(ctx, resources.FunctionWorker), events.SQSEvent{Records: records})
+		if err != nil || ActorFrom(ctx).Dead() {
+			failed = nil
+			for _, r := range records {
+				failed = append(failed, r.Body)
+			}
+			return errKilled
+		}
+		for _, f := range resp.BatchItemFailures {
+			for _, r := range records {
+				if r.MessageId == f.ItemIdentifier {
+					failed = append(failed, r.Body)
+				}
+			}
+		}
+		return nil
+	}, func(error) {
+		var again []string
+		for i, r := range records {
+			st.running[names[i]]--
+			switch {
+			case slices.Contains(failed, r.Body):
+				s.Count("redelivery")
+				again = append(again, r.Body)
+			case !s.Quiet() && s.Rand.IntN(6) == 0:
+				s.Count("duplicate-delivery")
+				again = append(again, r.Body)
+			}
+		}
+		if len(again) > 0 {
+			p.deliverInvocations(s, st, again)
+		}
+	})
+}
+
+// operate spawns an operator who changes the account while its events are billed: raises its
+// limit, or reactivates it.
+func (p *Events) operate(s *Schedule, st *eventsState) {
+	svc := s.Env.API().Accounts
+	s.Count("account-change")
+	s.Spawn("operator", resources.FunctionAPI, func(ctx context.Context) error {
+		var in accounts.UpdateInput
+		if st.raised > 0 {
+			in.Limits = &map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.raised)}
+		}
+		if st.reactivate {
+			active := accounts.Active
+			in.Status = &active
+		}
+		for range maxSendAttempts {
+			if _, err := svc.Update(s.Invoke(ctx, resources.FunctionAPI), st.acct.ID, in); err == nil || ActorFrom(ctx).Dead() {
+				return err
+			}
+		}
+		return errors.New("the operator could not change the account")
+	}, nil)
+}
+
+// watchTerminal holds every committed write of the ledger to "terminal is terminal": once an
+// entry is INSERTED, REJECTED or UNINSERTABLE, nothing about it changes again.
+func (p *Events) watchTerminal(s *Schedule, st *eventsState) {
+	ldg := s.Env.Worker().Ledger
+	s.Observe(func(a *Actor, c Call, params any, committed bool) {
+		if !committed || c.Service != "DynamoDB" || !strings.Contains(c.Table, resources.TableLedger) {
+			return
+		}
+		for _, w := range instrument.Writes(params, s.Env.tables) {
+			if w.Table != resources.TableLedger {
+				continue
+			}
+			for _, id := range st.ids {
+				if w.Key != ledger.Key(st.acct.ID, id) {
+					continue
+				}
+				now, err := ldg.Get(context.Background(), st.acct.ID, id)
+				if err != nil {
+					s.Violate("harness: read %s after a write: %v", id, err)
+					continue
+				}
+				if before, ok := st.entries[id]; ok && before.Status.Terminal() && now != before {
+					s.Violate("events: %s was %s and a write by %s changed it (now %s, reason %q)", id, before.Status, a.Name, now.Status, now.Reason)
+				}
+				st.entries[id] = now
+			}
+		}
+	})
+}
+
+// Idle implements Pipeline: deliveries and their redeliveries are spawned as actors end.
+func (*Events) Idle(context.Context, *Schedule) bool { return false }
+
+// installHook makes the worker crash, at random, between any two of its steps: the process dies
+// there, and the message is left to its redelivery.
+func installHook(env *Env) {
+	w := env.Worker().Worker
+	if w.Hook != nil {
+		return
+	}
+	w.Hook = func(ctx context.Context, pt worker.Point) error { return crashBetweenSteps(ctx, pt.String()) }
+}
+
+// Check implements Pipeline.
+func (p *Events) Check(ctx context.Context, s *Schedule) []string {
+	st := s.State.(*eventsState)
+	wfn := s.Env.Worker()
+	var v []string
+	bad := func(format string, args ...any) { v = append(v, "events: "+fmt.Sprintf(format, args...)) }
+	var billed, queued int64
+	cycles := map[string]bool{}
+	inserted := map[string]bool{}
+	for _, id := range st.ids {
+		e, err := wfn.Ledger.Get(ctx, st.acct.ID, id)
+		if errors.Is(err, ledger.ErrNotFound) {
+			if st.queued[id] {
+				bad("%s was queued and has no ledger entry", id)
+			}
+			continue
+		}
+		if err != nil {
+			bad("read %s: %v", id, err)
+			continue
+		}
+		queued++
+		cycles[e.Cycle] = true
+		if e.Billed() {
+			billed++
+		}
+		switch e.Status {
+		case ledger.Inserted:
+			if !e.Billed() {
+				bad("%s is INSERTED without its billing checkpoint", id)
+			}
+			p.checkStored(ctx, s, st, e, bad)
+			inserted[id] = true
+		case ledger.Rejected:
+			if e.Billed() {
+				bad("%s is REJECTED and billed", id)
+			}
+			if e.Reason == "" {
+				bad("%s is REJECTED without a reason", id)
+			}
+		case ledger.Uninsertable:
+			bad("%s ended UNINSERTABLE (%s), though every row is valid", id, e.Reason)
+		default:
+			bad("%s is left %s", id, e.Status)
+		}
+	}
+	// Exactly one analytics row per INSERTED event, and none for any other, in the whole table:
+	// rows of their own and rows in every unit's rows item.
+	rows, err := wfn.Analytics.Rows(ctx, st.acct.ID, 0, analytics.MaxInstantMs)
+	if err != nil {
+		bad("read the analytics rows: %v", err)
+	}
+	count := map[string]int{}
+	for _, r := range rows {
+		count[r.EventID]++
+	}
+	for _, id := range st.ids {
+		if want := map[bool]int{true: 1}[inserted[id]]; count[id] != want {
+			bad("%s has %d analytics rows; want %d", id, count[id], want)
+		}
+	}
+	var meter int64
+	for c := range cycles {
+		t, err := wfn.Usage.Read(ctx, st.acct.ID, plans.FeatureEvents, c)
+		if err != nil {
+			bad("read the meter: %v", err)
+			return v
+		}
+		meter += t.Used
+	}
+	switch {
+	case st.inactive && st.reactivate:
+		if billed > queued || meter != billed {
+			bad("a reactivated account billed %d of %d events, meter %d", billed, queued, meter)
+		}
+	case st.inactive:
+		if billed != 0 || meter != 0 {
+			bad("an inactive account billed %d events, meter %d; want none", billed, meter)
+		}
+	case st.plan == "free":
+		// Every event with room is billed: exactly min(limit, events), or, when the limit was
+		// raised meanwhile, between what the first and the raised limit allow.
+		lo, hi := min(st.limit, queued), min(max(st.limit, st.raised), queued)
+		if billed < lo || billed > hi {
+			bad("a free account with limit %d (raised to %d) and %d events billed %d; want %d to %d", st.limit, st.raised, queued, billed, lo, hi)
+		}
+		if meter != billed {
+			bad("the meter is %d and %d events are checkpointed", meter, billed)
+		}
+		if meter > max(st.limit, st.raised) {
+			bad("the meter is %d, past the limit %d", meter, max(st.limit, st.raised))
+		}
+	case st.plan == "plus":
+		if billed != queued || meter != queued {
+			bad("a plus account billed %d events, meter %d; want %d and %d", billed, meter, queued, queued)
+		}
+	case st.plan == "internal":
+		if billed != queued || meter != 0 {
+			bad("an internal account billed %d events, meter %d; want %d and 0", billed, meter, queued)
+		}
+	}
+	return v
+}
+
+// checkStored holds an INSERTED event to "archive before insert": its payload is in the archive
+// byte for byte, and it has exactly one analytics row.
+func (p *Events) checkStored(ctx context.Context, s *Schedule, st *eventsState, e ledger.Entry, bad func(string, ...any)) {
+	wfn := s.Env.Worker()
+	ev, err := event.Parse(st.bodies[e.EventID])
+	if err != nil {
+		bad("parse %s: %v", e.EventID, err)
+		return
+	}
+	got, err := wfn.Archive.Read(ctx, e.ArchiveLocation())
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
+		bad("%s is INSERTED and its payload is not archived", e.EventID)
+	case err != nil:
+		bad("read the archive of %s: %v", e.EventID, err)
+	case !bytes.Equal(got, ev.Canonical):
+		bad("%s's archived payload differs from the event", e.EventID)
+	}
+	ok, err := wfn.Analytics.Exists(ctx, e.RowRef())
+	if err != nil {
+		bad("read the row of %s: %v", e.EventID, err)
+	} else if !ok {
+		bad("%s is INSERTED without its analytics row", e.EventID)
+	}
+	if e.RowInUnit {
+		// Its row is in its unit's rows item: exactly one row, so none of its own as well.
+		own, err := wfn.Analytics.Exists(ctx, e.RowRef().Own())
+		if err != nil {
+			bad("read the row of %s: %v", e.EventID, err)
+		} else if own {
+			bad("%s has two analytics rows: one in unit %s's rows item and one of its own", e.EventID, e.Batch)
+		}
+	}
+}

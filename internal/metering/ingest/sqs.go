@@ -1,0 +1,234 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/platform/retry"
+)
+
+// SQS limits for SendMessageBatch, and how many attempts an entry SQS itself failed (not the
+// sender's fault) gets, the first included.
+const (
+	maxBatchEntries  = 10
+	maxBatchPayload  = 256 << 10
+	maxEntryAttempts = 3
+)
+
+// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes, or,
+// with Pack, a batch's envelopes packed several to a message (event.EncodePacked).
+type SQSQueue struct {
+	Client *sqs.Client
+	URL    string
+	// Pack sends the events of one SendBatch as packed messages, up to event.MaxPackedEvents
+	// each: one message, one worker transaction and one archive object per pack instead of per
+	// event.
+	Pack bool
+}
+
+// maxPackedRaw bounds a packed message's JSON so its base64 body stays within SQS's 256 KiB.
+const maxPackedRaw = (maxBatchPayload/4)*3 - 1024
+
+// Send implements Queue.
+func (q *SQSQueue) Send(ctx context.Context, env event.Envelope) error {
+	body, err := event.EncodeEnvelope(env)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+	}
+	rec := &sendRecord{}
+	_, err = q.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(body)}, rec.option)
+	return rec.outcome(err)
+}
+
+// SendBatch implements Queue: SendMessageBatch calls of at most 10 entries and 256 KiB each;
+// entries SQS refuses are sent again, a bounded number of times.
+func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
+	bodies, err := q.encode(envs)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+	}
+	// One record for the whole batch: once any chunk may have landed, a later failure leaves
+	// the batch's outcome unknown.
+	rec := &sendRecord{}
+	for _, chunk := range chunks(bodies) {
+		if err := q.sendChunk(ctx, bodies, chunk, rec); err != nil {
+			return rec.outcome(err)
+		}
+	}
+	return nil
+}
+
+// encode renders the message bodies of a batch: one per envelope, or packed.
+func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
+	if !q.Pack {
+		bodies := make([]string, len(envs))
+		for i, env := range envs {
+			b, err := event.EncodeEnvelope(env)
+			if err != nil {
+				return nil, err
+			}
+			bodies[i] = b
+		}
+		return bodies, nil
+	}
+	var bodies []string
+	for _, p := range Packs(envs) {
+		b, err := event.EncodePacked(p)
+		if err != nil {
+			return nil, err
+		}
+		bodies = append(bodies, b)
+	}
+	return bodies, nil
+}
+
+// Packs groups a batch's envelopes into packed messages: consecutive envelopes of the same
+// account and instant, at most event.MaxPackedEvents and maxPackedRaw bytes of events each, split
+// into packs of near-equal count (100 events make two packs of 50, not 97 and 3).
+func Packs(envs []event.Envelope) []event.Packed {
+	var out []event.Packed
+	for start := 0; start < len(envs); {
+		end := start + 1
+		for end < len(envs) && envs[end].AccountID == envs[start].AccountID && envs[end].ReceivedAtMs == envs[start].ReceivedAtMs {
+			end++
+		}
+		run := envs[start:end]
+		parts := (len(run) + event.MaxPackedEvents - 1) / event.MaxPackedEvents
+		per := (len(run) + parts - 1) / parts
+		for len(run) > 0 {
+			p := event.Packed{AccountID: run[0].AccountID, ReceivedAtMs: run[0].ReceivedAtMs}
+			size := 0
+			for len(run) > 0 && len(p.Events) < per && (len(p.Events) == 0 || size+len(run[0].Event)+1 <= maxPackedRaw) {
+				p.Events = append(p.Events, run[0].Event)
+				size += len(run[0].Event) + 1
+				run = run[1:]
+			}
+			out = append(out, p)
+		}
+		start = end
+	}
+	return out
+}
+
+// sendRecord learns, attempt by attempt (the SDK retries inside one call), whether a send may
+// have reached the queue. Only an answer that proves otherwise counts as "not queued": SQS
+// refusing the request (HTTP 4xx), a connection that was never made, or a batch answer whose
+// every entry failed. Everything else — a 5xx, a timeout or a reset after the request went out,
+// an answer whose MD5 does not match what was sent — may have queued the message.
+type sendRecord struct {
+	mu            sync.Mutex
+	mayHaveLanded bool
+}
+
+// option installs the record's middleware on one call, inside the SDK's retry loop, so that it
+// sees every attempt.
+func (r *sendRecord) option(o *sqs.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("FerrySendOutcome", r.attempt), "Retry", middleware.After)
+	})
+}
+
+func (r *sendRecord) attempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+	out, md, err := next.HandleFinalize(ctx, in)
+	if !provedNotQueued(out, err) {
+		r.mu.Lock()
+		r.mayHaveLanded = true
+		r.mu.Unlock()
+	}
+	return out, md, err
+}
+
+// provedNotQueued reports whether one attempt's answer proves that nothing was queued by it.
+func provedNotQueued(out middleware.FinalizeOutput, err error) bool {
+	if err == nil {
+		batch, ok := out.Result.(*sqs.SendMessageBatchOutput)
+		return ok && len(batch.Successful) == 0
+	}
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() != 0 { // 0: no answer came
+		status := respErr.HTTPStatusCode()
+		return status >= 400 && status < 500
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) && opErr.Op == "dial" || errors.As(err, &dnsErr)
+}
+
+// outcome turns a failed send into ErrQueueUnavailable when nothing can have been queued, and
+// leaves it as it is otherwise: the caller must treat the outcome as unknown.
+func (r *sendRecord) outcome(err error) error {
+	if err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	landed := r.mayHaveLanded
+	r.mu.Unlock()
+	if !landed {
+		return fmt.Errorf("%w: %v", ErrQueueUnavailable, err)
+	}
+	return err
+}
+
+// chunks groups body indexes into SendMessageBatch-sized groups.
+func chunks(bodies []string) [][]int {
+	var out [][]int
+	var cur []int
+	size := 0
+	for i, b := range bodies {
+		if len(cur) == maxBatchEntries || (len(cur) > 0 && size+len(b) > maxBatchPayload) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, i)
+		size += len(b)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (q *SQSQueue) sendChunk(ctx context.Context, bodies []string, chunk []int, rec *sendRecord) error {
+	pending := chunk
+	_, err := retry.Do(ctx, retry.Contended.WithTries(maxEntryAttempts), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+		entries := make([]types.SendMessageBatchRequestEntry, len(pending))
+		for i, idx := range pending {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), MessageBody: aws.String(bodies[idx])}
+		}
+		out, err := q.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries}, rec.option)
+		if err != nil {
+			return struct{}{}, err
+		}
+		var again []int
+		var reasons []error
+		for _, f := range out.Failed {
+			idx, _ := strconv.Atoi(aws.ToString(f.Id))
+			if f.SenderFault {
+				return struct{}{}, fmt.Errorf("SQS refused event %d: %s", idx, aws.ToString(f.Message))
+			}
+			again = append(again, idx)
+			reasons = append(reasons, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
+		}
+		if len(again) == 0 {
+			return struct{}{}, nil
+		}
+		// SQS's own failures: send only those entries again.
+		pending = again
+		return struct{}{}, retry.Again(fmt.Errorf("%d entries not queued: %w", len(again), errors.Join(reasons...)))
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return fmt.Errorf("entries not queued after %d attempts: %w", maxEntryAttempts, err)
+	}
+	return err
+}

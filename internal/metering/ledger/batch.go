@@ -1,0 +1,341 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/retry"
+)
+
+// Batches: the events of one packed message (event.Packed), claimed, checkpointed and metered
+// together.
+//
+// One TransactWriteItems puts every unclaimed event's entry — each conditional on not existing,
+// the claim — either already checkpointed (INSERTING with billingAcceptedAtMs, its archive
+// location and its batch) or REJECTED with its reason, and moves the meter once by the number
+// admitted, with the meter row's report mark, and puts the admitted events' analytics rows as
+// one item of the analytics table (RowsItem). Money still moves with its receipts in one write;
+// the claim and the checkpoint are simply the same item. A cancelled transaction is resolved from
+// durable state (ReadBatch: the entries, the budget row and the mark, strongly consistent), and
+// the next lap claims exactly the events that are still unclaimed, admitting as many as the
+// budget row has room for, in message order.
+//
+// When every event of the message is finished, one item, the batch's, records it (MarkBatchDone):
+// the batch's INSERTING entries are INSERTED from then on (Get resolves them), and a redelivery
+// of the whole message acks after reading it.
+
+// BatchClaim is one lap's claim of a batch.
+type BatchClaim struct {
+	AccountID string
+	// Batch is the batch's id (derived from the packed message's bytes).
+	Batch        string
+	Cycle        string
+	ReceivedAtMs int64
+	NowMs        int64
+	Billing      Billing
+	// Admit are the entries claimed billed, each with its archive location; Reject those
+	// claimed REJECTED with RejectReason.
+	Admit        []Entry
+	Reject       []Entry
+	RejectReason string
+	// MarkPresent says the meter row's report mark was found present: the transaction checks
+	// it instead of putting it.
+	MarkPresent bool
+	// Rows is the unit's rows item: the analytics rows of admitted events, put in the same
+	// transaction (PackRows). Each entry whose row it holds is claimed with RowInUnit; an event
+	// admitted without one (a row the sink's schema refuses, rows past the item's size) gets a
+	// row of its own after the claim.
+	Rows RowsItem
+}
+
+// RowsItem is a unit's analytics rows item, ready to be put (analytics.UnitItem): possibly
+// holding only the first of the rows it was built from, possibly none.
+type RowsItem struct {
+	item map[string]types.AttributeValue
+	held map[string]bool
+	// from is the events it was built from, in order.
+	from []string
+}
+
+// PackRows builds unit's rows item from rows (in unit order). It is built ahead of the unit's
+// read when it can be, so that nothing but the plan lies between the read and the claim.
+func PackRows(unit string, rows []analytics.Row) (RowsItem, error) {
+	ri := RowsItem{from: make([]string, len(rows))}
+	for i, r := range rows {
+		ri.from[i] = r.EventID
+	}
+	item, n, err := analytics.UnitItem(unit, rows)
+	if err != nil || n == 0 {
+		return ri, err
+	}
+	ri.item, ri.held = item, make(map[string]bool, n)
+	for _, r := range rows[:n] {
+		ri.held[r.EventID] = true
+	}
+	return ri, nil
+}
+
+// Holds reports whether the item holds the event's row.
+func (ri RowsItem) Holds(eventID string) bool { return ri.held[eventID] }
+
+// BuiltFrom reports whether the item was built from exactly these events' rows, in this order.
+func (ri RowsItem) BuiltFrom(eventIDs []string) bool { return slices.Equal(ri.from, eventIDs) }
+
+// HasRoomForRows reports whether the claim's transaction has an item to spare for its rows item:
+// not for a unit of 98 events, packed before units were bounded at event.MaxPackedEvents = 97.
+// The rows item's key is the unit and the claim's instant: two claims of one unit are never both
+// committed (each claims every event the unit had unclaimed, conditional on its having no entry),
+// so its plain put never meets an item it would replace.
+func (c BatchClaim) HasRoomForRows() bool {
+	items := len(c.Admit) + len(c.Reject) + 1
+	if MeterRowSK(c.Billing, c.Batch) != "" {
+		items += 2 // the meter row and its mark
+	}
+	return items <= maxTransactItems
+}
+
+// BatchState is the durable state of a batch's events, read strongly consistent.
+type BatchState struct {
+	// Entries are the events that have an entry, by event id, as stored (not resolved).
+	Entries map[string]Entry
+	// Done: the batch's item is present.
+	Done bool
+	// DoneAtMs is when the batch was recorded finished.
+	DoneAtMs int64
+	// Budget is the budget row (capped billing only).
+	Budget usage.Totals
+	// Marked: the meter row's report mark is present (metered billing only).
+	Marked bool
+}
+
+// batchKey is the ledger key of a batch's item. Account ids never start with '#', so it cannot
+// be an event's key.
+func batchKey(accountID, batch string) string { return batchKeyPrefix + accountID + "#" + batch }
+
+const batchKeyPrefix = "#batch#"
+
+type batchItem struct {
+	PK        string `dynamodbav:"pk"`
+	AccountID string `dynamodbav:"accountId"`
+	Batch     string `dynamodbav:"batch"`
+	DoneAtMs  int64  `dynamodbav:"doneAtMs"`
+}
+
+// MeterRowSK is the counter row a batch's billing moves: the budget row for capped billing, one
+// shard chosen by the batch's id for counted billing, none otherwise.
+func MeterRowSK(b Billing, batch string) string {
+	switch b.Kind {
+	case BillCapped:
+		return usage.BudgetSK
+	case BillCounted:
+		return usage.ShardSK(usage.ShardFor(batch))
+	}
+	return ""
+}
+
+// WriteBatchClaim writes one lap's claim in one TransactWriteItems. A cancelled transaction is
+// ErrCancelled: which condition failed, only ReadBatch says.
+func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
+	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+3)
+	rowSK := MeterRowSK(c.Billing, c.Batch)
+	if c.Rows.item != nil && s.Analytics == "" {
+		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
+	}
+	admitted := make(map[string]bool, len(c.Admit))
+	for _, e := range c.Admit {
+		admitted[e.EventID] = true
+	}
+	for id := range c.Rows.held {
+		if !admitted[id] {
+			return fmt.Errorf("claim batch %s: the rows item holds the row of %s, which this claim does not admit", c.Batch, id)
+		}
+	}
+	for _, e := range c.Admit {
+		it := entryItem{
+			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Inserting),
+			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
+			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
+			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
+			RowInUnit: c.Rows.Holds(e.EventID),
+		}
+		if rowSK != "" {
+			it.MeterRow = usage.MeterRow(c.AccountID, c.Billing.Feature, c.Cycle, rowSK)
+		}
+		put, err := s.claimPut(it)
+		if err != nil {
+			return err
+		}
+		items = append(items, put)
+	}
+	for _, e := range c.Reject {
+		put, err := s.claimPut(entryItem{
+			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Rejected),
+			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, Reason: c.RejectReason,
+			CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs, Batch: c.Batch,
+			// Born REJECTED, so listed in the failure index like a per-event rejection.
+			FailureKey: FailureKey(c.AccountID, Rejected), FailedAtMs: c.NowMs,
+		})
+		if err != nil {
+			return err
+		}
+		items = append(items, put)
+	}
+	if n := int64(len(c.Admit)); n > 0 && rowSK != "" {
+		amount := n * c.Billing.Amount
+		if c.Billing.Kind == BillCapped {
+			items = append(items, s.Usage.ConsumeCapped(c.AccountID, c.Billing.Feature, c.Cycle, amount, c.Billing.Limit, c.NowMs))
+		} else {
+			items = append(items, s.Usage.AddToShard(c.AccountID, c.Billing.Feature, c.Cycle, usage.ShardFor(c.Batch), amount, c.NowMs))
+		}
+		items = append(items, s.Usage.MarkedItems(c.AccountID, c.Billing.Feature, c.Cycle, rowSK, c.MarkPresent, c.NowMs))
+	}
+	if c.Rows.item != nil {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.Rows.item}})
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if len(items) > maxTransactItems {
+		return fmt.Errorf("claim batch %s: %d items; a transaction takes at most %d", c.Batch, len(items), maxTransactItems)
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if dynamo.IsTransactionCanceled(err) {
+		return fmt.Errorf("claim batch %s: %w", c.Batch, ErrCancelled)
+	}
+	if err != nil {
+		return fmt.Errorf("claim batch %s: %w", c.Batch, err)
+	}
+	return nil
+}
+
+// maxTransactItems is DynamoDB's bound on one TransactWriteItems.
+const maxTransactItems = 100
+
+func (s *DynamoStore) claimPut(it entryItem) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(it)
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode the entry of %s: %w", it.EventID, err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(s.Table), Item: item,
+		ConditionExpression:      aws.String(claimCondition),
+		ExpressionAttributeNames: dynamo.Names(claimCondition),
+	}}, nil
+}
+
+// ReadBatch reads a batch's durable state in as few round trips as BatchGetItem allows: the
+// entries of eventIDs and the batch's item from the ledger, and, for metered billing, the
+// budget row and the meter row's report mark from the usage table.
+func (s *DynamoStore) ReadBatch(ctx context.Context, accountID, batch, cycle string, b Billing, eventIDs []string) (BatchState, error) {
+	type key struct {
+		table string
+		key   map[string]types.AttributeValue
+	}
+	keys := []key{{s.Table, map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))}}}
+	for _, id := range eventIDs {
+		keys = append(keys, key{s.Table, s.key(accountID, id)})
+	}
+	rowSK := MeterRowSK(b, batch)
+	if rowSK != "" {
+		if b.Kind == BillCapped {
+			keys = append(keys, key{s.Usage.Name, usage.BudgetKey(accountID, b.Feature, cycle)})
+		}
+		keys = append(keys, key{s.Usage.Name, usage.MarkKey(accountID, b.Feature, cycle, rowSK)})
+	}
+	st := BatchState{Entries: map[string]Entry{}}
+	for start := 0; start < len(keys); start += maxBatchGetKeys {
+		request := map[string]types.KeysAndAttributes{}
+		for _, k := range keys[start:min(start+maxBatchGetKeys, len(keys))] {
+			ka := request[k.table]
+			ka.Keys, ka.ConsistentRead = append(ka.Keys, k.key), aws.Bool(true)
+			request[k.table] = ka
+		}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
+			if err != nil {
+				return struct{}{}, fmt.Errorf("read batch %s: %w", batch, err)
+			}
+			for _, item := range out.Responses[s.Table] {
+				if dynamo.Str(item, "pk") == batchKey(accountID, batch) {
+					st.Done, st.DoneAtMs = true, dynamo.Int(item, "doneAtMs")
+					continue
+				}
+				var it entryItem
+				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+					return struct{}{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
+				}
+				st.Entries[it.EventID] = it.entry()
+			}
+			for _, item := range out.Responses[s.Usage.Name] {
+				if usage.IsMark(item) {
+					st.Marked = usage.Marks(item)
+				} else {
+					st.Budget = usage.Totals{
+						Used: dynamo.Int(item, usage.AttrUsed), Held: dynamo.Int(item, usage.AttrHeld),
+						Committed: dynamo.Int(item, usage.AttrCommitted),
+					}
+				}
+			}
+			if request = out.UnprocessedKeys; len(request) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if errors.Is(err, retry.ErrExhausted) {
+			return BatchState{}, fmt.Errorf("read batch %s: keys still unprocessed after %d rounds", batch, maxUnprocessedRounds)
+		}
+		if err != nil {
+			return BatchState{}, err
+		}
+	}
+	return st, nil
+}
+
+// MarkBatchDone records that every event of the batch's message is finished: from then on the
+// batch's INSERTING entries read as INSERTED. It is conditional on the item not existing, so the
+// first record's instant stays; a record already there counts as done.
+func (s *DynamoStore) MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error {
+	item, err := attributevalue.MarshalMap(batchItem{PK: batchKey(accountID, batch), AccountID: accountID, Batch: batch, DoneAtMs: nowMs})
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.Table), Item: item,
+		ConditionExpression: aws.String(claimCondition), ExpressionAttributeNames: dynamo.Names(claimCondition),
+	})
+	if err != nil && !dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("mark batch %s done: %w", batch, err)
+	}
+	return nil
+}
+
+// BatchDone reads whether a batch's item is present (strongly consistent), and its instant.
+func (s *DynamoStore) BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("read batch %s: %w", batch, err)
+	}
+	return out.Item != nil, dynamo.Int(out.Item, "doneAtMs"), nil
+}
+
+// Resolve is an entry as its readers see it: an INSERTING entry of a batch recorded done is
+// INSERTED, at the batch's instant.
+func Resolve(e Entry, done bool, doneAtMs int64) Entry {
+	if e.Status == Inserting && e.Batch != "" && done && e.Billed() {
+		e.Status, e.InsertedAtMs = Inserted, doneAtMs
+	}
+	return e
+}

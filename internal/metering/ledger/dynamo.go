@@ -1,0 +1,471 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/retry"
+)
+
+// Condition expressions of the billing transaction. Each guards the other update's invariant:
+// the meter's condition (built by usage.ConsumeCapped) keeps the checkpoint from being stamped
+// past the cap, and the checkpoint's condition keeps an already billed event from moving the
+// meter again. That second condition is the whole double-charge defence.
+const (
+	claimCondition      = "attribute_not_exists(#pk)"
+	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
+	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
+	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
+	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
+	// only for a billed entry (after the bill step, or in scenario rows that match billed
+	// entries alone), so the entry carries its checkpoint here.
+	markCondition    = "#status = :inserting"
+	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
+	// reopenUpdate takes the entry out of the failure index in the write that reopens it, and
+	// out of its batch: the batch's record of being done no longer speaks for it.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs, #batch"
+	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
+	// UNINSERTABLE end) from touching an entry another delivery finished.
+	insertingCondition = "#status = :inserting"
+	// uninsertableCondition: only an UNINSERTABLE entry is reopened for a redrive.
+	uninsertableCondition = "#status = :uninsertable"
+	// finalUpdate and insertedUpdate end an entry (UNINSERTABLE, INSERTED); an UNINSERTABLE end
+	// also puts the entry in the failure index.
+	finalUpdate        = "SET #status = :status, #updatedAtMs = :now"
+	insertedUpdate     = finalUpdate + ", #insertedAtMs = :now"
+	uninsertableUpdate = finalUpdate + ", " + failureSet
+	// failureSet puts a REJECTED or UNINSERTABLE entry in the sparse failure index (see
+	// resources.IndexLedgerByFailure), in the same write that gives it the status.
+	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
+)
+
+// DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
+type DynamoStore struct {
+	DB    *dynamodb.Client
+	Table string
+	Usage usage.Table
+	// Analytics is the analytics table, which a batch claim puts its unit's rows item in (the
+	// worker's store only).
+	Analytics string
+}
+
+type entryItem struct {
+	PK                  string `dynamodbav:"pk"`
+	AccountID           string `dynamodbav:"accountId"`
+	EventID             string `dynamodbav:"eventId"`
+	Status              string `dynamodbav:"status"`
+	RowInsertedAtMs     int64  `dynamodbav:"rowInsertedAtMs"`
+	ReceivedAtMs        int64  `dynamodbav:"receivedAtMs"`
+	Cycle               string `dynamodbav:"cycle"`
+	BillingAcceptedAtMs int64  `dynamodbav:"billingAcceptedAtMs,omitempty"`
+	Tier                string `dynamodbav:"tier,omitempty"`
+	Reason              string `dynamodbav:"reason,omitempty"`
+	QuarantineCount     int    `dynamodbav:"quarantineCount,omitempty"`
+	CreatedAtMs         int64  `dynamodbav:"createdAtMs"`
+	UpdatedAtMs         int64  `dynamodbav:"updatedAtMs"`
+	InsertedAtMs        int64  `dynamodbav:"insertedAtMs,omitempty"`
+	// FailureKey and FailedAtMs are present only while the entry is REJECTED or UNINSERTABLE:
+	// they put it in the failure index.
+	FailureKey string `dynamodbav:"failureKey,omitempty"`
+	FailedAtMs int64  `dynamodbav:"failedAtMs,omitempty"`
+	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
+	// identity, the key of the ledger's sparse meter index.
+	MeterRow string `dynamodbav:"meterRow,omitempty"`
+	// The archive location and the batch of an event claimed in a batch (see batch.go).
+	ArchiveKey    string `dynamodbav:"archiveKey,omitempty"`
+	ArchiveOffset int64  `dynamodbav:"archiveOffset,omitempty"`
+	ArchiveLength int64  `dynamodbav:"archiveLength,omitempty"`
+	Batch         string `dynamodbav:"batch,omitempty"`
+	// RowInUnit: the claim put the event's analytics row in its batch's rows item.
+	RowInUnit bool `dynamodbav:"rowInUnit,omitempty"`
+}
+
+func (it entryItem) entry() Entry {
+	return Entry{
+		AccountID: it.AccountID, EventID: it.EventID, Status: Status(it.Status),
+		RowInsertedAtMs: it.RowInsertedAtMs, ReceivedAtMs: it.ReceivedAtMs, Cycle: it.Cycle,
+		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
+		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
+		InsertedAtMs: it.InsertedAtMs, ArchiveKey: it.ArchiveKey, ArchiveOffset: it.ArchiveOffset,
+		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit,
+	}
+}
+
+func (s *DynamoStore) key(accountID, eventID string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": dynamo.S(Key(accountID, eventID))}
+}
+
+// ErrAlreadyClaimed: another delivery claimed the event first.
+var ErrAlreadyClaimed = errors.New("event already claimed")
+
+// Claim inserts the entry as INSERTING if no entry exists. It returns ErrAlreadyClaimed when
+// another delivery won.
+func (s *DynamoStore) Claim(ctx context.Context, e Entry) error {
+	item, err := attributevalue.MarshalMap(entryItem{
+		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
+		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle,
+		CreatedAtMs: e.CreatedAtMs, UpdatedAtMs: e.CreatedAtMs,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.Table),
+		Item:                     item,
+		ConditionExpression:      aws.String(claimCondition),
+		ExpressionAttributeNames: dynamo.Names(claimCondition),
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrAlreadyClaimed
+	}
+	if err != nil {
+		return fmt.Errorf("claim event %s: %w", e.EventID, err)
+	}
+	return nil
+}
+
+// Get reads an entry with a strongly consistent read, resolved (Resolve): an INSERTING entry of
+// a batch recorded done reads INSERTED.
+func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry, error) {
+	e, err := s.GetStored(ctx, accountID, eventID)
+	if err != nil || e.Status != Inserting || e.Batch == "" {
+		return e, err
+	}
+	done, at, err := s.BatchDone(ctx, accountID, e.Batch)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Resolve(e, done, at), nil
+}
+
+// GetStored reads an entry as stored, with a strongly consistent read.
+func (s *DynamoStore) GetStored(ctx context.Context, accountID, eventID string) (Entry, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.Table),
+		Key:            s.key(accountID, eventID),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("read ledger %s: %w", eventID, err)
+	}
+	if out.Item == nil {
+		return Entry{}, ErrNotFound
+	}
+	var it entryItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return Entry{}, fmt.Errorf("decode ledger %s: %w", eventID, err)
+	}
+	return it.entry(), nil
+}
+
+// Checkpoint implements BillingStore: the one projected, strongly consistent read that resolves
+// a cancelled billing write: whether the checkpoint is present, and the status.
+func (s *DynamoStore) Checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String("#billingAcceptedAtMs, #status"),
+		ExpressionAttributeNames: dynamo.Names("#billingAcceptedAtMs, #status"),
+	})
+	if err != nil {
+		return false, "", fmt.Errorf("read checkpoint %s: %w", eventID, err)
+	}
+	if out.Item == nil {
+		return false, "", ErrNotFound
+	}
+	return dynamo.Has(out.Item, "billingAcceptedAtMs"), Status(dynamo.Str(out.Item, "status")), nil
+}
+
+// Budget implements BillingStore: the budget row an event's capped billing moves, read strongly
+// consistent.
+func (s *DynamoStore) Budget(ctx context.Context, e Entry, b Billing) (usage.Totals, error) {
+	return s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)
+}
+
+// WriteBilling implements BillingStore: one TransactWriteItems carrying the meter update and the
+// checkpoint (or the checkpoint alone for tiers that consume nothing). A write that a condition
+// or a conflicting transaction cancelled is ErrCancelled: which of them it was, only durable
+// state says, never the error's shape.
+func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowMs int64) error {
+	checkpoint := types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(e.AccountID, e.EventID),
+		UpdateExpression:         aws.String(checkpointUpdate),
+		ConditionExpression:      aws.String(checkpointCondition),
+		ExpressionAttributeNames: dynamo.Names(checkpointUpdate, checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(b.Tier)), ":inserting": dynamo.S(string(Inserting)),
+		},
+	}}
+	var items []types.TransactWriteItem
+	rowSK := "" // the counter row a metered billing moves
+	switch b.Kind {
+	case BillCapped:
+		rowSK = usage.BudgetSK
+		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs)}
+	case BillCounted:
+		shard := usage.ShardFor(e.EventID)
+		rowSK = usage.ShardSK(shard)
+		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, shard, b.Amount, nowMs)}
+	case BillCheckpointOnly:
+		items = []types.TransactWriteItem{checkpoint}
+	default:
+		return fmt.Errorf("bill event %s: billing kind %d does not bill", e.EventID, b.Kind)
+	}
+	var err error
+	if rowSK == "" {
+		err = s.write(ctx, items)
+	} else {
+		err = s.writeMetered(ctx, e, b, rowSK, items, nowMs)
+	}
+	if dynamo.IsTransactionCanceled(err) || dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("bill event %s: %w", e.EventID, ErrCancelled)
+	}
+	if err != nil {
+		return fmt.Errorf("bill event %s: %w", e.EventID, err)
+	}
+	return nil
+}
+
+// writeMetered writes the billing of an event against a counter row: the meter update, the
+// checkpoint (put whole, carrying the row it moved: the ledger's meter index key) and the row's
+// report mark (see usage/marks.go), in one transaction. In the steady state the mark is there
+// and only checked, so it costs no write. When the transaction is cancelled and a strongly
+// consistent read finds the mark absent (the first write since the last report), the same
+// transaction is written once more with the mark put. Any other cancellation is returned as it
+// is, for AcceptBilling to resolve from durable state.
+func (s *DynamoStore) writeMetered(ctx context.Context, e Entry, b Billing, rowSK string, items []types.TransactWriteItem, nowMs int64) error {
+	put, err := s.meteredCheckpoint(e, b, rowSK, nowMs)
+	if err != nil {
+		return err
+	}
+	items = append(items, put, s.Usage.MarkCheck(e.AccountID, b.Feature, e.Cycle, rowSK))
+	err = s.write(ctx, items)
+	if !dynamo.IsTransactionCanceled(err) {
+		return err
+	}
+	marked, merr := s.Usage.Marked(ctx, e.AccountID, b.Feature, e.Cycle, rowSK)
+	if merr != nil || marked {
+		return err
+	}
+	items[len(items)-1] = s.Usage.MarkPut(e.AccountID, b.Feature, e.Cycle, rowSK, nowMs)
+	return s.write(ctx, items)
+}
+
+// meteredCheckpoint is the checkpoint of an event billed against a counter row: the entry is put
+// whole, at its checkpoint, carrying the counter row it moved. It is put rather than updated so
+// that it enters the sparse meter index the way the local emulator keeps right (an update that
+// adds an index key loses another entry there); its condition is the checkpoint's own, and an
+// INSERTING entry without a checkpoint is exactly the entry its claim wrote, so putting it whole
+// changes nothing else.
+func (s *DynamoStore) meteredCheckpoint(e Entry, b Billing, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(entryItem{
+		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
+		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
+		Tier: string(b.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
+		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, b.Feature, e.Cycle, rowSK),
+		ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: e.Batch,
+	})
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                 aws.String(s.Table),
+		Item:                      item,
+		ConditionExpression:       aws.String(checkpointCondition),
+		ExpressionAttributeNames:  dynamo.Names(checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))},
+	}}, nil
+}
+
+// write sends the billing items: a transaction, or a single conditional update when there is
+// only the checkpoint (half the cost of a one-item transaction).
+func (s *DynamoStore) write(ctx context.Context, items []types.TransactWriteItem) error {
+	if len(items) == 1 {
+		u := items[0].Update
+		_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+			ExpressionAttributeValues: u.ExpressionAttributeValues,
+		})
+		return err
+	}
+	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	return err
+}
+
+// Reject marks an unbilled INSERTING entry REJECTED with its reason. The condition keeps it from
+// rejecting an event another attempt has just billed (ErrNotInserting then).
+func (s *DynamoStore) Reject(ctx context.Context, accountID, eventID, reason string, nowMs int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(rejectUpdate),
+		ConditionExpression:      aws.String(checkpointCondition),
+		ExpressionAttributeNames: dynamo.Names(rejectUpdate, checkpointCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":rejected": dynamo.S(string(Rejected)), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs),
+			":inserting": dynamo.S(string(Inserting)), ":failureKey": dynamo.S(FailureKey(accountID, Rejected)),
+		},
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrNotInserting
+	}
+	if err != nil {
+		return fmt.Errorf("reject event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+// Quarantine counts one refused analytics row and returns the new count.
+func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error) {
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(quarantineUpdate),
+		ConditionExpression:      aws.String(insertingCondition),
+		ExpressionAttributeNames: dynamo.Names(quarantineUpdate, insertingCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": dynamo.N(1), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+		},
+		ReturnValues: types.ReturnValueUpdatedNew,
+	})
+	if dynamo.IsConditionFailed(err) {
+		return 0, ErrNotInserting
+	}
+	if err != nil {
+		return 0, fmt.Errorf("quarantine event %s: %w", eventID, err)
+	}
+	return int(dynamo.Int(out.Attributes, "quarantineCount")), nil
+}
+
+// MarkUninsertable ends an INSERTING entry as UNINSERTABLE: its payload is archived, its row
+// cannot be written, and an operator re-drives it once the cause is fixed.
+func (s *DynamoStore) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	return s.setFinal(ctx, accountID, eventID, Uninsertable, insertingCondition, nowMs)
+}
+
+// MarkInserted ends a billed INSERTING entry as INSERTED. It is idempotent: an entry some other
+// delivery already marked counts as done.
+func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	err := s.setFinal(ctx, accountID, eventID, Inserted, markCondition, nowMs)
+	if errors.Is(err, ErrNotInserting) {
+		e, gerr := s.Get(ctx, accountID, eventID)
+		if gerr != nil {
+			return gerr
+		}
+		if e.Status == Inserted {
+			return nil
+		}
+	}
+	return err
+}
+
+func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
+	update := finalUpdate
+	values := map[string]types.AttributeValue{
+		":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
+	}
+	switch status {
+	case Inserted:
+		update = insertedUpdate
+	case Uninsertable:
+		update = uninsertableUpdate
+		values[":failureKey"] = dynamo.S(FailureKey(accountID, Uninsertable))
+	}
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.Table),
+		Key:                       s.key(accountID, eventID),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(update, cond),
+		ExpressionAttributeValues: values,
+	})
+	if dynamo.IsConditionFailed(err) {
+		return ErrNotInserting
+	}
+	if err != nil {
+		return fmt.Errorf("mark event %s %s: %w", eventID, status, err)
+	}
+	return nil
+}
+
+// Reopen puts an UNINSERTABLE entry back to INSERTING with its quarantine count cleared, so a
+// redelivery stores it again (it stays billed: the scenario table never bills it twice).
+func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, nowMs int64) error {
+	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(s.Table),
+		Key:                      s.key(accountID, eventID),
+		UpdateExpression:         aws.String(reopenUpdate),
+		ConditionExpression:      aws.String(uninsertableCondition),
+		ExpressionAttributeNames: dynamo.Names(reopenUpdate, uninsertableCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
+			":zero": dynamo.N(0),
+		},
+	})
+	if dynamo.IsConditionFailed(err) {
+		return fmt.Errorf("reopen event %s: it is not UNINSERTABLE", eventID)
+	}
+	if err != nil {
+		return fmt.Errorf("reopen event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+// maxBatchGetKeys is DynamoDB's BatchGetItem limit; maxUnprocessedRounds bounds the rounds of
+// one page, re-reading the keys DynamoDB left unprocessed under load.
+const (
+	maxBatchGetKeys      = 100
+	maxUnprocessedRounds = 5
+)
+
+// Known reports which of an account's event ids already have a ledger entry, with strongly
+// consistent reads.
+func (s *DynamoStore) Known(ctx context.Context, accountID string, eventIDs []string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for start := 0; start < len(eventIDs); start += maxBatchGetKeys {
+		ids := eventIDs[start:min(start+maxBatchGetKeys, len(eventIDs))]
+		keys := make([]map[string]types.AttributeValue, len(ids))
+		for i, id := range ids {
+			keys[i] = s.key(accountID, id)
+		}
+		request := map[string]types.KeysAndAttributes{s.Table: {
+			Keys: keys, ConsistentRead: aws.Bool(true),
+			ProjectionExpression: aws.String("#eventId"), ExpressionAttributeNames: dynamo.Names("#eventId"),
+		}}
+		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
+			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
+			if err != nil {
+				return struct{}{}, fmt.Errorf("read ledger: %w", err)
+			}
+			for _, item := range out.Responses[s.Table] {
+				known[dynamo.Str(item, "eventId")] = true
+			}
+			if request = out.UnprocessedKeys; len(request) > 0 {
+				return struct{}{}, retry.Again(errUnprocessed)
+			}
+			return struct{}{}, nil
+		})
+		if errors.Is(err, retry.ErrExhausted) {
+			return nil, fmt.Errorf("read ledger: keys still unprocessed after %d rounds", maxUnprocessedRounds)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return known, nil
+}
+
+// errUnprocessed is a BatchGetItem answer that left keys unprocessed (DynamoDB's own throttle).
+var errUnprocessed = errors.New("keys left unprocessed")

@@ -1,0 +1,92 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+)
+
+// Bounds of a page of failed events.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 100
+)
+
+// FailureKey is the failure index's partition of an account's events in one terminal failure
+// status (REJECTED or UNINSERTABLE). Account ids never contain '#'.
+func FailureKey(accountID string, status Status) string { return accountID + "#" + string(status) }
+
+// Failed reports whether the status is one the failure index lists.
+func (s Status) Failed() bool { return s == Rejected || s == Uninsertable }
+
+// FailedPage is one page of an account's events in a failure status, newest failure first, and
+// the cursor of the next page ("" at the end).
+type FailedPage struct {
+	Entries []Entry
+	Next    string
+}
+
+// ListFailed reads one page of the account's events in status (REJECTED or UNINSERTABLE) from the
+// sparse failure index, then the entries themselves in one strongly consistent BatchGetItem. An
+// entry that left the status since the index was read (a redrive; indexes are eventually
+// consistent) is left out rather than shown as it was.
+func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status Status, cursor string, limit int) (FailedPage, error) {
+	if !status.Failed() {
+		return FailedPage{}, problem.Input(fmt.Sprintf("status must be %s or %s", Rejected, Uninsertable))
+	}
+	if limit < 1 || limit > MaxPageSize {
+		return FailedPage{}, problem.Input(fmt.Sprintf("limit must be 1–%d", MaxPageSize))
+	}
+	part := FailureKey(accountID, status)
+	const cond = "#failureKey = :k"
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.Table),
+		IndexName:                 aws.String(resources.IndexLedgerByFailure),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": dynamo.S(part)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if cursor != "" {
+		atMs, eventID, err := failureCursor.Decode(cursor)
+		if err != nil {
+			return FailedPage{}, err
+		}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			resources.IndexLedgerFailureKey: dynamo.S(part), resources.IndexLedgerFailedAt: dynamo.N(atMs),
+			"pk": dynamo.S(Key(accountID, eventID)),
+		}
+	}
+	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "pk")
+	if err != nil {
+		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
+	}
+	var page FailedPage
+	if last != nil {
+		_, eventID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
+		page.Next = failureCursor.Encode(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
+	}
+	for _, item := range items {
+		var it entryItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return FailedPage{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
+		}
+		if e := it.entry(); e.Status == status && e.AccountID == accountID {
+			page.Entries = append(page.Entries, e)
+		}
+	}
+	return page, nil
+}
+
+// failureCursor is the cursor of a page of this list.
+var failureCursor = dynamo.NewTimeCursor(`.{1,256}`)

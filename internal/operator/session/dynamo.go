@@ -1,0 +1,78 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+)
+
+// keyPrefix starts a session item's key in the console table, which also keeps the lab slots.
+const keyPrefix = "session#"
+
+// DynamoStore keeps sessions in the console table, one item per session, keyed by its token's
+// hash. The TTL attribute lets DynamoDB delete an item some time after it expired.
+type DynamoStore struct {
+	DB    *dynamodb.Client
+	Table string
+}
+
+func (s *DynamoStore) key(hash string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": dynamo.S(keyPrefix + hash)}
+}
+
+// Put implements Store.
+func (s *DynamoStore) Put(ctx context.Context, sess Session) error {
+	const cond = "attribute_not_exists(#pk)"
+	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.Table),
+		Item: map[string]types.AttributeValue{
+			"pk":                          dynamo.S(keyPrefix + sess.Hash),
+			"csrf":                        dynamo.S(sess.CSRF),
+			"createdAtMs":                 dynamo.N(sess.CreatedAtMs),
+			"expiresAtMs":                 dynamo.N(sess.ExpiresAtMs),
+			resources.ConsoleTTLAttribute: dynamo.N(time.UnixMilli(sess.ExpiresAtMs).Add(time.Second).Unix()),
+		},
+		ConditionExpression:      aws.String(cond),
+		ExpressionAttributeNames: dynamo.Names(cond),
+	})
+	if dynamo.IsConditionFailed(err) {
+		return errors.New("a session with this token hash exists already")
+	}
+	if err != nil {
+		return fmt.Errorf("put session: %w", err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *DynamoStore) Get(ctx context.Context, hash string) (Session, error) {
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: s.key(hash), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Session{}, fmt.Errorf("read session: %w", err)
+	}
+	if out.Item == nil {
+		return Session{}, ErrNoSession
+	}
+	return Session{
+		Hash: hash, CSRF: dynamo.Str(out.Item, "csrf"),
+		CreatedAtMs: dynamo.Int(out.Item, "createdAtMs"), ExpiresAtMs: dynamo.Int(out.Item, "expiresAtMs"),
+	}, nil
+}
+
+// Delete implements Store.
+func (s *DynamoStore) Delete(ctx context.Context, hash string) error {
+	if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: s.key(hash)}); err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	return nil
+}
