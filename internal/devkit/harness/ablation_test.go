@@ -110,8 +110,11 @@ var storeAblations = map[string]string{
 	"usage.rebuild.rev":       "internal/metering/usage TestGuard_ARebuildLosesNoWriteMadeSinceItsRead",
 	"usage.rebuild.fresh":     "internal/metering/usage TestGuard_ARebuildOfARowReadAbsentLosesNoFirstWrite",
 	"usage.correction.absent": "internal/metering/usage TestGuard_ACorrectionIsWrittenOnce",
-	"report.claim.lease-free": "internal/reporting/report TestGuard_OneRunAtATimeReportsACycle",
-	"report.release.owner":    "internal/reporting/report TestGuard_ALapsedRunNeverFreesTheNextRunsLease",
+	// Corrections are an operator's requests, which no harness pipeline makes.
+	"usage.correction-head.rev":   "internal/metering/usage TestGuard_TwoCorrectionsOnOneReadOfTheTotals_OnlyOneCommits",
+	"usage.correction-head.fresh": "internal/metering/usage TestGuard_TheFirstTwoCorrectionsOfACycle_OnlyOneCommits",
+	"report.claim.lease-free":     "internal/reporting/report TestGuard_OneRunAtATimeReportsACycle",
+	"report.release.owner":        "internal/reporting/report TestGuard_ALapsedRunNeverFreesTheNextRunsLease",
 	// The reporter pipeline needs it too (seed 120: two runs on one lastSent over-bill Stripe,
 	// 5 for a ledger of 3), but past the 122 schedules that takes the ablation table's CI size.
 	"report.sent.prev":          "internal/reporting/report TestGuard_TwoDeltasFromOneLastSent_OnlyOneCommits",
@@ -134,6 +137,9 @@ var testAblations = []struct{ guards, target string }{
 	// The recorded concurrent histories stop being linearizable without the guards they rest on.
 	{"idempotency.claim.absent", "./internal/platform/idempotency TestDynamoStore_ConcurrentHistory_IsLinearizable"},
 	{"usage.hold.cap,usage.hold.cap-room", "./internal/holds TestBudget_ConcurrentHistory_IsLinearizable"},
+	// Concurrent negative corrections that each fit the cycle's usage take it below zero together.
+	{"usage.correction-head.fresh", "./internal/reporting/corrections TestApply_ConcurrentNegativeCorrections_NeverBelowZero"},
+	{"usage.correction-head.rev", "./internal/reporting/corrections TestApply_ConcurrentNegativeCorrections_NeverBelowZero"},
 }
 
 // untestedGuards are the guards no run needs, each with the reason: a guard listed here is either

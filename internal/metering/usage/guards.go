@@ -34,4 +34,8 @@ var Guards = []dynamo.Guard{
 		Keeps: "a counter row rebuilt from a read without a rev loses no first write made since"},
 	{Name: "usage.correction.absent", Kind: "Put", Table: resources.TableUsage, SortKeyPrefix: CorrectionPrefix, Clause: correctionCondition,
 		Keeps: "a correction row is append-only: the same correction twice moves the bill once"},
+	{Name: "usage.correction-head.rev", Kind: "Update", Table: resources.TableUsage, Update: correctionHeadUpdate, Clause: correctionHeadUnchanged,
+		Keeps: "a correction commits only on the totals it was decided on: two negative corrections, each within the usage, never take it below zero together"},
+	{Name: "usage.correction-head.fresh", Kind: "Update", Table: resources.TableUsage, Update: correctionHeadUpdate, Clause: correctionHeadFresh,
+		Keeps: "the first corrections of a cycle, decided on the same totals, never both commit: together they could take it below zero"},
 }

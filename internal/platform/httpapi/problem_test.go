@@ -70,14 +70,14 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 		{"hold not found", holds.ErrNotFound},
 		{"busy", holds.ErrBusy},
 		{"internal", errors.New("secret cause")},
-		{"bad request", badRequest("The body is not valid JSON.")},
-		{"not found handler", notFound("No route GET /x.")},
-		{"unauthorized handler", unauthorized("This route needs the operator key.")},
+		{"bad request", BadRequest("The body is not valid JSON.")},
+		{"not found handler", NotFound("No route GET /x.")},
+		{"unauthorized handler", Unauthorized("This route needs the operator key.")},
 		{"link taken", fmt.Errorf("update: %w", &accounts.LinkTakenError{Link: accounts.StripeCustomer, ID: "cus_A1"})},
 		{"link contended", accounts.ErrLinkContended},
 		{"account inactive", fmt.Errorf("reserve: %w", accounts.ErrInactive)},
 		{"ingest outcome unknown", fmt.Errorf("%w: %v", ingest.ErrOutcomeUnknown, errors.New("checksum mismatch"))},
-		{"strict body", badRequest(`"amount" is required`)},
+		{"strict body", BadRequest(`"amount" is required`)},
 		{"strict body, a route without fields", strictRefusal(`{"all":true}`, &struct{}{})},
 		{"strict body, an empty string", strictRefusal(`{"cycle":""}`, &struct {
 			Cycle string `json:"cycle"`
@@ -125,7 +125,7 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 
 // strictRefusal is the answer decodeJSON gives to a body the strict decoder refuses.
 func strictRefusal(body string, into any) error {
-	return badRequest(jsonbody.Decode([]byte(body), into).Error())
+	return BadRequest(jsonbody.Decode([]byte(body), into).Error())
 }
 
 // The table answers every kind, and no two kinds share a problem type unless they mean the same
