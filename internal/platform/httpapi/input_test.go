@@ -232,3 +232,42 @@ func TestInput_ARouteWithoutFieldsSaysItTakesNone(t *testing.T) {
 		}
 	}
 }
+
+// A route whose body may be left out reads JSON only all the same: a request declared as
+// something else is a 415 even when it carries no body, or nothing but white space, so a client
+// that sends a form or text to these routes learns it at once instead of being served as if it
+// had sent nothing. Left undeclared, the same request is served.
+func TestInput_ARouteWhoseBodyMayBeLeftOutRefusesANonJSONDeclaration(t *testing.T) {
+	h := apptest.New(t)
+	key := h.CreateAccount(t, "acct_o", "free", map[string]any{"tokens": 1000})
+	r := h.Do(t, "POST", "/v1/holds", key, map[string]any{"key": "job-o", "feature": "tokens", "amount": 100})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("hold: %d %s", r.Status, r.Body)
+	}
+	hold := r.JSON(t)["id"].(string)
+	before := stored(t, h)
+	for _, c := range []struct{ path, key string }{
+		{"/v1/report", apptest.AdminKey},
+		{"/v1/reconcile", apptest.AdminKey},
+		{"/v1/sessions", apptest.AdminKey},
+		{"/v1/labs/holds-five/runs", apptest.AdminKey},
+		{"/v1/billing-events/bev_x/replay", key},
+		{"/v1/holds/" + hold + "/settle", key},
+	} {
+		for _, body := range []string{"", " \n"} {
+			for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded"} {
+				p := assertProblem(t, h.Do(t, "POST", c.path, c.key, body, "Content-Type", ct), http.StatusUnsupportedMediaType, "unsupported-media-type")
+				if d := fmt.Sprint(p["detail"]); !strings.Contains(d, ct) {
+					t.Errorf("POST %s as %s with body %q: detail %q does not name the type", c.path, ct, body, d)
+				}
+			}
+		}
+	}
+	h.Drain(t, 0)
+	if after := stored(t, h); after != before {
+		t.Errorf("refused requests changed what is stored:\nbefore %s\nafter  %s", before, after)
+	}
+	if r := h.Do(t, "POST", "/v1/holds/"+hold+"/settle", key, nil); r.Status != http.StatusOK {
+		t.Errorf("settle without a body or a declared type: %d %s", r.Status, r.Body)
+	}
+}
