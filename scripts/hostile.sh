@@ -318,6 +318,12 @@ check_media_types_and_codings() {
 	expect "create an account as text/plain" 415 unsupported-media-type
 	call PATCH "/v1/accounts/$acct" "$ADMIN" "$(body '{"status":"inactive"}')" -H 'Content-Type: text/plain'
 	expect "update an account as text/plain" 415 unsupported-media-type
+	# A route whose body may be left out reads JSON only all the same: no body, declared as text.
+	local optional
+	for optional in /v1/report /v1/reconcile /v1/sessions; do
+		call POST "$optional" "$ADMIN" "" -H 'Content-Type: text/plain'
+		expect "POST $optional without a body, declared text/plain" 415 unsupported-media-type
+	done
 	local gz="$TMP/event.gz"
 	printf '{"specversion":"1.0","id":"gz-1","source":"/hostile","type":"api.call"}' | gzip -c >"$gz"
 	local route method path
