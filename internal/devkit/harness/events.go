@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -438,7 +439,7 @@ func (p *Events) watchTerminal(s *Schedule, st *eventsState) {
 					s.Violate("harness: read %s after a write: %v", id, err)
 					continue
 				}
-				if before, ok := st.entries[id]; ok && before.Status.Terminal() && now != before {
+				if before, ok := st.entries[id]; ok && before.Status.Terminal() && !reflect.DeepEqual(now, before) {
 					s.Violate("events: %s was %s and a write by %s changed it (now %s, reason %q)", id, before.Status, a.Name, now.Status, now.Reason)
 				}
 				st.entries[id] = now
