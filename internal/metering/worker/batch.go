@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
-	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/usage"

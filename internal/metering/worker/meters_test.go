@@ -363,7 +363,7 @@ func TestMeters_Latest_ByEventTimeThenID(t *testing.T) {
 	}{
 		{[]ev{seats("evt_b", "2026-11-15T10:00:00Z", 5), seats("evt_a", "2026-11-15T09:00:00Z", 9)}, 5},
 		{[]ev{seats("evt_c", "2026-11-15T08:00:00Z", 7)}, 5},
-		{[]ev{seats("evt_d", "2026-11-15T10:00:00Z", 3)}, 3}, // the same time as evt_b, a greater id
+		{[]ev{seats("evt_d", "2026-11-15T10:00:00Z", 3)}, 3},  // the same time as evt_b, a greater id
 		{[]ev{seats("evt_0", "2026-11-15T10:00:00Z", 11)}, 3}, // the same time, a smaller id
 		{[]ev{seats("evt_e", "2026-11-15T11:00:00.000000001Z", 1)}, 1},
 	}
