@@ -3,14 +3,20 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/meter"
@@ -374,5 +380,268 @@ func TestMeters_Latest_ByEventTimeThenID(t *testing.T) {
 		if got := figure(t, h, "acct_l", "seats"); got != s.want {
 			t.Fatalf("step %d: seats %d, want %d", i, got, s.want)
 		}
+	}
+}
+
+// aggregationCase is one aggregation's crash-window scenario: the events of a first unit (so the
+// meter's row and rev exist, and a distinct value is already counted), then a pack and two
+// single events delivered in one invocation.
+type aggregationCase struct {
+	name    string
+	prime   []ev
+	pack    []ev
+	singles []ev
+}
+
+var aggregationCases = []aggregationCase{
+	{"Sum", []ev{llmCall("evt_0", 100, 10)},
+		[]ev{llmCall("evt_1", 1532, 210), llmCall("evt_2", 7, 1), llmCall("evt_3", 0, 5)},
+		[]ev{llmCall("evt_4", 40, 4), llmCall("evt_5", 900, 90)}},
+	{"Max", []ev{storage("evt_0", 20)},
+		[]ev{storage("evt_1", 35), storage("evt_2", 60), storage("evt_3", 10)},
+		[]ev{storage("evt_4", 55), storage("evt_5", 61)}},
+	{"UniqueCount", []ev{login("evt_0", "ann")},
+		[]ev{login("evt_1", "ann"), login("evt_2", "bob"), login("evt_3", "cat")},
+		[]ev{login("evt_4", "bob"), login("evt_5", "dan")}},
+	{"Latest", []ev{seats("evt_0", "2026-11-15T09:00:00Z", 3)},
+		[]ev{seats("evt_1", "2026-11-15T09:30:00Z", 8), seats("evt_2", "2026-11-15T10:00:00Z", 6), seats("evt_3", "2026-11-15T08:00:00Z", 99)},
+		[]ev{seats("evt_4", "2026-11-15T10:30:00Z", 4), seats("evt_5", "2026-11-15T10:45:00Z", 5)}},
+}
+
+func (c aggregationCase) ids() []string {
+	var ids []string
+	for _, es := range [][]ev{c.prime, c.pack, c.singles} {
+		for _, e := range es {
+			ids = append(ids, e.id)
+		}
+	}
+	return ids
+}
+
+// A worker killed in each window of a unit's processing — before and after its archive, after
+// its claim, before and after its mark, and right before and right after every DynamoDB write it
+// makes — and its messages redelivered, first regrouped (one single alone, then the rest), then
+// once more as they came: every meter, of every aggregation, moves exactly as its admitted
+// entries say, each event is billed once, and the last delivery moves nothing. Capped (free) and
+// counted (plus) accounts alike.
+func TestMeters_CrashWindows_EachAggregationMovesOnce(t *testing.T) {
+	faults := instrument.NewFaults(nil)
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), BatchMode: true, DynamoDB: []func(*dynamodb.Options){faults.Option}})
+	w := coalescing(t, h)
+	type crash struct {
+		name string
+		hook worker.Hook
+		plan instrument.FaultPlan
+	}
+	var crashes []crash
+	for _, p := range []worker.Point{
+		{Before: true, Stage: ledger.StageArchive}, {Stage: ledger.StageArchive}, {Stage: worker.StageClaim},
+		{Before: true, Stage: ledger.StageMark}, {Stage: ledger.StageMark},
+	} {
+		crashes = append(crashes, crash{name: p.String(), hook: killAt(p)})
+	}
+	// The DynamoDB writes of one clean invocation (after the account's first usage is recorded):
+	// the claim and the unit's mark.
+	h.CreateAccount(t, "acct_probe", "free", nil)
+	invokeCase(t, h, w, "acct_probe", aggregationCase{prime: aggregationCases[0].prime})
+	faults.SetPlan(nil)
+	invokeCase(t, h, w, "acct_probe", aggregationCase{pack: aggregationCases[0].pack, singles: aggregationCases[0].singles})
+	writes := faults.Writes()
+	if writes != 2 {
+		t.Fatalf("a clean invocation made %d writes; want the claim and the mark", writes)
+	}
+	for n := 1; n <= writes; n++ {
+		for _, kind := range []instrument.Fault{instrument.CrashBefore, instrument.CrashAfter} {
+			name := map[instrument.Fault]string{instrument.CrashBefore: "before", instrument.CrashAfter: "after"}[kind]
+			crashes = append(crashes, crash{name: fmt.Sprintf("%s write %d", name, n), plan: func(op string, _, write int) instrument.Fault {
+				if write == n && (op == "TransactWriteItems" || op == "PutItem" || op == "UpdateItem") {
+					return kind
+				}
+				return instrument.NoFault
+			}})
+		}
+	}
+	for _, c := range aggregationCases {
+		for i, cr := range crashes {
+			t.Run(c.name+"/"+strings.ReplaceAll(cr.name, " ", "_"), func(t *testing.T) {
+				for _, tier := range []string{"free", "plus"} {
+					acct := fmt.Sprintf("acct_%s_%d_%s", strings.ToLower(c.name), i, tier)
+					h.CreateAccount(t, acct, tier, nil)
+					invokeCase(t, h, w, acct, aggregationCase{prime: c.prime})
+					bodies := caseBodies(t, h, acct, c)
+					w.Hook = cr.hook
+					faults.SetPlan(cr.plan)
+					failed := invoke(t, w, bodies)
+					w.Hook = nil
+					fired := faults.Fired()
+					faults.SetPlan(nil)
+					if cr.plan != nil && len(fired) != 1 {
+						t.Fatalf("%s: the fault fired %v", tier, fired)
+					}
+					if len(failed) == 0 {
+						t.Fatalf("%s: killed %s, yet no message failed", tier, cr.name)
+					}
+					// Regrouped: one single alone, then the rest; then everything again.
+					first := c.singles[0].id
+					if f := invoke(t, w, map[string]string{first: bodies[first]}); len(f) != 0 {
+						t.Fatalf("%s: redelivery of %s alone failed: %v", tier, first, f)
+					}
+					rest := map[string]string{}
+					for k, v := range bodies {
+						if k != first {
+							rest[k] = v
+						}
+					}
+					if f := invoke(t, w, rest); len(f) != 0 {
+						t.Fatalf("%s: redelivery of the rest failed: %v", tier, f)
+					}
+					settled := figures(t, h, acct)
+					if want := ledgerFigures(t, h, acct, c.ids()...); !reflect.DeepEqual(settled, want) {
+						t.Fatalf("%s after the crash %s: figures %v, the entries say %v", tier, cr.name, settled, want)
+					}
+					billed := int64(0)
+					for _, id := range c.ids() {
+						e := entry(t, h, acct, id)
+						if e.Status != ledger.Inserted && e.Status != ledger.Rejected {
+							t.Fatalf("%s: %s left %s", tier, id, e.Status)
+						}
+						if e.Billed() {
+							billed++
+						}
+					}
+					if billed != settled["events"] || billed != int64(len(c.ids())) {
+						t.Fatalf("%s: %d of %d events billed, the events meter says %d", tier, billed, len(c.ids()), settled["events"])
+					}
+					if f := invoke(t, w, bodies); len(f) != 0 || !reflect.DeepEqual(figures(t, h, acct), settled) {
+						t.Fatalf("%s: a further delivery failed (%v) or moved a meter: %v, was %v", tier, f, figures(t, h, acct), settled)
+					}
+				}
+			})
+		}
+	}
+}
+
+// caseBodies are the invocation's messages: the pack and each single.
+func caseBodies(t testing.TB, h *apptest.Harness, acct string, c aggregationCase) map[string]string {
+	bodies := messages(t, h, acct, c.singles...)
+	if len(c.pack) > 0 {
+		bodies["pack"] = pack(t, h, acct, c.pack...)
+	}
+	return bodies
+}
+
+// invokeCase runs the case's messages (or, with only prime set, its first unit) cleanly.
+func invokeCase(t testing.TB, h *apptest.Harness, w *worker.Worker, acct string, c aggregationCase) {
+	t.Helper()
+	bodies := caseBodies(t, h, acct, c)
+	if len(c.prime) > 0 {
+		bodies = map[string]string{"prime": pack(t, h, acct, c.prime...)}
+	}
+	if failed := invoke(t, w, bodies); len(failed) != 0 {
+		t.Fatalf("%s: %v", acct, failed)
+	}
+}
+
+// Invocations racing on one account's capped meters — overlapping groupings of the same
+// messages, run at once, then everything redelivered — never take a meter past its limit, count
+// a distinct value once, keep the largest value, and end with every figure equal to what the
+// admitted entries say.
+func TestMeters_CapsExactUnderConcurrentInvocations(t *testing.T) {
+	h, w := metered(t)
+	h.CreateAccount(t, "acct_race", "free", map[string]any{"tokens_in": 100_000, "active_users": 5})
+	var es []ev
+	for i := range 30 {
+		es = append(es, llmCall(fmt.Sprintf("evt_t%02d", i), int64(7_000+i*131), int64(i)))
+	}
+	for i := range 20 {
+		es = append(es, login(fmt.Sprintf("evt_u%02d", i), fmt.Sprintf("user_%d", i%8)))
+	}
+	for i := range 10 {
+		es = append(es, storage(fmt.Sprintf("evt_s%02d", i), int64((i*37)%97)))
+	}
+	all := messages(t, h, "acct_race", es...)
+	var ids []string
+	for id := range all {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	groups := make([]map[string]string, 4)
+	for g := range groups {
+		groups[g] = map[string]string{}
+	}
+	for i, id := range ids {
+		groups[i%4][id] = all[id]
+		groups[(i*7+1)%4][id] = all[id] // most messages in two invocations at once
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = invokeQuiet(w, g) }()
+	}
+	wg.Wait()
+	if failed := invoke(t, w, all); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	got := figures(t, h, "acct_race")
+	if want := ledgerFigures(t, h, "acct_race", ids...); !reflect.DeepEqual(got, want) {
+		t.Fatalf("figures %v, the entries say %v", got, want)
+	}
+	if got["tokens_in"] > 100_000 || got["active_users"] != 5 || got["storage_gb"] != 88 {
+		t.Fatalf("figures %v: tokens_in past its limit, or distinct users not capped at 5, or the max lost", got)
+	}
+	// Exact, not merely under: an event refused at the cap needed more than was left when it was
+	// refused, which is at least what is left now.
+	for i := range 30 {
+		e := entry(t, h, "acct_race", fmt.Sprintf("evt_t%02d", i))
+		if e.Status == ledger.Rejected && int64(7_000+i*131) <= 100_000-got["tokens_in"] {
+			t.Errorf("%s needed %d and was refused (%q) with %d left", e.EventID, 7_000+i*131, e.Reason, 100_000-got["tokens_in"])
+		}
+	}
+}
+
+// A unit grows while its claim fits one transaction: events that each bring a distinct value
+// (an entry and a marker each) make smaller units than events counted alone, and a pack queued
+// before its meters needed that many items is split in its own order, its message acked once
+// every part is finished.
+func TestMeters_UnitsBoundedByTheItemsTheirClaimNeeds(t *testing.T) {
+	calls := instrument.NewCallCounter()
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), BatchMode: true, DynamoDB: calls.Options().DynamoDB})
+	w := coalescing(t, h)
+	h.CreateAccount(t, "acct_items", "plus", nil)
+	invokeCase(t, h, w, "acct_items", aggregationCase{prime: []ev{login("evt_warm", "warm")}})
+	var singlesEs, packEs []ev
+	for i := range 60 {
+		singlesEs = append(singlesEs, login(fmt.Sprintf("evt_s%02d", i), fmt.Sprintf("s%d", i)))
+		packEs = append(packEs, login(fmt.Sprintf("evt_p%02d", i), fmt.Sprintf("p%d", i)))
+	}
+	calls.Reset()
+	if failed := invoke(t, w, messages(t, h, "acct_items", singlesEs...)); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if got := calls.Snapshot()["DynamoDB TransactWriteItems"]; got != 2 {
+		t.Errorf("%d claim transactions for 60 events bringing 60 distinct values; want 2", got)
+	}
+	calls.Reset()
+	if failed := invoke(t, w, map[string]string{"pack": pack(t, h, "acct_items", packEs...)}); len(failed) != 0 {
+		t.Fatalf("the oversize pack failed: %v", failed)
+	}
+	if got := calls.Snapshot()["DynamoDB TransactWriteItems"]; got != 2 {
+		t.Errorf("%d claim transactions for a pack of 60 distinct values; want its 2 parts", got)
+	}
+	for _, e := range append(singlesEs, packEs...) {
+		if got := entry(t, h, "acct_items", e.id); got.Status != ledger.Inserted {
+			t.Fatalf("%s: %s", e.id, got.Status)
+		}
+	}
+	if got := figure(t, h, "acct_items", "active_users"); got != 121 {
+		t.Fatalf("active_users %d, want 121", got)
+	}
+	// A redelivery of the pack, in its parts again, writes nothing.
+	calls.Reset()
+	if failed := invoke(t, w, map[string]string{"pack": pack(t, h, "acct_items", packEs...)}); len(failed) != 0 {
+		t.Fatalf("the redelivered pack failed: %v", failed)
+	}
+	if got := calls.Snapshot()["DynamoDB TransactWriteItems"]; got != 0 {
+		t.Errorf("the redelivery made %d claim transactions", got)
 	}
 }
