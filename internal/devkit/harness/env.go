@@ -2,8 +2,8 @@ package harness
 
 import (
 	"context"
-	_ "embed"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"io"
