@@ -1,29 +1,41 @@
-package httpapi
+package meterapi
 
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/cycle"
-	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/reporting"
 	"github.com/ferrymeter/ferry/internal/reporting/corrections"
 	"github.com/ferrymeter/ferry/internal/reporting/outbox"
 	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
 	"github.com/ferrymeter/ferry/internal/reporting/report"
 	"github.com/ferrymeter/ferry/internal/reporting/review"
+
+	"github.com/ferrymeter/ferry/internal/platform/httpapi"
+	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
 
-// MeterDeps are what the reporting and reconciliation routes use.
-type MeterDeps struct {
-	Corrections *corrections.Service
-	Reporter    *report.Reporter
-	Reconciler  *reconcile.Reconciler
-	Evidence    *reconcile.EvidenceStore
-	Review      *review.DynamoStore
-	Drainer     *outbox.Drainer
-	// Outbox reads a cycle's rows (GET /v1/outbox).
-	Outbox *outbox.DynamoStore
+// routes serve the operator routes of reporting and reconciliation on the function's parts.
+type routes struct {
+	*reporting.Parts
+	Catalog plans.Catalog
+	Now     func() time.Time
+}
+
+// handlers are the function's route handlers, by route key.
+func (a *routes) handlers() httpapi.Handlers {
+	return httpapi.Handlers{
+		"POST /v1/usage/corrections": a.postCorrection,
+		"POST /v1/report":            a.postReport,
+		"POST /v1/reconcile":         a.postReconcile,
+		"GET /v1/reconcile/evidence": a.getEvidence,
+		"GET /v1/reconcile/review":   a.getReview,
+		"GET /v1/outbox":             a.getOutbox,
+	}
 }
 
 type correctionRequest struct {
@@ -33,7 +45,6 @@ type correctionRequest struct {
 	Reason  string `json:"reason" jsonbody:"required"`
 	Cycle   string `json:"cycle"`
 }
-
 type correctionBody struct {
 	ID        string `json:"id"`
 	Account   string `json:"account"`
@@ -48,17 +59,17 @@ type correctionBody struct {
 }
 
 // postCorrection is POST /v1/usage/corrections: an append-only ± row in the corrected cycle.
-func (a *API) postCorrection(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
+func (a *routes) postCorrection(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.CheckJSON(r); err != nil {
 		return err
 	}
 	var req correctionRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
-	c, created, err := a.deps.Meters.Corrections.Apply(r.Context(), corrections.Input{
+	c, created, err := a.Corrections.Apply(r.Context(), corrections.Input{
 		Account: req.Account, Feature: req.Feature, Units: req.Units, Reason: req.Reason, Cycle: req.Cycle,
-		IdempotencyKey: r.Header.Get(HeaderIdempotencyKey),
+		IdempotencyKey: r.Header.Get(httpapi.HeaderIdempotencyKey),
 	})
 	if err != nil {
 		return err
@@ -67,9 +78,9 @@ func (a *API) postCorrection(w http.ResponseWriter, r *http.Request) error {
 	if created {
 		status = http.StatusCreated
 	}
-	return writeJSON(w, status, correctionBody{
+	return httpapi.WriteJSON(w, status, correctionBody{
 		ID: c.ID, Account: c.Account, Feature: c.Feature, Cycle: c.Cycle, Units: c.Units, Reason: c.Reason,
-		CreatedAt: rfc3339(c.CreatedAtMs), ClosedCycle: c.Closed,
+		CreatedAt: httpapi.RFC3339(c.CreatedAtMs), ClosedCycle: c.Closed,
 	})
 }
 
@@ -78,7 +89,6 @@ type reportBody struct {
 	Report report.Result `json:"report"`
 	Drain  drainBody     `json:"drain"`
 }
-
 type drainBody struct {
 	Due      int `json:"due"`
 	Sent     int `json:"sent"`
@@ -90,14 +100,14 @@ type drainBody struct {
 }
 
 // postReport is POST /v1/report: run the reporter now, then drain the Stripe outbox once.
-func (a *API) postReport(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
+func (a *routes) postReport(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.CheckJSON(r); err != nil {
 		return err
 	}
-	if err := decodeOptionalEmpty(r); err != nil {
+	if err := httpapi.DecodeOptionalEmpty(r); err != nil {
 		return err
 	}
-	m := a.deps.Meters
+	m := a
 	res, err := m.Reporter.Run(r.Context())
 	if err != nil {
 		return reportUnavailable(err, "The reporter could not read or write its state; every cycle it did not finish stays marked for the next run.")
@@ -106,7 +116,7 @@ func (a *API) postReport(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return reportUnavailable(err, "The reporter ran, but the Stripe outbox could not be drained; its rows stay due for the next run.")
 	}
-	return writeJSON(w, http.StatusOK, reportBody{Report: res, Drain: drainBody{
+	return httpapi.WriteJSON(w, http.StatusOK, reportBody{Report: res, Drain: drainBody{
 		Due: drained.Due, Sent: drained.Sent, Retrying: drained.Retrying, Dead: drained.Dead, Review: drained.Review,
 		Skipped: drained.Skipped, Failed: drained.Failed,
 	}})
@@ -118,18 +128,11 @@ func reportUnavailable(cause error, detail string) error {
 	return fmt.Errorf("%w: %w", problem.New(problem.Unavailable, "reporting run failed", detail), cause)
 }
 
-// decodeOptionalEmpty reads a body that may be absent or an empty JSON object.
-func decodeOptionalEmpty(r *http.Request) error {
-	var empty struct{}
-	return decodeOptionalJSON(r, &empty)
-}
-
 type reconcileRequest struct {
 	Account string `json:"account"`
 	Cycle   string `json:"cycle"`
 	After   string `json:"after"`
 }
-
 type reconcileBody struct {
 	Results  []reconcile.Result `json:"results"`
 	Accounts int                `json:"accounts"`
@@ -141,12 +144,12 @@ type reconcileBody struct {
 
 // postReconcile is POST /v1/reconcile: reconcile one account (and cycle) now, or one page of
 // every account.
-func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
-	if err := checkJSON(r); err != nil {
+func (a *routes) postReconcile(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.CheckJSON(r); err != nil {
 		return err
 	}
 	var req reconcileRequest
-	if err := decodeOptionalJSON(r, &req); err != nil {
+	if err := httpapi.DecodeOptionalJSON(r, &req); err != nil {
 		return err
 	}
 	var problems []string
@@ -165,11 +168,11 @@ func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Account != "" {
-		if _, err := a.deps.Accounts.Get(r.Context(), req.Account); err != nil {
+		if _, err := a.Accounts.Get(r.Context(), req.Account); err != nil {
 			return err
 		}
 	}
-	page, err := a.deps.Meters.Reconciler.Run(r.Context(), reconcile.Input{Account: req.Account, Cycle: req.Cycle, After: req.After})
+	page, err := a.Reconciler.Run(r.Context(), reconcile.Input{Account: req.Account, Cycle: req.Cycle, After: req.After})
 	ok := err == nil
 	if err != nil && len(page.Results) == 0 {
 		return reportUnavailable(err, "The reconciler could not run; nothing was repaired. Retry it.")
@@ -182,7 +185,7 @@ func (a *API) postReconcile(w http.ResponseWriter, r *http.Request) error {
 			page.Results[i].Checks = []reconcile.Check{}
 		}
 	}
-	return writeJSON(w, http.StatusOK, reconcileBody{Results: page.Results, Accounts: page.Accounts, Next: page.Next, OK: ok})
+	return httpapi.WriteJSON(w, http.StatusOK, reconcileBody{Results: page.Results, Accounts: page.Accounts, Next: page.Next, OK: ok})
 }
 
 type evidenceRecord struct {
@@ -200,7 +203,6 @@ type evidenceRecord struct {
 	Corrections int64             `json:"corrections"`
 	At          string            `json:"at"`
 }
-
 type evidenceBody struct {
 	Account  string           `json:"account"`
 	Cycle    string           `json:"cycle"`
@@ -211,28 +213,28 @@ type evidenceBody struct {
 var evidenceParams = []string{"account", "cycle"}
 
 // getEvidence is GET /v1/reconcile/evidence?account=&cycle=: the stored proof of a cycle.
-func (a *API) getEvidence(w http.ResponseWriter, r *http.Request) error {
-	if err := strictQuery(r, evidenceParams); err != nil {
+func (a *routes) getEvidence(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.StrictQuery(r, evidenceParams); err != nil {
 		return err
 	}
 	q := r.URL.Query()
 	id := q.Get("account")
 	if id == "" {
-		return badRequest("account is required: GET /v1/reconcile/evidence?account=<id>&cycle=YYYY-MM.")
+		return httpapi.BadRequest("account is required: GET /v1/reconcile/evidence?account=<id>&cycle=YYYY-MM.")
 	}
-	acct, err := a.deps.Accounts.Get(r.Context(), id)
+	acct, err := a.Accounts.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	label := acct.CycleAt(a.deps.Now()).Label()
+	label := acct.CycleAt(a.Now()).Label()
 	if v := q.Get("cycle"); v != "" {
 		c, err := cycle.Parse(v, acct.AgreementDay)
 		if err != nil {
-			return badRequest(err.Error())
+			return httpapi.BadRequest(err.Error())
 		}
 		label = c.Label()
 	}
-	records, err := a.deps.Meters.Evidence.List(r.Context(), acct.ID, label)
+	records, err := a.Evidence.List(r.Context(), acct.ID, label)
 	if err != nil {
 		return err
 	}
@@ -241,10 +243,10 @@ func (a *API) getEvidence(w http.ResponseWriter, r *http.Request) error {
 		body.Evidence = append(body.Evidence, evidenceRecord{
 			Feature: rec.Feature, Provider: rec.Provider, Ledger: rec.Ledger, Sent: rec.Sent, Meter: rec.Meter,
 			Verdict: rec.Verdict, Cause: rec.Cause, Repair: rec.Repair, ReadBack: rec.ReadBack, Confirmed: rec.Confirmed,
-			Rebuilt: rec.Rebuilt, Corrections: rec.Corrections, At: rfc3339(rec.AtMs),
+			Rebuilt: rec.Rebuilt, Corrections: rec.Corrections, At: httpapi.RFC3339(rec.AtMs),
 		})
 	}
-	return writeJSON(w, http.StatusOK, body)
+	return httpapi.WriteJSON(w, http.StatusOK, body)
 }
 
 type reviewEntry struct {
@@ -261,11 +263,11 @@ type reviewEntry struct {
 }
 
 // getReview is GET /v1/reconcile/review: what a person must settle.
-func (a *API) getReview(w http.ResponseWriter, r *http.Request) error {
-	if err := strictQuery(r, nil); err != nil {
+func (a *routes) getReview(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.StrictQuery(r, nil); err != nil {
 		return err
 	}
-	entries, err := a.deps.Meters.Review.List(r.Context())
+	entries, err := a.Review.List(r.Context())
 	if err != nil {
 		return err
 	}
@@ -273,10 +275,10 @@ func (a *API) getReview(w http.ResponseWriter, r *http.Request) error {
 	for _, e := range entries {
 		out = append(out, reviewEntry{
 			Account: e.Account, Feature: e.Feature, Cycle: e.Cycle, Provider: e.Provider, Reason: e.Reason,
-			Ledger: e.Ledger, Sent: e.Sent, Meter: e.Meter, Detail: e.Detail, At: rfc3339(e.AtMs),
+			Ledger: e.Ledger, Sent: e.Sent, Meter: e.Meter, Detail: e.Detail, At: httpapi.RFC3339(e.AtMs),
 		})
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"entries": out})
 }
 
 // outboxRow is one row of the Stripe outbox as the API shows it.
@@ -313,33 +315,33 @@ func outboxState(r outbox.Row) string {
 
 // getOutbox is GET /v1/outbox?account=&cycle=: the account's Stripe outbox rows of one cycle
 // (its current one by default), for every feature, grouped pending, retrying, dead and done.
-func (a *API) getOutbox(w http.ResponseWriter, r *http.Request) error {
-	if err := strictQuery(r, []string{"account", "cycle"}); err != nil {
+func (a *routes) getOutbox(w http.ResponseWriter, r *http.Request) error {
+	if err := httpapi.StrictQuery(r, []string{"account", "cycle"}); err != nil {
 		return err
 	}
 	q := r.URL.Query()
 	id := q.Get("account")
 	if id == "" {
-		return badRequest("account is required: GET /v1/outbox?account=<id>&cycle=YYYY-MM.")
+		return httpapi.BadRequest("account is required: GET /v1/outbox?account=<id>&cycle=YYYY-MM.")
 	}
 	if !accounts.ValidID(id) {
-		return badRequest("account is not an account id.")
+		return httpapi.BadRequest("account is not an account id.")
 	}
-	acct, err := a.deps.Accounts.Get(r.Context(), id)
+	acct, err := a.Accounts.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	label := acct.CycleAt(a.deps.Now()).Label()
+	label := acct.CycleAt(a.Now()).Label()
 	if v := q.Get("cycle"); v != "" {
 		c, err := cycle.Parse(v, acct.AgreementDay)
 		if err != nil {
-			return badRequest(err.Error())
+			return httpapi.BadRequest(err.Error())
 		}
 		label = c.Label()
 	}
 	groups := map[string][]outboxRow{"pending": {}, "retrying": {}, "dead": {}, "done": {}}
-	for _, feature := range a.deps.Catalog.Features() {
-		rows, err := a.deps.Meters.Outbox.Cycle(r.Context(), acct.ID, feature, label)
+	for _, feature := range a.Catalog.Features() {
+		rows, err := a.Outbox.Cycle(r.Context(), acct.ID, feature, label)
 		if err != nil {
 			return err
 		}
@@ -347,17 +349,17 @@ func (a *API) getOutbox(w http.ResponseWriter, r *http.Request) error {
 			b := outboxRow{
 				Feature: row.Feature, Cycle: row.Cycle, Key: row.Key, Kind: string(row.Kind), Status: string(row.Status),
 				Total: row.Total, Delta: row.Delta, Attempts: row.Attempts, LastError: row.LastError,
-				CreatedAt: rfc3339(row.CreatedAtMs), Identifier: row.Identifier(),
+				CreatedAt: httpapi.RFC3339(row.CreatedAtMs), Identifier: row.Identifier(),
 			}
 			if row.Status.Due() && row.NextAttemptAtMs != 0 {
-				b.NextAttemptAt = rfc3339(row.NextAttemptAtMs)
+				b.NextAttemptAt = httpapi.RFC3339(row.NextAttemptAtMs)
 			}
 			if row.SentAtMs != 0 {
-				b.SentAt = rfc3339(row.SentAtMs)
+				b.SentAt = httpapi.RFC3339(row.SentAtMs)
 			}
 			state := outboxState(row)
 			groups[state] = append(groups[state], b)
 		}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"account": acct.ID, "cycle": label, "rows": groups})
+	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"account": acct.ID, "cycle": label, "rows": groups})
 }
