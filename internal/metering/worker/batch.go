@@ -111,8 +111,9 @@ func unitID(msgs []queued) string {
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-func (w *Worker) processBatch(ctx context.Context, m event.Message, redelivered bool) (Result, error) {
-	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw, redelivered: redelivered}}, accounts.Account{})
+// processBatch runs message m alone as a unit, raw being the bytes its identity derives from.
+func (w *Worker) processBatch(ctx context.Context, m event.Message, raw []byte, redelivered bool) (Result, error) {
+	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: raw, redelivered: redelivered}}, accounts.Account{})
 	if err == nil && len(pending) > 0 {
 		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
 	}
