@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
 	"github.com/ferrymeter/ferry/internal/operator/console"
@@ -289,10 +290,14 @@ func (a *routes) usageOf(ctx context.Context, acct accounts.Account, feature str
 			grants = append(grants, b)
 		}
 	}
-	return usageBody{
+	body := usageBody{
 		Feature: feature, Cycle: c.Label(), Limit: limit, Used: totals.Used, Held: totals.Held,
 		Remaining: limit.Remaining(totals.Used + totals.Held), Corrections: totals.Corrections, Grants: grants,
-	}, nil
+	}
+	if m, ok := a.Catalog.MeterFor(feature); ok {
+		body.Meter, body.Aggregation = m.Name, m.Aggregation
+	}
+	return body, nil
 }
 
 // grantBody is one grant row of an allowance's cycle.
@@ -449,11 +454,15 @@ func eventScope(r *http.Request) (string, error) {
 	return named, nil
 }
 
-// newEventBody is a ledger entry as the API shows it; the reason only of a failed event.
-func newEventBody(e ledger.Entry) eventBody {
+// newEventBody is a ledger entry as the API shows it; the reason only of a failed event, the
+// values its meters moved only of a billed one.
+func (a *routes) newEventBody(e ledger.Entry) eventBody {
 	body := eventBody{ID: e.EventID, Status: e.Status, Cycle: e.Cycle, ReceivedAt: httpapi.RFC3339(e.ReceivedAtMs), Reason: e.Reason}
 	if e.Billed() {
 		body.BillingAcceptedAt = httpapi.RFC3339(e.BillingAcceptedAtMs)
+		for _, mv := range e.MeterValues() {
+			body.Meters = append(body.Meters, a.meterValueBody(mv))
+		}
 	}
 	if !e.Status.Failed() {
 		body.Reason = ""
@@ -486,7 +495,7 @@ func (a *routes) listEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	items := make([]eventBody, 0, len(page.Entries))
 	for _, e := range page.Entries {
-		items = append(items, newEventBody(e))
+		items = append(items, a.newEventBody(e))
 	}
 	return httpapi.WriteJSON(w, http.StatusOK, map[string]any{"items": items, "next": httpapi.NextCursor(page.Next)})
 }
@@ -504,9 +513,6 @@ var errNoEvent = httpapi.NotFound("No event with this id has been processed for 
 // billing it a second time. 202, since the work is queued; 409 for an event that is finished.
 func (a *routes) redriveEvent(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.StrictQuery(r, nil); err != nil {
-		return err
-	}
-	if err := httpapi.CheckJSON(r); err != nil {
 		return err
 	}
 	var req redriveRequest
@@ -914,6 +920,47 @@ type eventBody struct {
 	ReceivedAt        string        `json:"receivedAt"`
 	BillingAcceptedAt string        `json:"billingAcceptedAt,omitempty"`
 	Reason            string        `json:"reason,omitempty"`
+	// Meters are the values a billed event moved, one per meter it matched.
+	Meters []meterValueBody `json:"meters,omitempty"`
+}
+
+// meterValueBody is what an event moved on one meter.
+type meterValueBody struct {
+	Meter       string            `json:"meter"`
+	Feature     string            `json:"feature,omitempty"`
+	Aggregation meter.Aggregation `json:"aggregation,omitempty"`
+	Value       int64             `json:"value"`
+	Dimensions  map[string]string `json:"dimensions,omitempty"`
+	// Distinct is a UNIQUE_COUNT value, and Counted whether this event counted it (its first
+	// sighting in the cycle).
+	Distinct string `json:"distinct,omitempty"`
+	Counted  *bool  `json:"counted,omitempty"`
+}
+
+// meterValueBody shows a value as its meter is defined now: its feature, aggregation and the
+// names of its dimensions (by position, "1", "2"…, when the definition no longer has as many).
+func (a *routes) meterValueBody(mv ledger.MeterValue) meterValueBody {
+	b := meterValueBody{Meter: mv.Meter, Value: mv.Value, Distinct: mv.Distinct}
+	def, ok := a.Catalog.Meters.Named(mv.Meter)
+	if ok {
+		b.Feature, b.Aggregation = def.Feature, def.Aggregation
+	}
+	if len(mv.Group) > 0 {
+		b.Dimensions = map[string]string{}
+		names := def.Dimensions.Names()
+		for i, v := range mv.Group {
+			name := fmt.Sprint(i + 1)
+			if len(names) == len(mv.Group) {
+				name = names[i]
+			}
+			b.Dimensions[name] = v
+		}
+	}
+	if ok && def.Aggregation == meter.UniqueCount {
+		counted := mv.New
+		b.Counted = &counted
+	}
+	return b
 }
 
 // getEvent is GET /v1/events/{id}: an account's event (its own; the operator names the account
@@ -933,16 +980,21 @@ func (a *routes) getEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return httpapi.WriteJSON(w, http.StatusOK, newEventBody(e))
+	return httpapi.WriteJSON(w, http.StatusOK, a.newEventBody(e))
 }
 
 type usageBody struct {
-	Feature   string      `json:"feature"`
-	Cycle     string      `json:"cycle"`
-	Limit     plans.Limit `json:"limit"`
-	Used      int64       `json:"used"`
-	Held      int64       `json:"held"`
-	Remaining *int64      `json:"remaining"`
+	Feature string `json:"feature"`
+	// Meter and Aggregation name the meter that moves the feature, if one does (a feature only
+	// holds move has none): used is then its figure for the cycle — a sum, a count, the largest
+	// value, the number of distinct values, or the latest value.
+	Meter       string            `json:"meter,omitempty"`
+	Aggregation meter.Aggregation `json:"aggregation,omitempty"`
+	Cycle       string            `json:"cycle"`
+	Limit       plans.Limit       `json:"limit"`
+	Used        int64             `json:"used"`
+	Held        int64             `json:"held"`
+	Remaining   *int64            `json:"remaining"`
 	// Corrections is the sum of the cycle's correction rows: the meter holds used + corrections.
 	Corrections int64 `json:"corrections"`
 	// Grants are an allowance feature's grant rows in the cycle (allowance features only).

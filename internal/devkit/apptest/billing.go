@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	awsevents "github.com/aws/aws-lambda-go/events"
+
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
@@ -61,5 +63,28 @@ func (h *Harness) Bill(t testing.TB, acct accounts.Account, n int) {
 				t.Fatalf("bill: %s ended %s", id, r.Final)
 			}
 		}
+	}
+}
+
+// Meter runs events (CloudEvents JSON, as clients send them) for accountID through the worker
+// as one packed message received at the clock's now, and fails the test unless the message is
+// acked.
+func (h *Harness) Meter(t testing.TB, accountID string, events ...[]byte) {
+	t.Helper()
+	p := event.Packed{AccountID: accountID, ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	for _, raw := range events {
+		ev, err := event.Parse(raw)
+		if err != nil {
+			t.Fatalf("not an event: %v", err)
+		}
+		p.Events = append(p.Events, ev.Canonical)
+	}
+	body, err := event.EncodePacked(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Worker().Worker.HandleSQS(context.Background(), awsevents.SQSEvent{Records: []awsevents.SQSMessage{{MessageId: "m", Body: body}}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("the worker did not finish the events: %+v %v", resp, err)
 	}
 }

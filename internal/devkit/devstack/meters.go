@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	kindestandin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
@@ -65,13 +64,7 @@ func ProviderStandIns(env compose.Settings, catalog plans.Catalog, log *slog.Log
 		log.Info("Kinde stand-in serving entitlements", "url", kindeURL, "fail", "curl -X PUT "+kindeURL+`/standin/mode -d '{"mode":"fail"}'`)
 	}
 	if !reports {
-		meters := map[string]string{}
-		for _, f := range catalog.Features() {
-			if d := catalog.Definition(f); d.Stripe != nil {
-				meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
-			}
-		}
-		s.Stripe = stripestandin.New(standInStripeKey, meters)
+		s.Stripe = stripestandin.New(standInStripeKey, stripestandin.Meters(catalog))
 		stripeURL, err := serveLoopback(s.Stripe)
 		if err != nil {
 			return nil, nil, err
@@ -101,7 +94,7 @@ func serveLoopback(h http.Handler) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start a stand-in: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := NewServer(h)
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), nil
 }

@@ -48,7 +48,8 @@ var mutations = []mutation{
 	{id: "2", name: "a cancelled claim taken as the limit: its members rejected without a fresh read",
 		file: "internal/metering/worker/batch.go",
 		from: "\t\tif !errors.Is(err, ledger.ErrCancelled) {",
-		to: "\t\tif mutantOn(\"2\") && errors.Is(err, ledger.ErrCancelled) && len(c.Admit) > 0 { c.Reject, c.Admit, c.Rows, c.RejectReason = append(c.Reject, c.Admit...), nil, ledger.RowsItem{}, ledger.LimitReason(r.billing); " +
+		to: "\t\tif mutantOn(\"2\") && errors.Is(err, ledger.ErrCancelled) && len(c.Admit) > 0 { for _, e := range c.Admit { e.Reason = ledger.LimitReason(r.billing); c.Reject = append(c.Reject, e) }; " +
+			"c.Admit, c.Rows, c.Moves, c.Markers, c.Rollups = nil, ledger.RowsItem{}, nil, nil, nil; " +
 			"if w.Ledger.WriteBatchClaim(ctx, c) == nil { return struct{}{}, nil } }; if !errors.Is(err, ledger.ErrCancelled) {",
 		// The events schedules meet injected TransactionConflict cancellations.
 		pipeline: "events", budget: 100},
@@ -69,10 +70,10 @@ var mutations = []mutation{
 		from:     "func lapsed(h Hold, nowMs int64) bool { return h.LeaseExpired(nowMs) }",
 		to:       "func lapsed(h Hold, nowMs int64) bool { return mutantOn(\"8\") || h.LeaseExpired(nowMs) }",
 		pipeline: "holds", budget: 100},
-	{id: "9a", name: "the unit's read (its entries, record, budget row and mark) made eventually consistent",
+	{id: "9a", name: "the unit's read (its entries, record, budget rows, marks and markers) made eventually consistent",
 		file:     "internal/metering/ledger/batch.go",
-		from:     "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.key), aws.Bool(true)",
-		to:       "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.key), aws.Bool(!mutantOn(\"9a\"))",
+		from:     "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.Key), aws.Bool(true)",
+		to:       "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.Key), aws.Bool(!mutantOn(\"9a\"))",
 		pipeline: "events", budget: 100},
 	{id: "9b", name: "the read of another unit's done record made eventually consistent",
 		file:     "internal/metering/ledger/batch.go",

@@ -10,9 +10,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
@@ -22,7 +25,15 @@ func batchClaim(batch string, ids ...string) ledger.BatchClaim {
 	for i, id := range ids {
 		c.Admit = append(c.Admit, ledger.Entry{EventID: id, ArchiveKey: "events/" + batch + ".jsonl", ArchiveOffset: int64(i), ArchiveLength: 1})
 	}
+	c.Moves = []ledger.Move{{Feature: plans.FeatureEvents, Meter: meter.EventsMeter, Aggregation: meter.Count, Row: usage.BudgetSK,
+		Add: int64(len(ids)), Capped: true, Limit: plans.Max(10)}}
 	return c
+}
+
+// readEvents reads a batch's entries and its events budget row.
+func readEvents(ctx context.Context, s *ledger.DynamoStore, batch string, ids ...string) (ledger.BatchState, error) {
+	return s.ReadBatch(ctx, ledger.BatchRead{AccountID: acct, Batch: batch, Cycle: cycle, EventIDs: ids,
+		Features: []ledger.FeatureRead{{Feature: plans.FeatureEvents, Row: usage.BudgetSK, Budget: true}}})
 }
 
 // A unit's claim is one transaction, and its conditions are sent exactly as written: each
@@ -36,7 +47,7 @@ func TestBatchClaim_OneTransactionSendsItsConditionsVerbatim(t *testing.T) {
 	marked(t, s)
 	w.calls = nil
 	c := batchClaim("b0", "evt_1", "evt_2")
-	c.MarkPresent = true
+	c.Moves[0].MarkPresent = true
 	if err := s.WriteBatchClaim(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +74,7 @@ func TestBatchClaim_OneTransactionSendsItsConditionsVerbatim(t *testing.T) {
 	if room, ok := items[2].Update.ExpressionAttributeValues[":room"].(*types.AttributeValueMemberN); !ok || room.Value != "8" {
 		t.Errorf("the meter's room is %v, want 8 (the limit less the two admitted)", items[2].Update.ExpressionAttributeValues[":room"])
 	}
-	if got := meter(t, s); got != 2 {
+	if got := eventsUsed(t, s); got != 2 {
 		t.Errorf("the meter is %d, want 2", got)
 	}
 }
@@ -82,12 +93,12 @@ func TestGuard_AClaimOfAnEventAnotherUnitClaimed_IsCancelled(t *testing.T) {
 		if !errors.Is(err, ledger.ErrCancelled) {
 			return fmt.Errorf("a unit claiming an event another unit claimed: %v; want the transaction cancelled", err)
 		}
-		st, err := s.ReadBatch(ctx, acct, "b1", cycle, capped(10), []string{"evt_b1", "evt_b2"})
+		st, err := readEvents(ctx, s, "b1", "evt_b1", "evt_b2")
 		if err != nil {
 			return err
 		}
-		if _, ok := st.Entries["evt_b2"]; ok || st.Budget.Committed != 1 || st.Entries["evt_b1"].Batch != "b0" {
-			return fmt.Errorf("a cancelled claim left evt_b2 claimed (%v), the meter at %d, evt_b1 in batch %q", ok, st.Budget.Committed, st.Entries["evt_b1"].Batch)
+		if _, ok := st.Entries["evt_b2"]; ok || st.Unit.Rows[plans.FeatureEvents].Committed != 1 || st.Entries["evt_b1"].Batch != "b0" {
+			return fmt.Errorf("a cancelled claim left evt_b2 claimed (%v), the meter at %d, evt_b1 in batch %q", ok, st.Unit.Rows[plans.FeatureEvents].Committed, st.Entries["evt_b1"].Batch)
 		}
 		return nil
 	})
@@ -102,22 +113,22 @@ func TestBatchClaim_PastTheLimit_CancelledByTheBudgetRow(t *testing.T) {
 	s := store(env, env.ClientsWith(t, w.option).DynamoDB)
 	ctx := context.Background()
 	first := batchClaim("b0", "evt_1")
-	first.Billing = capped(1)
+	first.Billing, first.Moves[0].Limit = capped(1), plans.Max(1)
 	if err := s.WriteBatchClaim(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	stale := batchClaim("b1", "evt_2")
-	stale.Billing, stale.MarkPresent = capped(1), true
+	stale.Billing, stale.Moves[0].Limit, stale.Moves[0].MarkPresent = capped(1), plans.Max(1), true
 	if err := s.WriteBatchClaim(ctx, stale); !errors.Is(err, ledger.ErrCancelled) {
 		t.Fatalf("a claim past the limit: %v; want it cancelled", err)
 	}
 	w.calls = nil
-	st, err := s.ReadBatch(ctx, acct, "b1", cycle, capped(1), []string{"evt_2"})
+	st, err := readEvents(ctx, s, "b1", "evt_2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := st.Entries["evt_2"]; ok || st.Budget.Committed != 1 || meter(t, s) != 1 {
-		t.Errorf("after the cancelled claim: evt_2 claimed %v, committed %d, meter %d; want nothing moved", ok, st.Budget.Committed, meter(t, s))
+	if _, ok := st.Entries["evt_2"]; ok || st.Unit.Rows[plans.FeatureEvents].Committed != 1 || eventsUsed(t, s) != 1 {
+		t.Errorf("after the cancelled claim: evt_2 claimed %v, committed %d, meter %d; want nothing moved", ok, st.Unit.Rows[plans.FeatureEvents].Committed, eventsUsed(t, s))
 	}
 	for _, c := range w.ops("BatchGetItem") {
 		for _, ka := range c.params.(*dynamodb.BatchGetItemInput).RequestItems {
@@ -146,7 +157,8 @@ func takeOver(batch, id string, rejected bool) ledger.BatchClaim {
 	c.TakeOver = map[string]bool{id: true}
 	c.Admit[0].RowInsertedAtMs, c.Admit[0].CreatedAtMs = nowMs-1000, nowMs-1000
 	if rejected {
-		c.Reject, c.Admit, c.RejectReason = c.Admit, nil, "monthly limit reached"
+		c.Reject, c.Admit, c.Moves = c.Admit, nil, nil
+		c.Reject[0].Reason = "monthly limit reached"
 	}
 	return c
 }
@@ -172,7 +184,7 @@ func TestGuard_ATakeOverOfAnEntryBilledSince_IsCancelled(t *testing.T) {
 		if err := s.WriteBatchClaim(ctx, takeOver("b1", "evt_old", false)); !errors.Is(err, ledger.ErrCancelled) {
 			return fmt.Errorf("a second take-over of an entry billed since: %v; want it cancelled", err)
 		}
-		if got := meter(t, s); got != 1 {
+		if got := eventsUsed(t, s); got != 1 {
 			return fmt.Errorf("the meter is %d after two take-overs of one event; want 1", got)
 		}
 		return nil
@@ -195,8 +207,8 @@ func TestGuard_ATakeOverOfAnEntryRejectedSince_IsCancelled(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if e.Status != ledger.Rejected || e.Billed() || meter(t, s) != 0 {
-			return fmt.Errorf("the rejected entry became %s, billed %v, meter %d", e.Status, e.Billed(), meter(t, s))
+		if e.Status != ledger.Rejected || e.Billed() || eventsUsed(t, s) != 0 {
+			return fmt.Errorf("the rejected entry became %s, billed %v, meter %d", e.Status, e.Billed(), eventsUsed(t, s))
 		}
 		return nil
 	})

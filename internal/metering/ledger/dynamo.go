@@ -22,7 +22,7 @@ import (
 // claimed alone and never billed is taken over by the unit's claim under takeOverCondition
 // instead: still INSERTING, still without its checkpoint.
 const (
-	claimCondition    = "attribute_not_exists(#pk)"
+	claimCondition    = dynamo.AbsentCondition
 	takeOverCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
 	// only for a billed entry (every entry a claim admits is checkpointed, and the scenario
@@ -89,6 +89,8 @@ type entryItem struct {
 	Batch         string `dynamodbav:"batch,omitempty"`
 	// RowInUnit: the claim put the event's analytics row in its batch's rows item.
 	RowInUnit bool `dynamodbav:"rowInUnit,omitempty"`
+	// Meters are the values the event moved (see meters.go).
+	Meters []MeterValue `dynamodbav:"meters,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -98,7 +100,7 @@ func (it entryItem) entry() Entry {
 		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
 		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
 		InsertedAtMs: it.InsertedAtMs, ArchiveKey: it.ArchiveKey, ArchiveOffset: it.ArchiveOffset,
-		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit,
+		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit, MeterRow: it.MeterRow, Meters: it.Meters,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -85,7 +86,7 @@ func marked(t *testing.T, s *ledger.DynamoStore) {
 	}
 }
 
-func meter(t *testing.T, s *ledger.DynamoStore) int64 {
+func eventsUsed(t *testing.T, s *ledger.DynamoStore) int64 {
 	t.Helper()
 	tot, err := s.Usage.Read(context.Background(), acct, plans.FeatureEvents, cycle)
 	if err != nil {
@@ -110,7 +111,7 @@ func unchanged(ctx context.Context, s *ledger.DynamoStore, id string, before led
 	if err != nil {
 		return err
 	}
-	if after != before {
+	if !reflect.DeepEqual(after, before) {
 		return fmt.Errorf("the INSERTED entry changed: %+v, was %+v", after, before)
 	}
 	return nil

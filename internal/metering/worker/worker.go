@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
@@ -64,7 +65,7 @@ type Archive interface {
 type Ledger interface {
 	// A unit's claim, its read, and its record of being done (batch.go).
 	WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error
-	ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, eventIDs []string) (ledger.BatchState, error)
+	ReadBatch(ctx context.Context, r ledger.BatchRead) (ledger.BatchState, error)
 	MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error
 	BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error)
 	// What a member finished on its own needs (finish.go).
@@ -90,6 +91,17 @@ type Worker struct {
 	// write (at most, and by default, 25: BatchWriteItem's bound). Tests make it small to crash
 	// between chunks.
 	RowChunk int
+	// Rollups plans the usage query's rollup writes of what a unit's claim moves; nil writes
+	// none.
+	Rollups Rollups
+}
+
+// Rollups plans the rollup items a unit's claim writes (package rollup): the items to read before
+// the claim (those of MAX and LATEST meters, which are replaced from what was read), and the
+// writes of the admitted contributions, planned from what was read.
+type Rollups interface {
+	Keys(accountID string, cs []ledger.Contribution) []ledger.ItemKey
+	Writes(accountID string, cs []ledger.Contribution, read map[string][]map[string]types.AttributeValue) ([]types.TransactWriteItem, error)
 }
 
 // Result says what one message's processing did.

@@ -2,12 +2,9 @@ package outbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/platform/fanout"
@@ -73,7 +70,7 @@ type Drainer struct {
 	// it to kill the drainer in each crash window; production leaves it nil.
 	Hook func(ctx context.Context, p Point, r Row) error
 
-	ownerOnce sync.Once
+	holder LeaseOwner
 }
 
 // Result counts what one run did.
@@ -85,17 +82,6 @@ type Result struct {
 	Review   int
 	Skipped  int
 	Failed   int
-}
-
-func (d *Drainer) owner() string {
-	d.ownerOnce.Do(func() {
-		if d.Owner == "" {
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			d.Owner = "drainer-" + hex.EncodeToString(b[:])
-		}
-	})
-	return d.Owner
 }
 
 // Run drains up to MaxRowsPerRun due rows, sendConcurrency at a time. It fails when a row could
@@ -154,7 +140,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	if err := d.hook(ctx, BeforeClaim, row); err != nil {
 		return "", err
 	}
-	claimed, err := d.Store.Rewrite(ctx, row.Claimed(d.owner(), nowMs), row.Rev)
+	claimed, err := d.Store.Rewrite(ctx, row.Claimed(d.holder.Name(d.Owner, "drainer"), nowMs), row.Rev)
 	if errors.Is(err, ErrChanged) {
 		return OutcomeSkipped, nil // another drainer claimed it first
 	}
@@ -172,7 +158,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	}
 	sendErr := d.Sender.Send(ctx, stripe.MeterEvent{
 		Identifier: claimed.Identifier(), EventName: claimed.EventName, Customer: claimed.Customer,
-		Value: claimed.Delta, Timestamp: time.UnixMilli(claimed.TimestampMs),
+		Value: claimed.Value(), Timestamp: time.UnixMilli(claimed.TimestampMs),
 	})
 	nowMs = d.Now().UnixMilli()
 	// The outcome is recorded even when the caller's context ended with the send: a row left
@@ -216,7 +202,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 		return "", fmt.Errorf("mark %s SENT: %w", claimed.Identifier(), err)
 	}
 	d.Metrics.Count(metrics.OutboxSent, 1)
-	log.Info("meter event sent", "value", claimed.Delta, "attempts", claimed.Attempts)
+	log.Info("meter event sent", "value", claimed.Value(), "absolute", claimed.Absolute, "attempts", claimed.Attempts)
 	return OutcomeSent, nil
 }
 
@@ -226,7 +212,7 @@ func (d *Drainer) toReview(ctx context.Context, row Row, nowMs int64, log *slog.
 	if _, err := d.Review.Add(ctx, review.Entry{
 		Account: row.Account, Feature: row.Feature, Cycle: row.Cycle, Provider: "stripe", Reason: review.OutboxClosed,
 		Ledger: row.Total, Sent: row.Total - row.Delta,
-		Detail: fmt.Sprintf("The meter event %s (value %d) was still unsent when its cycle closed; it was not sent.", row.Identifier(), row.Delta),
+		Detail: fmt.Sprintf("The meter event %s (value %d) was still unsent when its cycle closed; it was not sent.", row.Identifier(), row.Value()),
 		AtMs:   nowMs,
 	}); err != nil {
 		return "", err

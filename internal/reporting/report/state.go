@@ -43,7 +43,9 @@ type State struct {
 	StripeSent     int64
 	StripeSentAtMs int64
 	// StripeEpoch counts the reconciler's cancellations (see outbox.ReportKey).
-	StripeEpoch   int64
+	StripeEpoch int64
+	// StripeSeq counts the Stripe reports and repairs committed (see outbox.AbsoluteKey).
+	StripeSeq     int64
 	KindeSent     int64
 	KindeSentAtMs int64
 	LeaseUntilMs  int64
@@ -107,7 +109,7 @@ const (
 	// stripeSentCondition: lastSent is still what the delta was computed from, so two runs can
 	// never both write a delta from the same lastSent.
 	stripeSentCondition = "#stripeSent = :prev"
-	stripeSentUpdate    = "SET #stripeSent = :total, #stripeSentAtMs = :now"
+	stripeSentUpdate    = "SET #stripeSent = :total, #stripeSentAtMs = :now ADD #stripeSeq :one"
 	kindeSentUpdate     = "SET #kindeSent = :total, #kindeSentAtMs = :now"
 	// stripeCancelledUpdate lowers lastSent after cancellations and starts a new epoch of keys.
 	stripeCancelledUpdate = "SET #stripeSent = :total, #stripeSentAtMs = :now ADD #stripeEpoch :one"
@@ -127,8 +129,8 @@ func stateKey(pk string) map[string]types.AttributeValue {
 func stateOf(item map[string]types.AttributeValue) State {
 	return State{
 		StripeSent: dynamo.Int(item, "stripeSent"), StripeSentAtMs: dynamo.Int(item, "stripeSentAtMs"),
-		StripeEpoch: dynamo.Int(item, "stripeEpoch"),
-		KindeSent:   dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
+		StripeEpoch: dynamo.Int(item, "stripeEpoch"), StripeSeq: dynamo.Int(item, "stripeSeq"),
+		KindeSent: dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
 		LeaseUntilMs: dynamo.Int(item, "leaseUntilMs"), LeaseOwner: dynamo.Str(item, "leaseOwner"),
 		LeaseRole: Role(dynamo.Str(item, "leaseRole")),
 	}
@@ -198,7 +200,7 @@ func (s *StateStore) StripeSentItem(k Key, prev, total, nowMs int64) types.Trans
 		ConditionExpression:      aws.String(stripeSentCondition),
 		ExpressionAttributeNames: dynamo.Names(stripeSentUpdate, stripeSentCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":prev": dynamo.N(prev), ":total": dynamo.N(total), ":now": dynamo.N(nowMs),
+			":prev": dynamo.N(prev), ":total": dynamo.N(total), ":now": dynamo.N(nowMs), ":one": dynamo.N(1),
 		},
 	}}
 }

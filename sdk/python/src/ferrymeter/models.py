@@ -59,9 +59,9 @@ class LinkedID(RootModel[str]):
 class Limit(RootModel[int | None]):
     root: int | None = Field(
         ...,
-        description="A monthly maximum; null is unlimited.",
+        description="A monthly maximum; null is unlimited. At most 9007199254740991 (2^53−1), the largest\ninteger every store keeps exactly: a larger one is refused, never stored as another\nnumber.\n",
         ge=0,
-        le=9223372036854775807,
+        le=9007199254740991,
     )
 
 
@@ -76,6 +76,7 @@ class CreateAccountRequest(BaseModel):
         None,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] | None = Field(
         None,
@@ -113,6 +114,7 @@ class UpdateAccountRequest(BaseModel):
         None,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] | None = Field(
         None,
@@ -150,6 +152,7 @@ class AccountFields(BaseModel):
         ...,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] = Field(
         ...,
@@ -226,19 +229,23 @@ class CloudEvent(BaseModel):
     specversion: Literal["1.0"]
     id: str = Field(
         ...,
-        description="Unique per event for the account; sending it again moves nothing. At most 256 bytes\nof UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters),\nstored and answered exactly as sent.\n",
+        description="Unique per event for the account; sending it again moves nothing. At most 256 bytes\nof UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters), no\nwhite space at either end, stored and answered exactly as sent.\n",
         max_length=256,
         min_length=1,
-        pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
     )
     source: str = Field(..., min_length=1, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$")
-    type: str = Field(..., min_length=1, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$")
+    type: str = Field(
+        ...,
+        min_length=1,
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
+    )
     time: AwareDatetime | None = None
     subject: str | None = Field(
         None,
-        description="If present, not empty.",
+        description="If present, not empty, and no white space at either end.",
         min_length=1,
-        pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
     )
     datacontenttype: str | None = Field(
         None,
@@ -300,6 +307,10 @@ class BatchAccepted(BaseModel):
     results: list[BatchItemResult]
 
 
+class Dimensions(RootModel[str]):
+    root: str = Field(..., max_length=64)
+
+
 class Grant(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
@@ -308,6 +319,7 @@ class Grant(BaseModel):
         ...,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     amount: int = Field(..., ge=0)
     reason: Literal["opening", "plan entered", "payment"]
@@ -489,7 +501,7 @@ class CreateHoldRequest(BaseModel):
         min_length=1,
         pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
     )
-    feature: str = Field(..., examples=["tokens"])
+    feature: str = Field(..., examples=["tokens"], min_length=1)
     amount: int = Field(
         ...,
         description="How much to hold, in the feature's units.",
@@ -588,7 +600,7 @@ class CorrectionRequest(BaseModel):
     account: str = Field(
         ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
     )
-    feature: str
+    feature: str = Field(..., min_length=1)
     units: int = Field(
         ...,
         description="The signed correction, a non-zero integer (−1 takes one unit off), at most 10^12 either way.",
@@ -742,9 +754,16 @@ class ReconcileResult(BaseModel):
         examples=["2026-11"],
         pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
     )
-    ledger: int
-    corrections: int
-    counters: int
+    ledger: int | None = Field(
+        ...,
+        description="The ledger's total for the cycle; null when the run did not measure it (`error` says why).",
+    )
+    corrections: int | None = Field(
+        ..., description="The sum of the cycle's corrections; null when not measured."
+    )
+    counters: int | None = Field(
+        ..., description="What the usage counters hold; null when not measured."
+    )
     rebuilt: int = Field(
         ..., description="Counter rows rebuilt from the ledger before comparing.", ge=0
     )
@@ -825,6 +844,7 @@ class Entry(BaseModel):
         "closed_cycle_drift",
         "over_billed_uncancellable",
         "outbox_row_after_close",
+        "negative_ledger",
     ]
     ledger: int
     sent: int
@@ -914,6 +934,80 @@ class AccountInactiveProblem(Problem):
     )
 
 
+class MeterValue(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    meter: str = Field(..., description="The meter's name in the plans file.")
+    feature: str | None = Field(
+        None,
+        description="The feature the meter moves (absent for a meter the plans no longer define).",
+    )
+    aggregation: Literal["SUM", "COUNT", "MAX", "UNIQUE_COUNT", "LATEST"] | None = (
+        Field(None, description="How a meter combines the values of a cycle.")
+    )
+    value: int = Field(
+        ...,
+        description="The event's value (SUM, MAX, LATEST), or 1 (COUNT, and a UNIQUE_COUNT sighting).",
+        ge=0,
+        le=9007199254740991,
+    )
+    dimensions: dict[str, Dimensions] | None = Field(
+        None,
+        description='The meter\'s dimension values, by name; a dimension the event lacked is "".',
+    )
+    distinct: str | None = Field(
+        None,
+        description="A UNIQUE_COUNT meter's value, as rendered (a string as sent, an integer in decimal).",
+    )
+    counted: bool | None = Field(
+        None,
+        description="A UNIQUE_COUNT sighting counted by this event (the value's first in the cycle).",
+    )
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    feature: str
+    meter: str | None = Field(
+        None,
+        description="The meter that moves the feature, if one does (a feature only holds move has none).",
+    )
+    aggregation: Literal["SUM", "COUNT", "MAX", "UNIQUE_COUNT", "LATEST"] | None = (
+        Field(
+            None,
+            description="The meter's aggregation, which says what `used` is: the sum of the values (SUM), the\nnumber of events (COUNT), the largest value (MAX), the number of distinct values\n(UNIQUE_COUNT) or the latest value (LATEST).\n",
+        )
+    )
+    cycle: str = Field(
+        ...,
+        description="A billing cycle, named by the month it starts in.",
+        examples=["2026-11"],
+        pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
+    )
+    limit: int | None = Field(
+        ...,
+        description="The cycle's limit; for an allowance feature (credits), the sum of `grants`.",
+        ge=0,
+        le=9007199254740991,
+    )
+    used: int = Field(..., ge=0)
+    held: int = Field(..., ge=0)
+    remaining: int | None = Field(
+        ..., description="What is left after used and held; null is unlimited.", ge=0
+    )
+    corrections: int = Field(
+        ...,
+        description="The sum of the cycle's correction rows (±); the provider's meter holds used + corrections.",
+    )
+    grants: list[Grant] | None = Field(
+        None,
+        description="An allowance feature's grant rows in the cycle, one per plan: the cycle's opening\n(the plan the account was on when the cycle was first needed) and a top-up for each\nplan entered or paid for. Each is written once, whoever writes it first.\n",
+    )
+
+
 class EventStatus(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
@@ -932,37 +1026,10 @@ class EventStatus(BaseModel):
         description="When the event's usage was accepted by the meter (its billing checkpoint).",
     )
     reason: str | None = Field(
-        None, description="Why a REJECTED or UNINSERTABLE event stopped."
-    )
-
-
-class Usage(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-    )
-    feature: str
-    cycle: str = Field(
-        ...,
-        description="A billing cycle, named by the month it starts in.",
-        examples=["2026-11"],
-        pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
-    )
-    limit: int | None = Field(
-        ...,
-        description="The cycle's limit; for an allowance feature (credits), the sum of `grants`.",
-        ge=0,
-        le=9223372036854775807,
-    )
-    used: int = Field(..., ge=0)
-    held: int = Field(..., ge=0)
-    remaining: int | None = Field(
-        ..., description="What is left after used and held; null is unlimited.", ge=0
-    )
-    corrections: int = Field(
-        ...,
-        description="The sum of the cycle's correction rows (±); the provider's meter holds used + corrections.",
-    )
-    grants: list[Grant] | None = Field(
         None,
-        description="An allowance feature's grant rows in the cycle, one per plan: the cycle's opening\n(the plan the account was on when the cycle was first needed) and a top-up for each\nplan entered or paid for. Each is written once, whoever writes it first.\n",
+        description='Why a REJECTED or UNINSERTABLE event stopped: the account\'s status, a cap\n("monthly limit reached: tokens limit is 100000 (meter tokens has 99000 committed;\nthis event needs 1532)"), or a value one of its meters could not read ("bad meter\nvalue: meter tokens: /tokens is 1.5, not an integer"). A REJECTED event moved none of\nits meters.\n',
+    )
+    meters: list[MeterValue] | None = Field(
+        None,
+        description="What a billed event gave each meter it matched (the built-in events count included).\nA counted plan's and a capped plan's meters moved by these values; an internal\naccount's consumed nothing.\n",
     )
