@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -146,12 +147,21 @@ func (in QueryInput) plan(now time.Time) (readPlan, error) {
 	if !in.From.Before(in.To) {
 		add("from must be before to")
 	}
+	// The range is checked against the window when both can be read, so that every problem
+	// is named at once.
+	var windows []Span
+	if slices.Contains(WindowNames, in.Window) && in.From.Before(in.To) {
+		var err error
+		if windows, err = in.windows(); err != nil {
+			var ie *problem.InputError
+			if !errors.As(err, &ie) {
+				return readPlan{}, err
+			}
+			problems = append(problems, ie.Problems...)
+		}
+	}
 	if len(problems) > 0 {
 		return readPlan{}, problem.Fields(problems)
-	}
-	windows, err := in.windows()
-	if err != nil {
-		return readPlan{}, err
 	}
 	p := readPlan{windows: windows}
 	switch in.Window {
@@ -412,4 +422,27 @@ func (in QueryInput) answer(p readPlan, items []Item) (QueryResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// Meters are the meters a deployment defines, as the query knows them.
+type Meters []Meter
+
+// Find returns the meter of that name.
+func (ms Meters) Find(name string) (Meter, bool) {
+	for _, m := range ms {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Meter{}, false
+}
+
+// Names are the meters' names, sorted.
+func (ms Meters) Names() []string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.Name
+	}
+	sort.Strings(names)
+	return names
 }

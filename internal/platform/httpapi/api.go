@@ -27,6 +27,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/operator/session"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
@@ -73,6 +74,10 @@ type Deps struct {
 	FailedEvents FailedEventLister
 	Redrive      Redriver
 	HoldLister   HoldLister
+	// UsageQuery answers GET /v1/usage/query over the meters the deployment defines
+	// (UsageMeters).
+	UsageQuery  UsageQuerier
+	UsageMeters rollup.Meters
 	// Console serves the operator console's page, its sessions and its labs.
 	Console ConsoleDeps
 	Now     func() time.Time

@@ -29,6 +29,7 @@ func (a *API) Handlers() Handlers {
 		"GET /v1/events":                      a.listEvents,
 		"POST /v1/events/{id}/redrive":        a.redriveEvent,
 		"GET /v1/usage":                       a.getUsage,
+		"GET /v1/usage/query":                 a.getUsageQuery,
 		"POST /v1/holds":                      a.reserveHold,
 		"GET /v1/holds/{id}":                  a.getHold,
 		"GET /v1/holds":                       a.listHolds,
