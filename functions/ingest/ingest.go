@@ -32,7 +32,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := &Parts{Usage: usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.Read)}}
 	p.Ledger = &ledger.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.Read), Usage: p.Usage}
 	p.Ingest = &ingest.Service{
-		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send), Pack: batchMode},
+		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send), Pack: batchMode, Meters: c.Config.Catalog.Meters},
 		Ledger: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	fn := c.Function(p)

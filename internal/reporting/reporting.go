@@ -128,6 +128,7 @@ func Compose(c *compose.Composer) *Parts {
 		Usage: p.Usage,
 		Ledger: &reconcile.LedgerReader{
 			DB: db, LedgerTable: c.Table(resources.TableLedger, resources.Read), HoldsTable: c.Table(resources.TableHolds, resources.Read),
+			Usage: p.Usage, Catalog: c.Config.Catalog,
 		},
 		State: p.State, Outbox: p.Outbox, Drainer: p.Drainer, Accounts: p.Accounts,
 		Pager:   &reconcile.AccountPager{DB: db, Table: c.Table(resources.TableAccounts, resources.Read)},

@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 )
 
 //go:embed plans.json
@@ -114,11 +117,41 @@ type KindeMeter struct {
 	FeatureCode string `json:"featureCode"`
 }
 
-// StripeMeter is a feature's meter in Stripe: the event name meter events are sent under, and
-// the meter's id, which its event summaries are read back from.
+// StripeMeter is a feature's meter in Stripe: the event name meter events are sent under, the
+// meter's id, which its event summaries are read back from, and the meter's aggregation formula.
 type StripeMeter struct {
 	MeterEventName string `json:"meterEventName"`
 	MeterID        string `json:"meterId"`
+	// Aggregation is the Stripe meter's formula, which decides what Ferry sends it: "sum" takes
+	// deltas (SUM and COUNT meters: each report sends what the total moved since the last),
+	// "last" takes absolute values (MAX, UNIQUE_COUNT and LATEST meters: each report sends the
+	// figure itself). Empty means the one the feature's meter needs (StripeAggregationFor).
+	Aggregation StripeAggregation `json:"aggregation,omitempty"`
+}
+
+// StripeAggregation is a Stripe meter's aggregation formula, as Ferry uses it.
+type StripeAggregation string
+
+// Stripe aggregation formulas Ferry sends to.
+const (
+	// StripeSum: the meter adds the values of its events; Ferry sends deltas.
+	StripeSum StripeAggregation = "sum"
+	// StripeLast: the meter takes its last event's value in the period; Ferry sends the figure.
+	StripeLast StripeAggregation = "last"
+)
+
+// StripeAggregationFor is the formula a Stripe meter must have for a Ferry meter of aggregation
+// a. Additive sums (SUM, COUNT) go as deltas to a "sum" meter, as events always have: the
+// deltas land in the windows their usage was reported in, so Stripe's own per-window summaries
+// of the meter say something true. The others go as absolute values to a "last" meter: the
+// figure of a MAX, a distinct count or a LATEST value is not a sum of increments (LATEST goes
+// down; a correction can lower any of them), and an absolute write is safe to repeat and
+// repairs in both directions (see docs/meters.md).
+func StripeAggregationFor(a meter.Aggregation) StripeAggregation {
+	if a == meter.Sum || a == meter.Count {
+		return StripeSum
+	}
+	return StripeLast
 }
 
 // Catalog is every plan, the plan an unknown account is on, and what each feature is.
@@ -128,6 +161,23 @@ type Catalog struct {
 	// with a fixed limit per plan, reported to no provider.
 	Definitions map[string]Definition `json:"features,omitempty"`
 	Plans       map[string]Plan       `json:"plans"`
+	// Meters are what events are worth (package meter): which events move which feature, by
+	// what value, aggregated how. A catalog that defines none still counts every event toward
+	// events (the built-in meter).
+	Meters meter.Set `json:"meters"`
+}
+
+// catalogJSON is a catalog as the plans file writes it.
+type catalogJSON struct {
+	Default     string                      `json:"default"`
+	Definitions map[string]Definition       `json:"features,omitempty"`
+	Plans       map[string]Plan             `json:"plans"`
+	Meters      map[string]meter.Definition `json:"meters,omitempty"`
+}
+
+// MarshalJSON writes the catalog as the plans file does, its meters included.
+func (c Catalog) MarshalJSON() ([]byte, error) {
+	return json.Marshal(catalogJSON{Default: c.Default, Definitions: c.Definitions, Plans: c.Plans, Meters: c.Meters.Definitions()})
 }
 
 // Default returns the built-in catalog.
@@ -139,15 +189,26 @@ func Default() Catalog {
 	return c
 }
 
-// Parse reads and validates a catalog.
+// Parse reads and validates a catalog, naming every problem it finds.
 func Parse(data []byte) (Catalog, error) {
-	var c Catalog
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	// A member named twice anywhere (two meters, two plans of one name) would otherwise be read
+	// as the last one, silently.
+	if err := jsonbody.Check(data); err != nil {
 		return Catalog{}, fmt.Errorf("parse plans: %w", err)
 	}
+	var in catalogJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return Catalog{}, fmt.Errorf("parse plans: %w", err)
+	}
+	c := Catalog{Default: in.Default, Definitions: in.Definitions, Plans: in.Plans}
 	var errs []error
+	set, err := meter.NewSet(in.Meters)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.Meters = set
 	if len(c.Plans) == 0 {
 		errs = append(errs, errors.New("no plans"))
 	}
@@ -205,10 +266,80 @@ func Parse(data []byte) (Catalog, error) {
 			errs = append(errs, fmt.Errorf("feature %s: stripe needs meterEventName and meterId", f))
 		}
 	}
+	for _, f := range c.Features() {
+		if err := meter.CheckName("feature", f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err == nil {
+		errs = append(errs, c.checkMeters()...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Catalog{}, fmt.Errorf("invalid plans: %w", err)
 	}
 	return c, nil
+}
+
+// checkMeters names every problem between the meters and the features they move: a feature no
+// plan has, an allowance (granted per cycle, consumed by holds, never by events), a LATEST
+// feature a plan caps, a Stripe meter whose formula the aggregation cannot be sent to.
+func (c *Catalog) checkMeters() []error {
+	var errs []error
+	for _, name := range c.Meters.Names() {
+		m, _ := c.Meters.Named(name)
+		switch {
+		case !c.HasFeature(m.Feature):
+			errs = append(errs, fmt.Errorf("meter %s moves feature %s, which no plan has", name, m.Feature))
+			continue
+		case c.Definitions[m.Feature].Allowance:
+			errs = append(errs, fmt.Errorf("meter %s moves feature %s, an allowance: allowances are granted per cycle and consumed by holds, not moved by events", name, m.Feature))
+		}
+		if !m.Aggregation.Capped() {
+			for _, pn := range c.Names() {
+				if f, ok := c.Plans[pn].Features[m.Feature]; ok && !f.Limit.Unlimited {
+					errs = append(errs, fmt.Errorf("plan %s caps feature %s at %d, but its meter %s is a %s, which no limit caps: give it limit null",
+						pn, m.Feature, f.Limit.Max, name, m.Aggregation))
+				}
+			}
+		}
+		d := c.Definitions[m.Feature]
+		if d.Stripe == nil {
+			continue
+		}
+		want := StripeAggregationFor(m.Aggregation)
+		switch d.Stripe.Aggregation {
+		case "":
+			d.Stripe.Aggregation = want
+		case want:
+		default:
+			errs = append(errs, fmt.Errorf("feature %s: its Stripe meter's aggregation is %q, but its meter %s (%s) is sent to a %q meter",
+				m.Feature, d.Stripe.Aggregation, name, m.Aggregation, want))
+		}
+	}
+	for f, d := range c.Definitions {
+		if d.Stripe != nil && d.Stripe.Aggregation != "" && d.Stripe.Aggregation != StripeSum && d.Stripe.Aggregation != StripeLast {
+			errs = append(errs, fmt.Errorf("feature %s: Stripe aggregation %q is not sum or last", f, d.Stripe.Aggregation))
+		}
+	}
+	return errs
+}
+
+// MeterFor returns the meter that moves feature, if one does (holds and corrections move
+// features no meter moves, such as tokens reserved by jobs).
+func (c Catalog) MeterFor(feature string) (meter.Definition, bool) {
+	return c.Meters.ForFeature(feature)
+}
+
+// StripeAggregation is the formula of feature's Stripe meter: its own, or the one its meter
+// needs, or sum for a feature only holds and corrections move.
+func (c Catalog) StripeAggregation(feature string) StripeAggregation {
+	if d := c.Definitions[feature]; d.Stripe != nil && d.Stripe.Aggregation != "" {
+		return d.Stripe.Aggregation
+	}
+	if m, ok := c.MeterFor(feature); ok {
+		return StripeAggregationFor(m.Aggregation)
+	}
+	return StripeSum
 }
 
 // Definition returns what a feature is (the zero value for a plain metered feature).

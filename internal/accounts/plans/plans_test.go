@@ -2,7 +2,12 @@ package plans
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 )
 
 func TestDefault_CarriesThePublishedPricing(t *testing.T) {
@@ -97,4 +102,72 @@ func TestParse_RefusesInvalidProviderMappings(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// The meters are checked against the features at start, every problem named.
+func TestParse_MetersAgainstFeatures_NameEachProblem(t *testing.T) {
+	const head = `{"default":"a","features":{"credits":{"allowance":true},` +
+		`"gb":{"stripe":{"meterEventName":"gb","meterId":"mtr_gb","aggregation":"sum"}}},` +
+		`"plans":{"a":{"tier":"capped","features":{"events":{"limit":1},"credits":{"grant":1},"gb":{"limit":5},"seats":{"limit":3}}}},`
+	for name, tc := range map[string]struct{ meters, want string }{
+		"unknown feature": {`"meters":{"m":{"match":{"type":"t"},"feature":"nope","aggregation":"COUNT"}}}`,
+			"meter m moves feature nope, which no plan has"},
+		"allowance": {`"meters":{"m":{"match":{"type":"t"},"feature":"credits","aggregation":"COUNT"}}}`,
+			"meter m moves feature credits, an allowance"},
+		"latest capped": {`"meters":{"m":{"match":{"type":"t"},"feature":"seats","value":"/n","aggregation":"LATEST"}}}`,
+			"plan a caps feature seats at 3, but its meter m is a LATEST, which no limit caps"},
+		"stripe formula": {`"meters":{"m":{"match":{"type":"t"},"feature":"gb","value":"/gb","aggregation":"MAX"}}}`,
+			`feature gb: its Stripe meter's aggregation is "sum", but its meter m (MAX) is sent to a "last" meter`},
+		"duplicate meter": {`"meters":{"m":{"match":{"type":"t"},"feature":"gb","value":"/gb","aggregation":"SUM"},"m":{"match":{"type":"u"},"feature":"gb","aggregation":"COUNT"}}}`,
+			`"meters.m" appears more than once`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(head + tc.meters))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The built-in catalog meters tokens by data.tokens on llm.call events, with the model as a
+// dimension, and counts every event; a Stripe formula left out is the meter's own.
+func TestDefault_MetersTokensAndCountsEvents(t *testing.T) {
+	c := Default()
+	m, ok := c.MeterFor("tokens")
+	if !ok || m.Aggregation != meter.Sum || m.Value != "/tokens" || m.Match == nil || m.Match.Type != "llm.call" {
+		t.Fatalf("tokens meter = %+v %v", m, ok)
+	}
+	if e, ok := c.MeterFor(FeatureEvents); !ok || e.Aggregation != meter.Count || e.Match != nil {
+		t.Fatalf("events meter = %+v", e)
+	}
+	if c.StripeAggregation("tokens") != StripeSum {
+		t.Errorf("tokens go to a %q Stripe meter", c.StripeAggregation("tokens"))
+	}
+	fx, err := Parse(mustRead(t, "meters.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]StripeAggregation{"tokens_in": StripeSum, "events": StripeSum, "storage_gb": StripeLast, "active_users": StripeLast, "seats": StripeLast} {
+		if got := fx.StripeAggregation(f); got != want {
+			t.Errorf("%s: Stripe formula %q, want %q", f, got, want)
+		}
+	}
+}
+
+// A feature name is used in keys joined by '#': one that holds it is refused.
+func TestParse_FeatureNames_KeepToThePlainAlphabet(t *testing.T) {
+	_, err := Parse([]byte(`{"default":"a","plans":{"a":{"tier":"capped","features":{"events":{"limit":1},"a#b":{"limit":1}}}}}`))
+	if err == nil || !strings.Contains(err.Error(), `feature name "a#b"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "plans", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

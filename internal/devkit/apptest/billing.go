@@ -7,8 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	awsevents "github.com/aws/aws-lambda-go/events"
+
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/fanout"
 )
@@ -68,5 +71,32 @@ func (h *Harness) Bill(t testing.TB, acct accounts.Account, n int) {
 	})
 	for _, err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// Meter runs events (CloudEvents JSON, as clients send them) for accountID through the worker
+// as one packed message received at the clock's now, in batch mode, and fails the test unless
+// the message is acked: the path every meter moves by.
+func (h *Harness) Meter(t testing.TB, accountID string, events ...[]byte) {
+	t.Helper()
+	p := event.Packed{AccountID: accountID, ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	for _, raw := range events {
+		ev, err := event.Parse(raw)
+		if err != nil {
+			t.Fatalf("not an event: %v", err)
+		}
+		p.Events = append(p.Events, ev.Canonical)
+	}
+	body, err := event.EncodePacked(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := h.Worker().Worker
+	coalesce := w.Coalesce
+	w.Coalesce = true
+	defer func() { w.Coalesce = coalesce }()
+	resp, err := w.HandleSQS(context.Background(), awsevents.SQSEvent{Records: []awsevents.SQSMessage{{MessageId: "m", Body: body}}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("the worker did not finish the events: %+v %v", resp, err)
 	}
 }

@@ -33,13 +33,7 @@ type StandIns struct {
 func NewStandIns(t testing.TB, catalog plans.Catalog) *StandIns {
 	t.Helper()
 	s := &StandIns{Kinde: kindestandin.New(StandInKindeClientID, StandInKindeClientSecret)}
-	meters := map[string]string{}
-	for _, f := range catalog.Features() {
-		if d := catalog.Definition(f); d.Stripe != nil {
-			meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
-		}
-	}
-	s.Stripe = stripestandin.New(StandInStripeKey, meters)
+	s.Stripe = stripestandin.New(StandInStripeKey, stripestandin.Meters(catalog))
 	ks, ss := httptest.NewServer(s.Kinde), httptest.NewServer(s.Stripe)
 	t.Cleanup(ks.Close)
 	t.Cleanup(ss.Close)

@@ -65,13 +65,7 @@ func ProviderStandIns(env compose.Settings, catalog plans.Catalog, log *slog.Log
 		log.Info("Kinde stand-in serving entitlements", "url", kindeURL, "fail", "curl -X PUT "+kindeURL+`/standin/mode -d '{"mode":"fail"}'`)
 	}
 	if !reports {
-		meters := map[string]string{}
-		for _, f := range catalog.Features() {
-			if d := catalog.Definition(f); d.Stripe != nil {
-				meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
-			}
-		}
-		s.Stripe = stripestandin.New(standInStripeKey, meters)
+		s.Stripe = stripestandin.New(standInStripeKey, stripestandin.Meters(catalog))
 		stripeURL, err := serveLoopback(s.Stripe)
 		if err != nil {
 			return nil, nil, err

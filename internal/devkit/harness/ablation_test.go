@@ -110,6 +110,11 @@ var storeAblations = map[string]string{
 	"usage.rebuild.rev":       "internal/metering/usage TestGuard_ARebuildLosesNoWriteMadeSinceItsRead",
 	"usage.rebuild.fresh":     "internal/metering/usage TestGuard_ARebuildOfARowReadAbsentLosesNoFirstWrite",
 	"usage.correction.absent": "internal/metering/usage TestGuard_ACorrectionIsWrittenOnce",
+	// Meters: a MAX or LATEST figure replaced from the row as read, a distinct value counted
+	// once a cycle; the units that race for them are two claims planned from one read.
+	"usage.set.rev":           "internal/metering/ledger TestGuard_AMaxPlannedFromAStaleRead_IsCancelled",
+	"usage.set.fresh":         "internal/metering/ledger TestGuard_AMaxPlannedOnARowReadAbsent_IsCancelled",
+	"usage.distinct.first":    "internal/metering/ledger TestGuard_ADistinctValueCountsOncePerCycle",
 	"report.claim.lease-free": "internal/reporting/report TestGuard_OneRunAtATimeReportsACycle",
 	"report.release.owner":    "internal/reporting/report TestGuard_ALapsedRunNeverFreesTheNextRunsLease",
 	// The reporter pipeline needs it too (seed 120: two runs on one lastSent over-bill Stripe,

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ferrymeter/ferry/functions"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
@@ -22,6 +24,21 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
+
+//go:embed catalog.json
+var catalogJSON []byte
+
+// Catalog is the harness's plans: the built-in catalog, with a MAX meter (gb, on
+// storage.sampled events) and a UNIQUE_COUNT meter (users, on app.login events) beside its events
+// count and its SUM of tokens (llm.call), so the events pipelines meter every aggregation the
+// claim writes differently: an ADD under a cap, a SET from the row as read, a marker put once.
+func Catalog() plans.Catalog {
+	c, err := plans.Parse(catalogJSON)
+	if err != nil {
+		panic(fmt.Sprintf("harness: its catalog is invalid: %v", err)) // a build defect
+	}
+	return c
+}
 
 // provisionTimeout bounds creating (or deleting) one environment's resources.
 const provisionTimeout = 2 * time.Minute
@@ -97,6 +114,7 @@ func newEnv(ctx context.Context, endpoints cloud.Endpoints, transport cloud.Opti
 	}
 	e.tables = tables
 	cfg := compose.DefaultConfig()
+	cfg.Catalog = Catalog()
 	cfg.OperatorKey = "harness-operator-key"
 	e.provider = newProviderWire(e.Clock)
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -92,6 +96,40 @@ type eventsState struct {
 	running, chains map[string]int
 	// entries are the last ledger entries seen after a write, by event id.
 	entries map[string]ledger.Entry
+	// meters: in the batch pipeline, events also move the catalog's other meters (see
+	// meterEvent), under these limits.
+	meters bool
+	limits map[string]int64
+}
+
+// The harness catalog's meters other than events (Catalog), and what their events look like.
+const (
+	meterTokens = "tokens"
+	meterGB     = "gb"
+	meterUsers  = "users"
+)
+
+// meterEvent is event i of a batch schedule: an api.call (events only), an llm.call moving
+// tokens (now and then with a value that must REJECT it: missing, negative, fractional, a
+// string), a storage sample moving the gb maximum, or a login moving the distinct users.
+func meterEvent(r interface{ IntN(int) int }, id string, i int) []byte {
+	head := fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/harness",`, id)
+	switch r.IntN(5) {
+	case 2:
+		tokens := fmt.Sprint(r.IntN(40))
+		if r.IntN(8) == 0 {
+			tokens = []string{`-1`, `1.5`, `"7"`, `null`}[r.IntN(4)]
+		}
+		if r.IntN(16) == 0 {
+			return []byte(head + fmt.Sprintf(`"type":"llm.call","data":{"i":%d,"model":"m%d"}}`, i, r.IntN(2)))
+		}
+		return []byte(head + fmt.Sprintf(`"type":"llm.call","data":{"i":%d,"tokens":%s,"model":"m%d"}}`, i, tokens, r.IntN(2)))
+	case 3:
+		return []byte(head + fmt.Sprintf(`"type":"storage.sampled","data":{"i":%d,"gb":%d}}`, i, r.IntN(70)))
+	case 4:
+		return []byte(head + fmt.Sprintf(`"type":"app.login","data":{"i":%d,"user":"u%d"}}`, i, r.IntN(5)))
+	}
+	return []byte(head + fmt.Sprintf(`"type":"api.call","data":{"i":%d}}`, i))
 }
 
 // Start implements Pipeline.
@@ -116,6 +154,20 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		ID: fmt.Sprintf("acct_e%d", s.Seed), Plan: st.plan, Status: accounts.Active,
 		Limits: map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.limit)},
 	}
+	// Half the batch schedules hand the worker invocations of several messages, which it
+	// coalesces into units (Worker.Coalesce, as batch mode runs it): units made of several
+	// messages meet the faults too. Those schedules also meter: their events move the catalog's
+	// other meters, which only a unit's claim moves.
+	coalesce := p.Packed && r.IntN(2) == 0
+	if coalesce {
+		st.meters = true
+		st.limits = map[string]int64{meterTokens: int64(r.IntN(120)), meterGB: int64(r.IntN(70)), meterUsers: int64(r.IntN(5))}
+		for f, l := range st.limits {
+			if st.plan == "free" {
+				in.Limits[f] = plans.Max(l)
+			}
+		}
+	}
 	if st.inactive {
 		in.Status = accounts.Inactive
 	}
@@ -134,6 +186,9 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		id := fmt.Sprintf("evt_%02d", i)
 		st.ids = append(st.ids, id)
 		st.bodies[id] = []byte(fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/harness","type":"api.call","data":{"i":%d}}`, id, i))
+		if st.meters {
+			st.bodies[id] = meterEvent(r, id, i)
+		}
 	}
 	installHook(s.Env)
 	if st.viaIngest {
@@ -150,10 +205,6 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		if err != nil {
 			return err
 		}
-		// Some schedules hand the worker invocations of several messages, which it coalesces
-		// into units (Worker.Coalesce, as batch mode runs it): units made of several messages
-		// meet the faults too.
-		coalesce := r.IntN(2) == 0
 		s.Env.Worker().Worker.Coalesce = coalesce
 		if coalesce {
 			s.Count("coalesced-invocations")
@@ -402,7 +453,11 @@ func (p *Events) operate(s *Schedule, st *eventsState) {
 	s.Spawn("operator", resources.FunctionAPI, func(ctx context.Context) error {
 		var in accounts.UpdateInput
 		if st.raised > 0 {
-			in.Limits = &map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.raised)}
+			limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.raised)}
+			for f, l := range st.limits {
+				limits[f] = plans.Max(l) // the meters' limits stay as they were
+			}
+			in.Limits = &limits
 		}
 		if st.reactivate {
 			active := accounts.Active
@@ -438,7 +493,7 @@ func (p *Events) watchTerminal(s *Schedule, st *eventsState) {
 					s.Violate("harness: read %s after a write: %v", id, err)
 					continue
 				}
-				if before, ok := st.entries[id]; ok && before.Status.Terminal() && now != before {
+				if before, ok := st.entries[id]; ok && before.Status.Terminal() && !reflect.DeepEqual(now, before) {
 					s.Violate("events: %s was %s and a write by %s changed it (now %s, reason %q)", id, before.Status, a.Name, now.Status, now.Reason)
 				}
 				st.entries[id] = now
@@ -466,9 +521,11 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 	wfn := s.Env.Worker()
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "events: "+fmt.Sprintf(format, args...)) }
-	var billed, queued int64
+	var billed, queued, refusedElsewhere int64
 	cycles := map[string]bool{}
 	inserted := map[string]bool{}
+	var admitted []ledger.Entry
+	refused := map[string][]ledger.Entry{} // by the meter whose cap or value refused it
 	for _, id := range st.ids {
 		e, err := wfn.Ledger.Get(ctx, st.acct.ID, id)
 		if errors.Is(err, ledger.ErrNotFound) {
@@ -485,6 +542,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 		cycles[e.Cycle] = true
 		if e.Billed() {
 			billed++
+			admitted = append(admitted, e)
 		}
 		switch e.Status {
 		case ledger.Inserted:
@@ -499,6 +557,10 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 			}
 			if e.Reason == "" {
 				bad("%s is REJECTED without a reason", id)
+			}
+			if why := refusedBy(e.Reason); why != "" && why != plans.FeatureEvents {
+				refused[why] = append(refused[why], e)
+				refusedElsewhere++
 			}
 		case ledger.Uninsertable:
 			bad("%s ended UNINSERTABLE (%s), though every row is valid", id, e.Reason)
@@ -530,6 +592,11 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 		}
 		meter += t.Used
 	}
+	if st.meters {
+		v = append(v, p.checkMeters(ctx, s, st, cycles, admitted, refused)...)
+	}
+	// Events another meter refused (a cap, a bad value) are not the events limit's to count.
+	queued -= refusedElsewhere
 	switch {
 	case st.inactive && st.reactivate:
 		if billed > queued || meter != billed {
@@ -562,6 +629,136 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 		}
 	}
 	return v
+}
+
+// refusedBy names what refused a REJECTED event: the feature whose cap it would have passed,
+// "value" for a bad meter value, "" for anything else (an inactive account).
+func refusedBy(reason string) string {
+	if strings.HasPrefix(reason, "bad meter value: ") {
+		return "value"
+	}
+	if f, ok := strings.CutPrefix(reason, "monthly limit reached: "); ok {
+		f, _, _ = strings.Cut(f, " ")
+		return f
+	}
+	return ""
+}
+
+// checkMeters holds the batch pipeline's meters to the ledger: each figure is what the admitted
+// entries' values make it (a sum of tokens, the largest gb, the number of distinct users, each
+// value counted by exactly one entry), a capped account's figures stay within their limits and
+// are exact (an event refused at a cap needed more than was left, so more than is left now), a
+// bad value always refuses its event, and an internal account's meters never move.
+func (p *Events) checkMeters(ctx context.Context, s *Schedule, st *eventsState, cycles map[string]bool,
+	admitted []ledger.Entry, refused map[string][]ledger.Entry) []string {
+	var v []string
+	bad := func(format string, args ...any) { v = append(v, "meters: "+fmt.Sprintf(format, args...)) }
+	figure := map[string]int64{}
+	for c := range cycles {
+		for _, f := range []string{meterTokens, meterGB, meterUsers} {
+			t, err := s.Env.Worker().Usage.Read(ctx, st.acct.ID, f, c)
+			if err != nil {
+				bad("read %s: %v", f, err)
+				return v
+			}
+			figure[f] += t.Used
+		}
+	}
+	want := map[string]int64{}
+	distinct := map[string]int{}
+	for _, e := range admitted {
+		for _, mv := range e.MeterValues() {
+			switch mv.Meter {
+			case meterTokens:
+				want[meterTokens] += mv.Value
+			case meterGB:
+				want[meterGB] = max(want[meterGB], mv.Value)
+			case meterUsers:
+				if _, seen := distinct[mv.Distinct]; !seen {
+					want[meterUsers]++
+					distinct[mv.Distinct] = 0
+				}
+				if mv.New {
+					distinct[mv.Distinct]++
+				}
+			}
+		}
+	}
+	for ev := range maps.Keys(st.bodies) {
+		raw := string(st.bodies[ev])
+		isBad := strings.Contains(raw, `"type":"llm.call"`) && !tokensOK.MatchString(raw)
+		e, err := s.Env.Worker().Ledger.Get(ctx, st.acct.ID, ev)
+		if err != nil {
+			continue // not queued: Check says so if it was
+		}
+		switch {
+		case isBad && e.Billed():
+			bad("%s carries a bad tokens value and was billed", ev)
+		case isBad && e.Status == ledger.Rejected && refusedBy(e.Reason) != "value" && !st.inactive:
+			bad("%s carries a bad tokens value and was REJECTED for %q", ev, e.Reason)
+		case !isBad && refusedBy(e.Reason) == "value":
+			bad("%s was REJECTED for a bad value it does not carry: %q", ev, e.Reason)
+		}
+	}
+	internal := st.plan == "internal"
+	for _, f := range []string{meterTokens, meterGB, meterUsers} {
+		w := want[f]
+		if internal || (st.inactive && !st.reactivate) {
+			w = 0
+		}
+		if figure[f] != w {
+			bad("the %s figure is %d; the admitted entries make it %d", f, figure[f], w)
+		}
+	}
+	for value, n := range distinct {
+		if n != 1 && !internal {
+			bad("the distinct user %q is counted by %d entries; want one", value, n)
+		}
+	}
+	if st.plan != "free" || st.inactive {
+		for f, es := range refused {
+			if f != "value" {
+				bad("%d events refused at the %s cap of an uncapped account", len(es), f)
+			}
+		}
+		return v
+	}
+	lim := st.limits
+	if figure[meterTokens] > lim[meterTokens] || figure[meterGB] > lim[meterGB] || figure[meterUsers] > lim[meterUsers] {
+		bad("a figure past its limit: %v, limits %v", figure, lim)
+	}
+	for _, e := range refused[meterTokens] {
+		if need := tokensOf(e, st); need <= lim[meterTokens]-figure[meterTokens] {
+			bad("%s needed %d tokens and was refused with %d left", e.EventID, need, lim[meterTokens]-figure[meterTokens])
+		}
+	}
+	for _, e := range refused[meterGB] {
+		if gb := gbOf(e, st); gb <= lim[meterGB] {
+			bad("%s's %d gb is within the limit %d and was refused", e.EventID, gb, lim[meterGB])
+		}
+	}
+	if len(refused[meterUsers]) > 0 && figure[meterUsers] != lim[meterUsers] {
+		bad("a new user was refused with %d of %d counted", figure[meterUsers], lim[meterUsers])
+	}
+	return v
+}
+
+var (
+	tokensOK = regexp.MustCompile(`"tokens":[0-9]+,`)
+	numberIn = regexp.MustCompile(`"(tokens|gb)":([0-9]+)`)
+)
+
+func tokensOf(e ledger.Entry, st *eventsState) int64 { return numberOf(st.bodies[e.EventID], "tokens") }
+func gbOf(e ledger.Entry, st *eventsState) int64     { return numberOf(st.bodies[e.EventID], "gb") }
+
+func numberOf(body []byte, name string) int64 {
+	for _, m := range numberIn.FindAllSubmatch(body, -1) {
+		if string(m[1]) == name {
+			n, _ := strconv.ParseInt(string(m[2]), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // checkStored holds an INSERTED event to "archive before insert": its payload is in the archive

@@ -91,13 +91,7 @@ func newProviderWire(clock *Clock) *providerWire {
 // fresh gives the wire a new Stripe stand-in, knowing the catalog's meters, on the schedule's
 // clock: one schedule never sees another's events.
 func (p *providerWire) fresh(catalog plans.Catalog) *stripestandin.Server {
-	meters := map[string]string{}
-	for _, f := range catalog.Features() {
-		if d := catalog.Definition(f); d.Stripe != nil {
-			meters[d.Stripe.MeterID] = d.Stripe.MeterEventName
-		}
-	}
-	s := stripestandin.New(standInStripeKey, meters)
+	s := stripestandin.New(standInStripeKey, stripestandin.Meters(catalog))
 	s.SetClock(p.clock.Now)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -24,6 +24,7 @@ import (
 	ce "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
@@ -51,6 +52,16 @@ type Event struct {
 
 // ID returns the event's id.
 func (e Event) ID() string { return e.CE.ID() }
+
+// ForMeters is what the meters read of the event (package meter), received at receivedAtMs: its
+// attributes, and its data when the data is JSON (JSON data, not data_base64).
+func (e Event) ForMeters(receivedAtMs int64) meter.Event {
+	return meter.Event{
+		ID: e.CE.ID(), Type: e.CE.Type(), Source: e.CE.Source(), Subject: e.CE.Subject(), Time: e.CE.Time(),
+		ReceivedAtMs: receivedAtMs, Data: e.CE.DataEncoded,
+		DataIsJSON: !e.CE.DataBase64 && len(e.CE.DataEncoded) > 0 && isJSONType(e.CE.DataContentType()),
+	}
+}
 
 // IsInvalid reports whether err refuses an event (a *problem.InputError).
 func IsInvalid(err error) bool { return problem.IsInvalid(err) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 )
 
 func envs(n, size int) []event.Envelope {
@@ -24,6 +25,11 @@ func sizes(ps []event.Packed) []int {
 	return out
 }
 
+func eventsOnly(env event.Envelope) []meter.Reading {
+	rs, _ := meter.Set{}.Read(meter.Event{ID: env.EventID, ReceivedAtMs: env.ReceivedAtMs})
+	return rs
+}
+
 // Packs split a batch evenly under the event bound, and by bytes so a packed body fits SQS.
 func TestPacks_EvenUnderTheBoundsInOrder(t *testing.T) {
 	for _, tc := range []struct {
@@ -31,13 +37,14 @@ func TestPacks_EvenUnderTheBoundsInOrder(t *testing.T) {
 		want    string
 	}{
 		{1, 10, "[1]"},
-		{97, 10, "[97]"},
+		{95, 10, "[95]"},
+		{97, 10, "[49 48]"}, // 97 entries, the rows item and the events meter's 4 items are 102
 		{98, 10, "[49 49]"},
 		{100, 10, "[50 50]"},
 		{197, 10, "[66 66 65]"},
 		{10, 60 << 10, "[3 3 3 1]"}, // 60 KiB events: three fit in 191 KiB
 	} {
-		ps := Packs(envs(tc.n, tc.size))
+		ps := Packs(envs(tc.n, tc.size), eventsOnly)
 		if got := fmt.Sprint(sizes(ps)); got != tc.want {
 			t.Errorf("%d events of %d bytes: packs %s, want %s", tc.n, tc.size, got, tc.want)
 		}

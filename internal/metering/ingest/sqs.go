@@ -15,6 +15,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/ferrymeter/ferry/internal/metering/event"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
@@ -35,6 +36,9 @@ type SQSQueue struct {
 	// each: one message, one worker transaction and one archive object per pack instead of per
 	// event.
 	Pack bool
+	// Meters are the catalog's meters: a pack holds no more events than the worker's claim of
+	// it can meter in one transaction (see Packs).
+	Meters meter.Set
 }
 
 // maxPackedRaw bounds a packed message's JSON so its base64 body stays within SQS's 256 KiB.
@@ -83,7 +87,15 @@ func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
 		return bodies, nil
 	}
 	var bodies []string
-	for _, p := range Packs(envs) {
+	read := func(env event.Envelope) []meter.Reading {
+		ev, err := event.Parse(env.Event)
+		if err != nil {
+			return nil // not an event ingest accepted: nothing of it is metered
+		}
+		rs, _ := q.Meters.Read(ev.ForMeters(env.ReceivedAtMs))
+		return rs
+	}
+	for _, p := range Packs(envs, read) {
 		b, err := event.EncodePacked(p)
 		if err != nil {
 			return nil, err
@@ -94,25 +106,53 @@ func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
 }
 
 // Packs groups a batch's envelopes into packed messages: consecutive envelopes of the same
-// account and instant, at most event.MaxPackedEvents and maxPackedRaw bytes of events each, split
-// into packs of near-equal count (100 events make two packs of 50, not 97 and 3).
-func Packs(envs []event.Envelope) []event.Packed {
+// account and instant, at most event.MaxPackedEvents and maxPackedRaw bytes of events each, and
+// no more than the worker's claim of the pack holds in one transaction (maxPackItems: the
+// entries, the rows item and what the events' meters add, meter.Footprint, with read giving an
+// envelope's readings), split into packs of near-equal count (100 events make two packs of 50,
+// not 95 and 5).
+func Packs(envs []event.Envelope, read func(event.Envelope) []meter.Reading) []event.Packed {
+	reads := make([][]meter.Reading, len(envs))
+	for i, env := range envs {
+		reads[i] = read(env)
+	}
 	var out []event.Packed
 	for start := 0; start < len(envs); {
 		end := start + 1
 		for end < len(envs) && envs[end].AccountID == envs[start].AccountID && envs[end].ReceivedAtMs == envs[start].ReceivedAtMs {
 			end++
 		}
-		run := envs[start:end]
-		parts := (len(run) + event.MaxPackedEvents - 1) / event.MaxPackedEvents
+		run, runReads := envs[start:end], reads[start:end]
+		// How many packs the run needs by count and items, then as many of near-equal count;
+		// bytes (and items, where the events differ) may still close a pack early.
+		parts := 0
+		for i := 0; i < len(run); parts++ {
+			var fp meter.Footprint
+			n := 0
+			for i < len(run) && n < event.MaxPackedEvents {
+				next := fp.Clone()
+				next.Add(runReads[i], run[i].ReceivedAtMs)
+				if n > 0 && n+1+1+next.Items() > maxPackItems {
+					break
+				}
+				fp, n, i = next, n+1, i+1
+			}
+		}
 		per := (len(run) + parts - 1) / parts
 		for len(run) > 0 {
 			p := event.Packed{AccountID: run[0].AccountID, ReceivedAtMs: run[0].ReceivedAtMs}
 			size := 0
+			var fp meter.Footprint
 			for len(run) > 0 && len(p.Events) < per && (len(p.Events) == 0 || size+len(run[0].Event)+1 <= maxPackedRaw) {
+				next := fp.Clone()
+				next.Add(runReads[0], run[0].ReceivedAtMs)
+				if len(p.Events) > 0 && len(p.Events)+1+1+next.Items() > maxPackItems {
+					break
+				}
+				fp = next
 				p.Events = append(p.Events, run[0].Event)
 				size += len(run[0].Event) + 1
-				run = run[1:]
+				run, runReads = run[1:], runReads[1:]
 			}
 			out = append(out, p)
 		}
@@ -120,6 +160,9 @@ func Packs(envs []event.Envelope) []event.Packed {
 	}
 	return out
 }
+
+// maxPackItems is DynamoDB's bound on one TransactWriteItems, which holds a pack's claim.
+const maxPackItems = 100
 
 // sendRecord learns, attempt by attempt (the SDK retries inside one call), whether a send may
 // have reached the queue. Only an answer that proves otherwise counts as "not queued": SQS

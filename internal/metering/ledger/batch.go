@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -43,19 +44,31 @@ type BatchClaim struct {
 	ReceivedAtMs int64
 	NowMs        int64
 	Billing      Billing
-	// Admit are the entries claimed billed, each with its archive location; Reject those
-	// claimed REJECTED with RejectReason.
-	Admit        []Entry
-	Reject       []Entry
-	RejectReason string
-	// MarkPresent says the meter row's report mark was found present: the transaction checks
-	// it instead of putting it.
-	MarkPresent bool
+	// Admit are the entries claimed billed, each with its archive location and the values it
+	// moves; Reject those claimed REJECTED, each with its reason.
+	Admit  []Entry
+	Reject []Entry
+	// Moves are the counter writes (with their marks and the unit's records) of the features
+	// the admitted entries move; Markers the distinct values they count first (PlanUnit).
+	Moves   []Move
+	Markers []Marker
 	// Rows is the unit's rows item: the analytics rows of admitted events, put in the same
 	// transaction (PackRows). Each entry whose row it holds is claimed with RowInUnit; an event
 	// admitted without one (a row the sink's schema refuses, rows past the item's size) gets a
 	// row of its own after the claim.
 	Rows RowsItem
+	// Rollups are the writes of the usage query's rollup items for what the admitted entries
+	// move (package rollup), put in the same transaction.
+	Rollups []types.TransactWriteItem
+}
+
+// Items is how many items the claim's transaction holds.
+func (c BatchClaim) Items() int {
+	n := UnitPlan{Admit: c.Admit, Reject: c.Reject, Moves: c.Moves, Markers: c.Markers}.Items() + len(c.Rollups)
+	if c.Rows.item != nil {
+		n++
+	}
+	return n
 }
 
 // RowsItem is a unit's analytics rows item, ready to be put (analytics.UnitItem): possibly
@@ -97,11 +110,8 @@ func (ri RowsItem) BuiltFrom(eventIDs []string) bool { return slices.Equal(ri.fr
 // committed (each claims every event the unit had unclaimed, conditional on its having no entry),
 // so its plain put never meets an item it would replace.
 func (c BatchClaim) HasRoomForRows() bool {
-	items := len(c.Admit) + len(c.Reject) + 1
-	if MeterRowSK(c.Billing, c.Batch) != "" {
-		items += 2 // the meter row and its mark
-	}
-	return items <= maxTransactItems
+	c.Rows = RowsItem{}
+	return c.Items()+1 <= maxTransactItems
 }
 
 // BatchState is the durable state of a batch's events, read strongly consistent.
@@ -112,10 +122,38 @@ type BatchState struct {
 	Done bool
 	// DoneAtMs is when the batch was recorded finished.
 	DoneAtMs int64
-	// Budget is the budget row (capped billing only).
-	Budget usage.Totals
-	// Marked: the meter row's report mark is present (metered billing only).
-	Marked bool
+	// Unit is what the claim plans from: the budget rows, the marks, the distinct values.
+	Unit UnitState
+	// Extra are the items of BatchRead.Extra that exist, by table.
+	Extra map[string][]map[string]types.AttributeValue
+}
+
+// BatchRead is what a unit's claim reads before it plans, in one strongly consistent read.
+type BatchRead struct {
+	AccountID string
+	Batch     string
+	Cycle     string
+	EventIDs  []string
+	// Features are the features the unit may move.
+	Features []FeatureRead
+	// Distinct are the distinct values whose markers are looked up.
+	Distinct []Marker
+	// Extra are other items the claim plans from (the rollup items of MAX and LATEST meters).
+	Extra []ItemKey
+}
+
+// FeatureRead is one feature a unit may move: the counter row whose report mark the claim
+// checks, and whether the budget row is read (a cap, or a MAX or LATEST figure to beat).
+type FeatureRead struct {
+	Feature string
+	Row     string
+	Budget  bool
+}
+
+// ItemKey is an item of some table.
+type ItemKey struct {
+	Table string
+	Key   map[string]types.AttributeValue
 }
 
 // batchKey is the ledger key of a batch's item. Account ids never start with '#', so it cannot
@@ -146,7 +184,7 @@ func MeterRowSK(b Billing, batch string) string {
 // WriteBatchClaim writes one lap's claim in one TransactWriteItems. A cancelled transaction is
 // ErrCancelled: which condition failed, only ReadBatch says.
 func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
-	items := make([]types.TransactWriteItem, 0, len(c.Admit)+len(c.Reject)+3)
+	items := make([]types.TransactWriteItem, 0, c.Items())
 	rowSK := MeterRowSK(c.Billing, c.Batch)
 	if c.Rows.item != nil && s.Analytics == "" {
 		return fmt.Errorf("claim batch %s: this store has no analytics table to put the rows in", c.Batch)
@@ -166,10 +204,10 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, BillingAcceptedAtMs: c.NowMs,
 			Tier: string(c.Billing.Tier), CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs,
 			ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: c.Batch,
-			RowInUnit: c.Rows.Holds(e.EventID),
+			RowInUnit: c.Rows.Holds(e.EventID), Meters: e.Meters,
 		}
 		if rowSK != "" {
-			it.MeterRow = usage.MeterRow(c.AccountID, c.Billing.Feature, c.Cycle, rowSK)
+			it.MeterRow = usage.MeterRow(c.AccountID, plans.FeatureEvents, c.Cycle, rowSK)
 		}
 		put, err := s.claimPut(it)
 		if err != nil {
@@ -178,9 +216,12 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		items = append(items, put)
 	}
 	for _, e := range c.Reject {
+		if e.Reason == "" {
+			return fmt.Errorf("claim batch %s: event %s is rejected without a reason", c.Batch, e.EventID)
+		}
 		put, err := s.claimPut(entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Rejected),
-			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, Reason: c.RejectReason,
+			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, Reason: e.Reason,
 			CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs, Batch: c.Batch,
 			// Born REJECTED, so listed in the failure index like a per-event rejection.
 			FailureKey: FailureKey(c.AccountID, Rejected), FailedAtMs: c.NowMs,
@@ -190,18 +231,29 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		}
 		items = append(items, put)
 	}
-	if n := int64(len(c.Admit)); n > 0 && rowSK != "" {
-		amount := n * c.Billing.Amount
-		if c.Billing.Kind == BillCapped {
-			items = append(items, s.Usage.ConsumeCapped(c.AccountID, c.Billing.Feature, c.Cycle, amount, c.Billing.Limit, c.NowMs))
-		} else {
-			items = append(items, s.Usage.AddToShard(c.AccountID, c.Billing.Feature, c.Cycle, usage.ShardFor(c.Batch), amount, c.NowMs))
+	for _, m := range c.Moves {
+		switch {
+		case m.Set:
+			items = append(items, s.Usage.SetValue(c.AccountID, m.Feature, c.Cycle, m.Value, m.Order, m.Rev, c.NowMs))
+		case m.Add > 0 && m.Capped:
+			items = append(items, s.Usage.ConsumeCapped(c.AccountID, m.Feature, c.Cycle, m.Add, m.Limit, c.NowMs))
+		case m.Add > 0:
+			items = append(items, s.Usage.AddToShard(c.AccountID, m.Feature, c.Cycle, usage.ShardFor(c.Batch), m.Add, c.NowMs))
 		}
-		items = append(items, s.Usage.MarkedItems(c.AccountID, c.Billing.Feature, c.Cycle, rowSK, c.MarkPresent, c.NowMs))
+		if m.Writes() {
+			items = append(items, s.Usage.MarkedItems(c.AccountID, m.Feature, c.Cycle, m.Row, m.MarkPresent, c.NowMs))
+		}
+		if m.Record != nil {
+			items = append(items, s.Usage.RecordPut(c.AccountID, m.Feature, c.Cycle, *m.Record))
+		}
+	}
+	for _, mk := range c.Markers {
+		items = append(items, s.Usage.MarkerPut(c.AccountID, mk.Feature, c.Cycle, mk.Hash, c.Batch, c.NowMs))
 	}
 	if c.Rows.item != nil {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.Analytics), Item: c.Rows.item}})
 	}
+	items = append(items, c.Rollups...)
 	if len(items) == 0 {
 		return nil
 	}
@@ -234,56 +286,79 @@ func (s *DynamoStore) claimPut(it entryItem) (types.TransactWriteItem, error) {
 }
 
 // ReadBatch reads a batch's durable state in as few round trips as BatchGetItem allows: the
-// entries of eventIDs and the batch's item from the ledger, and, for metered billing, the
-// budget row and the meter row's report mark from the usage table.
-func (s *DynamoStore) ReadBatch(ctx context.Context, accountID, batch, cycle string, b Billing, eventIDs []string) (BatchState, error) {
-	type key struct {
-		table string
-		key   map[string]types.AttributeValue
+// entries of the unit's events and the batch's item from the ledger; per feature the unit may
+// move, its budget row and its counter row's report mark; the markers of its distinct values;
+// and the extra items asked for.
+func (s *DynamoStore) ReadBatch(ctx context.Context, r BatchRead) (BatchState, error) {
+	accountID, batch := r.AccountID, r.Batch
+	keys := []ItemKey{{s.Table, map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))}}}
+	for _, id := range r.EventIDs {
+		keys = append(keys, ItemKey{s.Table, s.key(accountID, id)})
 	}
-	keys := []key{{s.Table, map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))}}}
-	for _, id := range eventIDs {
-		keys = append(keys, key{s.Table, s.key(accountID, id)})
-	}
-	rowSK := MeterRowSK(b, batch)
-	if rowSK != "" {
-		if b.Kind == BillCapped {
-			keys = append(keys, key{s.Usage.Name, usage.BudgetKey(accountID, b.Feature, cycle)})
+	feature := map[string]string{} // usage partition → feature
+	for _, f := range r.Features {
+		feature[usage.PartitionKey(accountID, f.Feature, r.Cycle)] = f.Feature
+		if f.Budget {
+			keys = append(keys, ItemKey{s.Usage.Name, usage.BudgetKey(accountID, f.Feature, r.Cycle)})
 		}
-		keys = append(keys, key{s.Usage.Name, usage.MarkKey(accountID, b.Feature, cycle, rowSK)})
+		if f.Row != "" {
+			keys = append(keys, ItemKey{s.Usage.Name, usage.MarkKey(accountID, f.Feature, r.Cycle, f.Row)})
+		}
 	}
-	st := BatchState{Entries: map[string]Entry{}}
+	for _, mk := range r.Distinct {
+		feature[usage.DistinctPartition(accountID, mk.Feature, r.Cycle)] = mk.Feature
+		keys = append(keys, ItemKey{s.Usage.Name, usage.MarkerKey(accountID, mk.Feature, r.Cycle, mk.Hash)})
+	}
+	keys = append(keys, r.Extra...)
+	st := BatchState{Entries: map[string]Entry{}, Unit: UnitState{Rows: map[string]usage.Row{}, Marked: map[string]bool{}, Distinct: map[string]bool{}}}
+	for _, f := range r.Features {
+		if f.Budget {
+			st.Unit.Rows[f.Feature] = usage.RowOf(nil) // absent until found
+		}
+	}
 	for start := 0; start < len(keys); start += maxBatchGetKeys {
 		request := map[string]types.KeysAndAttributes{}
 		for _, k := range keys[start:min(start+maxBatchGetKeys, len(keys))] {
-			ka := request[k.table]
-			ka.Keys, ka.ConsistentRead = append(ka.Keys, k.key), aws.Bool(true)
-			request[k.table] = ka
+			ka := request[k.Table]
+			ka.Keys, ka.ConsistentRead = append(ka.Keys, k.Key), aws.Bool(true)
+			request[k.Table] = ka
 		}
 		_, err := retry.Do(ctx, retry.Contended.WithTries(maxUnprocessedRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 			out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: request})
 			if err != nil {
 				return struct{}{}, fmt.Errorf("read batch %s: %w", batch, err)
 			}
-			for _, item := range out.Responses[s.Table] {
-				if dynamo.Str(item, "pk") == batchKey(accountID, batch) {
-					st.Done, st.DoneAtMs = true, dynamo.Int(item, "doneAtMs")
-					continue
-				}
-				var it entryItem
-				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-					return struct{}{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
-				}
-				st.Entries[it.EventID] = it.entry()
-			}
-			for _, item := range out.Responses[s.Usage.Name] {
-				if usage.IsMark(item) {
-					st.Marked = usage.Marks(item)
-				} else {
-					st.Budget = usage.Totals{
-						Used: dynamo.Int(item, usage.AttrUsed), Held: dynamo.Int(item, usage.AttrHeld),
-						Committed: dynamo.Int(item, usage.AttrCommitted),
+			for table, items := range out.Responses {
+				switch table {
+				case s.Table:
+					for _, item := range items {
+						if dynamo.Str(item, "pk") == batchKey(accountID, batch) {
+							st.Done, st.DoneAtMs = true, dynamo.Int(item, "doneAtMs")
+							continue
+						}
+						var it entryItem
+						if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+							return struct{}{}, fmt.Errorf("decode ledger %s: %w", dynamo.Str(item, "pk"), err)
+						}
+						st.Entries[it.EventID] = it.entry()
 					}
+				case s.Usage.Name:
+					for _, item := range items {
+						f := feature[dynamo.Str(item, "pk")]
+						if hash, ok := usage.IsMarker(item); ok {
+							st.Unit.Distinct[DistinctKey(f, hash)] = true
+						} else if usage.IsMark(item) {
+							st.Unit.Marked[f] = usage.Marks(item)
+						} else {
+							st.Unit.Rows[f] = usage.RowOf(item)
+						}
+					}
+				}
+				if table != s.Table && table != s.Usage.Name {
+					if st.Extra == nil {
+						st.Extra = map[string][]map[string]types.AttributeValue{}
+					}
+					st.Extra[table] = append(st.Extra[table], items...)
 				}
 			}
 			if request = out.UnprocessedKeys; len(request) > 0 {

@@ -8,9 +8,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
@@ -20,7 +23,15 @@ func batchClaim(batch string, ids ...string) ledger.BatchClaim {
 	for i, id := range ids {
 		c.Admit = append(c.Admit, ledger.Entry{EventID: id, ArchiveKey: "events/" + batch + ".jsonl", ArchiveOffset: int64(i), ArchiveLength: 1})
 	}
+	c.Moves = []ledger.Move{{Feature: plans.FeatureEvents, Meter: meter.EventsMeter, Aggregation: meter.Count, Row: usage.BudgetSK,
+		Add: int64(len(ids)), Capped: true, Limit: plans.Max(10)}}
 	return c
+}
+
+// readEvents reads a batch's entries and its events budget row.
+func readEvents(ctx context.Context, s *ledger.DynamoStore, batch string, ids ...string) (ledger.BatchState, error) {
+	return s.ReadBatch(ctx, ledger.BatchRead{AccountID: acct, Batch: batch, Cycle: cycle, EventIDs: ids,
+		Features: []ledger.FeatureRead{{Feature: plans.FeatureEvents, Row: usage.BudgetSK, Budget: true}}})
 }
 
 // A batch's transaction never overwrites an entry some other unit claimed (an event sent alone
@@ -37,12 +48,12 @@ func TestGuard_BatchClaimOfAnEventClaimedAlone_IsCancelled(t *testing.T) {
 		if !errors.Is(err, ledger.ErrCancelled) {
 			return fmt.Errorf("a batch claiming an event claimed alone: %v; want the transaction cancelled", err)
 		}
-		st, err := s.ReadBatch(ctx, acct, "b1", cycle, capped(10), []string{"evt_b1", "evt_b2"})
+		st, err := readEvents(ctx, s, "b1", "evt_b1", "evt_b2")
 		if err != nil {
 			return err
 		}
-		if _, ok := st.Entries["evt_b2"]; ok || st.Budget.Committed != 0 {
-			return fmt.Errorf("a cancelled batch left evt_b2 claimed (%v) or the meter moved (%d)", ok, st.Budget.Committed)
+		if _, ok := st.Entries["evt_b2"]; ok || st.Unit.Rows[plans.FeatureEvents].Committed != 0 {
+			return fmt.Errorf("a cancelled batch left evt_b2 claimed (%v) or the meter moved (%d)", ok, st.Unit.Rows[plans.FeatureEvents].Committed)
 		}
 		return nil
 	})

@@ -87,6 +87,8 @@ type entryItem struct {
 	Batch         string `dynamodbav:"batch,omitempty"`
 	// RowInUnit: the claim put the event's analytics row in its batch's rows item.
 	RowInUnit bool `dynamodbav:"rowInUnit,omitempty"`
+	// Meters are the values the event moved (see meters.go).
+	Meters []MeterValue `dynamodbav:"meters,omitempty"`
 }
 
 func (it entryItem) entry() Entry {
@@ -96,7 +98,7 @@ func (it entryItem) entry() Entry {
 		BillingAcceptedAtMs: it.BillingAcceptedAtMs, Tier: plans.Tier(it.Tier), Reason: it.Reason,
 		QuarantineCount: it.QuarantineCount, CreatedAtMs: it.CreatedAtMs, UpdatedAtMs: it.UpdatedAtMs,
 		InsertedAtMs: it.InsertedAtMs, ArchiveKey: it.ArchiveKey, ArchiveOffset: it.ArchiveOffset,
-		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit,
+		ArchiveLength: it.ArchiveLength, Batch: it.Batch, RowInUnit: it.RowInUnit, MeterRow: it.MeterRow, Meters: it.Meters,
 	}
 }
 

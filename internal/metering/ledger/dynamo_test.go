@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -101,7 +102,7 @@ func marked(t *testing.T, s *ledger.DynamoStore) {
 	}
 }
 
-func meter(t *testing.T, s *ledger.DynamoStore) int64 {
+func eventsUsed(t *testing.T, s *ledger.DynamoStore) int64 {
 	t.Helper()
 	tot, err := s.Usage.Read(context.Background(), acct, plans.FeatureEvents, cycle)
 	if err != nil {
@@ -166,7 +167,7 @@ func TestAcceptBilling_AlreadyBilledEventThroughTheCancellation_AnswersAccepted(
 	if len(txs) != 2 || txs[1].err == nil {
 		t.Fatalf("want the second transaction sent and cancelled; got %d transactions", len(txs))
 	}
-	if got := meter(t, s); got != 1 {
+	if got := eventsUsed(t, s); got != 1 {
 		t.Errorf("the meter is %d after one event billed twice; want 1", got)
 	}
 	// The re-reads: the mark (present: it did not cancel the write), then the checkpoint.
@@ -202,7 +203,7 @@ func TestAcceptBilling_ExhaustedLimit_AnswersRejected(t *testing.T) {
 		t.Fatalf("billing past the limit: %v; want ErrLimitReached", err)
 	}
 	explained := w.ops("GetItem")
-	if got := meter(t, s); got != 1 {
+	if got := eventsUsed(t, s); got != 1 {
 		t.Errorf("the meter is %d; want 1", got)
 	}
 	billed, _, err := s.Checkpoint(context.Background(), acct, "evt_2")
@@ -244,7 +245,7 @@ func unchanged(ctx context.Context, s *ledger.DynamoStore, id string, before led
 	if err != nil {
 		return err
 	}
-	if after != before {
+	if !reflect.DeepEqual(after, before) {
 		return fmt.Errorf("the INSERTED entry changed: %+v, was %+v", after, before)
 	}
 	return nil

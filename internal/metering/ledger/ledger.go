@@ -61,6 +61,11 @@ type Entry struct {
 	// RowInUnit: the batch's claim wrote the event's analytics row, in the batch's rows item
 	// (analytics.UnitItem), in the same transaction as the entry.
 	RowInUnit bool
+	// MeterRow is the events counter row the event was billed against, if it was.
+	MeterRow string
+	// Meters are the values the event moved on its meters (the plain events count apart: see
+	// MeterValues), or, for an entry not yet claimed, the values its claim will move.
+	Meters []MeterValue
 }
 
 // RowRef is where the event's analytics row is: its batch's rows item if the claim wrote it

@@ -32,6 +32,14 @@ var Guards = []dynamo.Guard{
 		Keeps: "a rebuilt counter row loses no write made after the reconciler read it"},
 	{Name: "usage.rebuild.fresh", Kind: "Update", Table: resources.TableUsage, Update: rebuildUpdate, Clause: rowStillNew,
 		Keeps: "a counter row rebuilt from a read without a rev loses no first write made since"},
+	// Meters (meters.go): a MAX or LATEST figure replaced from the row as read, and a distinct
+	// value counted once a cycle.
+	{Name: "usage.set.rev", Kind: "Update", Table: resources.TableUsage, UpdatePrefix: setPrefix, Clause: rowUnchanged,
+		Keeps: "a MAX or LATEST figure is replaced only from the row as the claim read it: a larger maximum or a later value written since is never overwritten"},
+	{Name: "usage.set.fresh", Kind: "Update", Table: resources.TableUsage, UpdatePrefix: setPrefix, Clause: rowStillNew,
+		Keeps: "a MAX or LATEST figure planned on a row read absent never overwrites a first figure written since"},
+	{Name: "usage.distinct.first", Kind: "Put", Table: resources.TableUsage, SortKeyPrefix: DistinctPrefix, Clause: markerCondition,
+		Keeps: "a distinct value counts once a cycle: a unit that met it after another unit counted it is cancelled, reads again and counts it no more"},
 	{Name: "usage.correction.absent", Kind: "Put", Table: resources.TableUsage, SortKeyPrefix: CorrectionPrefix, Clause: correctionCondition,
 		Keeps: "a correction row is append-only: the same correction twice moves the bill once"},
 }

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
@@ -68,6 +71,10 @@ type batchRun struct {
 	rowBuilt []bool
 	allRows  ledger.RowsItem
 	allBuilt bool
+	// reads are each member's meter readings, refused why a member has none (a bad value:
+	// it is claimed REJECTED with the reason).
+	reads   [][]meter.Reading
+	refused []error
 }
 
 // member is one event of the batch as the scenario table sees it.
@@ -136,6 +143,8 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 			}
 			seen[env.EventID] = true
 			r.envs, r.evs, r.ids = append(r.envs, env), append(r.evs, q.msg.Events[i]), append(r.ids, env.EventID)
+			rs, refused := w.readings(q.msg.Events[i], env)
+			r.reads, r.refused = append(r.reads, rs), append(r.refused, refused)
 		}
 	}
 	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(r.ids), "messages", len(msgs))
@@ -243,12 +252,12 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		r.allBuilt = true
 	}
 	_, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (struct{}, error) {
-		st, err := w.Ledger.ReadBatch(ctx, r.account.ID, r.batch, r.cycle, r.billing, r.ids)
+		st, err := w.Ledger.ReadBatch(ctx, w.unitRead(r))
 		if err != nil {
 			return struct{}{}, err
 		}
 		read = &st
-		c, err := w.planClaim(r, layout, read, st.Marked)
+		c, err := w.planClaim(r, layout, read)
 		if err != nil {
 			return struct{}{}, err
 		}
@@ -269,7 +278,7 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 				won[e.EventID] = e
 			}
 			for _, e := range c.Reject {
-				e.Status, e.Reason = ledger.Rejected, c.RejectReason
+				e.Status = ledger.Rejected
 				won[e.EventID] = e
 			}
 			w.Metrics.Count(metrics.EventsBilled, len(c.Admit), metrics.Dimension{Name: "Tier", Value: string(r.billing.Tier)})
@@ -311,45 +320,46 @@ func unitLayout(r *batchRun) layout {
 	return l
 }
 
-// planClaim is one lap's claim: every event without an entry, admitted or, past the cap or for
-// an account that may not spend, rejected. The events admitted are the first ones in unit order
-// that the budget row as read has room for: the same unit and the same durable state always
-// admit the same events. Claiming every unclaimed event at once (rejected ones too) is what makes
-// the claim one commit per unit. Each admitted entry records its payload's byte range in the
-// unit's object (unitLayout), written before the read, and the admitted members' rows go in
-// the same transaction as the unit's rows item (built before the read when the plan admits every
-// member).
-func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markPresent bool) (ledger.BatchClaim, error) {
+// planClaim is one lap's claim: every event without an entry, admitted or, past a cap, with a
+// bad value, or for an account that may not spend, rejected (ledger.PlanUnit decides which, and
+// what each admitted event moves). The events admitted are taken in unit order while each fits
+// the budget rows as read: the same unit and the same durable state always admit the same
+// events. Claiming every unclaimed event at once (rejected ones too) is what makes the claim one
+// commit per unit. Each admitted entry records its payload's byte range in the unit's object
+// (unitLayout), written before the read, and the admitted members' rows go in the same
+// transaction as the unit's rows item (built before the read when the plan admits every member),
+// with the rollup writes of what they move.
+func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledger.BatchClaim, error) {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
-		NowMs: r.nowMs, Billing: r.billing, MarkPresent: markPresent,
+		NowMs: r.nowMs, Billing: r.billing,
 	}
-	var open []int
+	var open []ledger.UnitMember
+	index := map[string]int{}
 	for i, id := range r.ids {
 		if _, ok := read.Entries[id]; !ok {
-			open = append(open, i)
+			open = append(open, ledger.UnitMember{Entry: claimEntry(r, l, i), Readings: r.reads[i], Refused: r.refused[i]})
+			index[id] = i
 		}
 	}
-	admit := len(open)
-	switch {
-	case r.billing.Kind == ledger.BillReject:
-		admit, c.RejectReason = 0, r.billing.Reason
-	case r.billing.Kind == ledger.BillCapped && !r.billing.Limit.Unlimited:
-		for admit > 0 && !r.billing.Limit.Check(read.Budget.Committed, int64(admit)*r.billing.Amount).Fits {
-			admit--
-		}
-		c.RejectReason = ledger.LimitReason(r.billing)
+	plan := ledger.PlanUnit(ledger.UnitInput{
+		AccountID: r.account.ID, Unit: r.batch, Cycle: r.cycle, NowMs: r.nowMs, Billing: r.billing,
+		Limit: func(f string) plans.Limit { return r.account.Limit(f, w.Catalog) }, Open: open, State: read.Unit,
+	})
+	c.Admit, c.Moves, c.Markers = plan.Admit, plan.Moves, plan.Markers
+	for _, e := range plan.Reject {
+		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
+		c.Reject = append(c.Reject, e)
 	}
-	var admitted []int
-	for n, i := range open {
-		e := claimEntry(r, l, i)
-		if n >= admit {
-			e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
-			c.Reject = append(c.Reject, e)
-			continue
+	if w.Rollups != nil && len(plan.Contributions) > 0 {
+		var err error
+		if c.Rollups, err = w.Rollups.Writes(r.account.ID, plan.Contributions, read.Extra); err != nil {
+			return c, fmt.Errorf("batch %s: plan the rollups: %w", r.batch, err)
 		}
-		c.Admit = append(c.Admit, e)
-		admitted = append(admitted, i)
+	}
+	admitted := make([]int, len(c.Admit))
+	for k, e := range c.Admit {
+		admitted[k] = index[e.EventID]
 	}
 	// The admitted members' rows go with the claim, in the unit's rows item.
 	if len(admitted) == 0 || !c.HasRoomForRows() {
@@ -367,6 +377,55 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState, markP
 	var err error
 	c.Rows, err = ledger.PackRows(r.batch, rows)
 	return c, err
+}
+
+// unitRead is what a unit's claim reads before it plans: its members' entries and record; per
+// feature its members can move, the budget row (when a cap or a MAX or LATEST figure needs it)
+// and the report mark of the counter row the claim moves; the markers of its distinct values;
+// the rollup items its MAX and LATEST meters replace.
+func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
+	rd := ledger.BatchRead{AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, EventIDs: r.ids}
+	moves := r.billing.Kind == ledger.BillCapped || r.billing.Kind == ledger.BillCounted
+	if !moves {
+		return rd
+	}
+	features := map[string]bool{}
+	distinct := map[string]bool{}
+	var cs []ledger.Contribution
+	for i, rs := range r.reads {
+		for _, rdg := range rs {
+			if rdg.Aggregation == meter.UniqueCount && !distinct[ledger.DistinctKey(rdg.Feature, rdg.DistinctHash())] {
+				distinct[ledger.DistinctKey(rdg.Feature, rdg.DistinctHash())] = true
+				rd.Distinct = append(rd.Distinct, ledger.Marker{Feature: rdg.Feature, Hash: rdg.DistinctHash()})
+			}
+			if !rdg.Aggregation.Additive() {
+				cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
+					Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
+			}
+			if features[rdg.Feature] {
+				continue
+			}
+			features[rdg.Feature] = true
+			f := ledger.FeatureRead{Feature: rdg.Feature, Row: ledger.MeterRowSK(r.billing, r.batch)}
+			switch {
+			case !rdg.Aggregation.Additive():
+				f.Row, f.Budget = usage.BudgetSK, true
+			case r.billing.Kind == ledger.BillCapped:
+				f.Budget = !r.account.Limit(rdg.Feature, w.Catalog).Unlimited
+			}
+			rd.Features = append(rd.Features, f)
+		}
+	}
+	sort.Slice(rd.Features, func(i, j int) bool { return rd.Features[i].Feature < rd.Features[j].Feature })
+	if w.Rollups != nil && len(cs) > 0 {
+		rd.Extra = w.Rollups.Keys(r.account.ID, cs)
+	}
+	return rd
+}
+
+// readings are what an event gives its meters, or why it gives none (a bad value).
+func (w *Worker) readings(ev event.Event, env event.Envelope) ([]meter.Reading, error) {
+	return w.Catalog.Meters.Read(ev.ForMeters(env.ReceivedAtMs))
 }
 
 // claimEntry is member i's entry as the unit's claim admits it: stamped with the claim's instant

@@ -549,11 +549,11 @@ type orderLedger struct {
 	log *[]string
 }
 
-func (l orderLedger) ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, ids []string) (ledger.BatchState, error) {
+func (l orderLedger) ReadBatch(ctx context.Context, r ledger.BatchRead) (ledger.BatchState, error) {
 	l.mu.Lock()
 	*l.log = append(*l.log, "read")
 	l.mu.Unlock()
-	return l.Ledger.ReadBatch(ctx, accountID, batch, cycle, b, ids)
+	return l.Ledger.ReadBatch(ctx, r)
 }
 
 func (l orderLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {

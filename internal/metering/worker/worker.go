@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
@@ -71,7 +72,7 @@ type Ledger interface {
 	MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error
 	// Batches (see batch.go).
 	WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error
-	ReadBatch(ctx context.Context, accountID, batch, cycle string, b ledger.Billing, eventIDs []string) (ledger.BatchState, error)
+	ReadBatch(ctx context.Context, r ledger.BatchRead) (ledger.BatchState, error)
 	MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error
 	BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error)
 }
@@ -95,6 +96,17 @@ type Worker struct {
 	// Coalesce (batch mode) groups the messages of one invocation by account into units, each
 	// claimed, metered and archived as one (coalesce.go); otherwise each message runs alone.
 	Coalesce bool
+	// Rollups plans the usage query's rollup writes of what a unit's claim moves; nil writes
+	// none.
+	Rollups Rollups
+}
+
+// Rollups plans the rollup items a unit's claim writes (package rollup): the items to read before
+// the claim (those of MAX and LATEST meters, which are replaced from what was read), and the
+// writes of the admitted contributions, planned from what was read.
+type Rollups interface {
+	Keys(accountID string, cs []ledger.Contribution) []ledger.ItemKey
+	Writes(accountID string, cs []ledger.Contribution, read map[string][]map[string]types.AttributeValue) ([]types.TransactWriteItem, error)
 }
 
 // Result says what one message's processing did.

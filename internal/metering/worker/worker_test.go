@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -370,7 +371,7 @@ func TestWorker_RedeliveryOfFinishedEvents_AcksWithoutWriting(t *testing.T) {
 		if w := faults.Writes(); w != 1 {
 			t.Errorf("redelivery of %s made %d write calls; want only the refused claim", tc.id, w)
 		}
-		if after := entry(t, h, tc.account, tc.id); after != before {
+		if after := entry(t, h, tc.account, tc.id); !reflect.DeepEqual(after, before) {
 			t.Errorf("redelivery changed %s:\n%+v\n%+v", tc.id, before, after)
 		}
 		if used(t, h, tc.account) != meter {

@@ -17,7 +17,7 @@ const key = "sk_test_ferry"
 
 func serve(t *testing.T) (*standin.Server, *stripe.Client) {
 	t.Helper()
-	stand := standin.New(key, map[string]string{"mtr_events": "ferry_events"})
+	stand := standin.New(key, map[string]standin.Meter{"mtr_events": {EventName: "ferry_events"}})
 	srv := httptest.NewServer(stand)
 	t.Cleanup(srv.Close)
 	c, err := stripe.New(stripe.Config{APIKey: key, APIBase: srv.URL, HTTPClient: srv.Client()})
@@ -123,7 +123,7 @@ func TestErrors_AreClassified(t *testing.T) {
 }
 
 func TestSend_TimeoutAfterTheWriteLanded_IsRetryable_AndTheRetryIsADuplicate(t *testing.T) {
-	stand := standin.New(key, map[string]string{"mtr_events": "ferry_events"})
+	stand := standin.New(key, map[string]standin.Meter{"mtr_events": {EventName: "ferry_events"}})
 	stand.SetHang(2 * time.Second)
 	srv := httptest.NewServer(stand)
 	t.Cleanup(srv.Close)

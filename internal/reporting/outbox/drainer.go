@@ -172,7 +172,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	}
 	sendErr := d.Sender.Send(ctx, stripe.MeterEvent{
 		Identifier: claimed.Identifier(), EventName: claimed.EventName, Customer: claimed.Customer,
-		Value: claimed.Delta, Timestamp: time.UnixMilli(claimed.TimestampMs),
+		Value: claimed.Value(), Timestamp: time.UnixMilli(claimed.TimestampMs),
 	})
 	nowMs = d.Now().UnixMilli()
 	// The outcome is recorded even when the caller's context ended with the send: a row left
@@ -216,7 +216,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 		return "", fmt.Errorf("mark %s SENT: %w", claimed.Identifier(), err)
 	}
 	d.Metrics.Count(metrics.OutboxSent, 1)
-	log.Info("meter event sent", "value", claimed.Delta, "attempts", claimed.Attempts)
+	log.Info("meter event sent", "value", claimed.Value(), "absolute", claimed.Absolute, "attempts", claimed.Attempts)
 	return OutcomeSent, nil
 }
 
@@ -226,7 +226,7 @@ func (d *Drainer) toReview(ctx context.Context, row Row, nowMs int64, log *slog.
 	if _, err := d.Review.Add(ctx, review.Entry{
 		Account: row.Account, Feature: row.Feature, Cycle: row.Cycle, Provider: "stripe", Reason: review.OutboxClosed,
 		Ledger: row.Total, Sent: row.Total - row.Delta,
-		Detail: fmt.Sprintf("The meter event %s (value %d) was still unsent when its cycle closed; it was not sent.", row.Identifier(), row.Delta),
+		Detail: fmt.Sprintf("The meter event %s (value %d) was still unsent when its cycle closed; it was not sent.", row.Identifier(), row.Value()),
 		AtMs:   nowMs,
 	}); err != nil {
 		return "", err

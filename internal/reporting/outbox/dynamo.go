@@ -57,6 +57,7 @@ type rowItem struct {
 	Kind            string `dynamodbav:"kind"`
 	Total           int64  `dynamodbav:"total"`
 	Delta           int64  `dynamodbav:"delta"`
+	Absolute        bool   `dynamodbav:"absolute,omitempty"`
 	EventName       string `dynamodbav:"eventName"`
 	MeterID         string `dynamodbav:"meterId"`
 	Customer        string `dynamodbav:"customer"`
@@ -94,7 +95,7 @@ func itemOf(r Row) rowItem {
 	pk := PartitionKey(r.Account, r.Feature, r.Cycle)
 	it := rowItem{
 		PK: pk, SK: r.Key, Account: r.Account, Feature: r.Feature, Cycle: r.Cycle, Identifier: r.Identifier(),
-		Kind: string(r.Kind), Total: r.Total, Delta: r.Delta, EventName: r.EventName, MeterID: r.MeterID,
+		Kind: string(r.Kind), Total: r.Total, Delta: r.Delta, Absolute: r.Absolute, EventName: r.EventName, MeterID: r.MeterID,
 		Customer: r.Customer, TimestampMs: r.TimestampMs, CycleEndMs: r.CycleEndMs, Status: string(r.Status),
 		Attempts: r.Attempts, NextAttemptAtMs: r.NextAttemptAtMs, ClaimUntilMs: r.ClaimUntilMs,
 		ClaimOwner: r.ClaimOwner, LastError: r.LastError, SentAtMs: r.SentAtMs, CancelledAtMs: r.CancelledAtMs,
@@ -109,7 +110,7 @@ func itemOf(r Row) rowItem {
 func (it rowItem) row() Row {
 	return Row{
 		Account: it.Account, Feature: it.Feature, Cycle: it.Cycle, Key: it.SK, Kind: Kind(it.Kind), Total: it.Total,
-		Delta: it.Delta, EventName: it.EventName, MeterID: it.MeterID, Customer: it.Customer,
+		Delta: it.Delta, Absolute: it.Absolute, EventName: it.EventName, MeterID: it.MeterID, Customer: it.Customer,
 		TimestampMs: it.TimestampMs, CycleEndMs: it.CycleEndMs, Status: Status(it.Status), Attempts: it.Attempts,
 		NextAttemptAtMs: it.NextAttemptAtMs, ClaimUntilMs: it.ClaimUntilMs, ClaimOwner: it.ClaimOwner,
 		LastError: it.LastError, SentAtMs: it.SentAtMs, CancelledAtMs: it.CancelledAtMs,

@@ -82,9 +82,13 @@ type Row struct {
 	// for a repair.
 	Key  string
 	Kind Kind
-	// Total is the meter's total after this row (reports); Delta the meter event's value.
+	// Total is the meter's total after this row (reports); Delta what it moves the meter by.
 	Total int64
 	Delta int64
+	// Absolute says the meter event carries the figure itself (Total), for a Stripe meter that
+	// takes its last event's value (MAX, UNIQUE_COUNT and LATEST meters); otherwise it carries
+	// Delta, for a meter that sums its events.
+	Absolute bool
 	// EventName and Customer are the meter event's; MeterID names the meter it lands on.
 	EventName string
 	MeterID   string
@@ -117,6 +121,12 @@ func ReportKey(total, epoch int64) string {
 	}
 	return fmt.Sprintf("total#%016d#e%d", total, epoch)
 }
+
+// AbsoluteKey is the key of the report row that sends the figure total absolute, as the seq-th
+// Stripe report of the cycle (the report state counts them, in the transaction that writes the
+// row): a figure can come back to a value sent before (a LATEST value, a correction), and the
+// meter event that brings it back must not carry the identifier Stripe already deduplicated.
+func AbsoluteKey(total, seq int64) string { return fmt.Sprintf("total#%016d#s%d", total, seq) }
 
 // RepairKey is the key of a repair row for the evidence named evidenceKey.
 func RepairKey(evidenceKey string) string { return "repair#" + evidenceKey }
@@ -151,6 +161,14 @@ const maxIdentifierLength = 100
 
 // Identifier is the row's meter event identifier.
 func (r Row) Identifier() string { return Identifier(r.Account, r.Feature, r.Cycle, r.Key) }
+
+// Value is the meter event's value: the figure for an absolute row, else the delta.
+func (r Row) Value() int64 {
+	if r.Absolute {
+		return r.Total
+	}
+	return r.Delta
+}
 
 // Backoff is the wait before the next send after the attempt-th failure (1-based).
 func Backoff(attempt int) time.Duration {

@@ -202,6 +202,9 @@ func (r *Reconciler) repair(ctx context.Context, acct accounts.Account, k report
 // becomes the ledger in the same transaction as the row.
 func (r *Reconciler) repairStripe(ctx context.Context, acct accounts.Account, k report.Key, c cycle.Cycle,
 	def plans.Definition, ev Evidence, st report.State, log *slog.Logger) error {
+	if r.Catalog.StripeAggregation(k.Feature) == plans.StripeLast {
+		return r.repairStripeLast(ctx, acct, k, c, def, ev, st, log)
+	}
 	meter := *ev.Meter
 	nowMs := r.Now().UnixMilli()
 	cancelled := int64(0)
@@ -271,6 +274,40 @@ func (r *Reconciler) repairStripe(ctx context.Context, acct accounts.Account, k 
 	return nil
 }
 
+// repairStripeLast brings a Stripe meter that takes its last event's value (a MAX, UNIQUE_COUNT
+// or LATEST meter's) to the ledger with one absolute meter event, over- and under-billing alike:
+// dated after every event Ferry sent it, it is the value Stripe reads. Its key carries the
+// report state's count of Stripe writes, so a repair to a figure repaired to before is a new
+// event, not one Stripe deduplicates.
+func (r *Reconciler) repairStripeLast(ctx context.Context, acct accounts.Account, k report.Key, c cycle.Cycle,
+	def plans.Definition, ev Evidence, st report.State, log *slog.Logger) error {
+	nowMs := r.Now().UnixMilli()
+	row := outbox.Row{
+		Account: k.Account, Feature: k.Feature, Cycle: k.Cycle,
+		Key:  outbox.RepairKey(fmt.Sprintf("%d-%d-%d-s%d", ev.Ledger, ev.Sent, *ev.Meter, st.StripeSeq+1)),
+		Kind: outbox.KindRepair, Absolute: true, Total: ev.Ledger, Delta: ev.Ledger - *ev.Meter,
+		EventName: def.Stripe.MeterEventName, MeterID: def.Stripe.MeterID, Customer: acct.StripeCustomerID,
+		TimestampMs: report.LastTimestampMs(nowMs, st.StripeSentAtMs, c), CycleEndMs: c.End.UnixMilli(),
+		CreatedAtMs: nowMs, UpdatedAtMs: nowMs,
+	}
+	item, err := r.Outbox.InsertItem(row)
+	if err != nil {
+		return err
+	}
+	if err := r.State.Commit(ctx, item, r.State.StripeSentItem(k, st.StripeSent, ev.Ledger, row.TimestampMs)); err != nil {
+		if errors.Is(err, report.ErrSentChanged) {
+			return fmt.Errorf("write the repair row %s: lastSent moved under the reconciler", row.Identifier())
+		}
+		return err
+	}
+	out, err := r.Drainer.Drain(ctx, outbox.RefOf(row))
+	if err != nil {
+		return err
+	}
+	log.Info("absolute repair sent to Stripe", "identifier", row.Identifier(), "value", ev.Ledger, "outcome", out)
+	return nil
+}
+
 // cancellable picks Ferry's own sent events of the cycle, newest first, that Stripe still lets it
 // cancel, until they cover excess; nil when they cannot.
 func (r *Reconciler) cancellable(ctx context.Context, k report.Key, excess, nowMs int64) ([]outbox.Row, error) {
@@ -281,7 +318,7 @@ func (r *Reconciler) cancellable(ctx context.Context, k report.Key, excess, nowM
 	oldest := nowMs - (stripeCancelWindow - cancelSafety).Milliseconds()
 	var sent []outbox.Row
 	for _, row := range rows {
-		if row.Status == outbox.Sent && row.SentAtMs > oldest && row.Delta > 0 {
+		if row.Status == outbox.Sent && row.SentAtMs > oldest && row.Delta > 0 && !row.Absolute {
 			sent = append(sent, row)
 		}
 	}

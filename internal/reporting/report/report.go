@@ -372,14 +372,17 @@ func (r *Reporter) toKinde(ctx context.Context, k Key, acct accounts.Account, de
 	return true, nil
 }
 
-// toStripe writes the outbox row for total − lastSent with lastSent, in one transaction. ok is
-// false when the cycle must stay marked; moved when a row was written.
+// toStripe writes the outbox row for the cycle's figure with lastSent, in one transaction: for a
+// Stripe meter that sums its events, a row for total − lastSent; for one that takes its last
+// event's value (MAX, UNIQUE_COUNT, LATEST), a row carrying total itself. ok is false when the
+// cycle must stay marked; moved when a row was written.
 func (r *Reporter) toStripe(ctx context.Context, k Key, acct accounts.Account, def plans.Definition, c cycle.Cycle, total int64, st State, nowMs int64, log *slog.Logger) (ok, moved bool, err error) {
+	absolute := r.Catalog.StripeAggregation(k.Feature) == plans.StripeLast
 	delta := total - st.StripeSent
 	switch {
 	case delta == 0:
 		return true, false, nil
-	case delta < 0:
+	case delta < 0 && !absolute:
 		// The ledger went below what Stripe was sent (a negative correction): a delta cannot
 		// take it back, only a cancellation can, which the reconciler decides.
 		if r.Reconcile == nil {
@@ -396,11 +399,15 @@ func (r *Reporter) toStripe(ctx context.Context, k Key, acct accounts.Account, d
 		Total: total, Delta: delta, EventName: def.Stripe.MeterEventName, MeterID: def.Stripe.MeterID,
 		Customer: acct.StripeCustomerID, TimestampMs: nowMs, CycleEndMs: c.End.UnixMilli(), CreatedAtMs: nowMs, UpdatedAtMs: nowMs,
 	}
+	if absolute {
+		row.Absolute, row.Key = true, outbox.AbsoluteKey(total, st.StripeSeq+1)
+		row.TimestampMs = LastTimestampMs(nowMs, st.StripeSentAtMs, c)
+	}
 	item, err := r.Outbox.InsertItem(row)
 	if err != nil {
 		return false, false, err
 	}
-	err = r.State.Commit(ctx, item, r.State.StripeSentItem(k, st.StripeSent, total, nowMs))
+	err = r.State.Commit(ctx, item, r.State.StripeSentItem(k, st.StripeSent, total, row.TimestampMs))
 	if errors.Is(err, ErrSentChanged) {
 		// Resolved from durable state: another run may have written this very total.
 		now, rerr := r.State.Get(ctx, k)
@@ -417,8 +424,25 @@ func (r *Reporter) toStripe(ctx context.Context, k Key, acct accounts.Account, d
 		return false, false, err
 	}
 	r.Metrics.Count(metrics.ReportsSent, 1, metrics.Dimension{Name: "Provider", Value: ProviderStripe})
-	log.Info("delta queued for Stripe", "total", total, "delta", delta, "identifier", row.Identifier())
+	if absolute {
+		log.Info("figure queued for Stripe", "total", total, "identifier", row.Identifier())
+	} else {
+		log.Info("delta queued for Stripe", "total", total, "delta", delta, "identifier", row.Identifier())
+	}
 	return true, true, nil
+}
+
+// LastTimestampMs dates a meter event for a Stripe meter that takes its last event's value in
+// the period: Stripe orders those events by their timestamp, in whole seconds, so each must be
+// at least a second after the one before (prevMs, the last one's, as the report state recorded
+// it), or two reports within one second could be read in either order. It stays inside the
+// cycle: an event dated past its end would count in the next period.
+func LastTimestampMs(nowMs, prevMs int64, c cycle.Cycle) int64 {
+	ts := nowMs
+	if prevMs > 0 {
+		ts = max(ts, (prevMs/1000+1)*1000)
+	}
+	return min(ts, c.End.UnixMilli()-1000)
 }
 
 // closed handles a marked cycle that has ended: nothing is written to the provider; a total the

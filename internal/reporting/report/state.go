@@ -42,7 +42,9 @@ type State struct {
 	StripeSent     int64
 	StripeSentAtMs int64
 	// StripeEpoch counts the reconciler's cancellations (see outbox.ReportKey).
-	StripeEpoch   int64
+	StripeEpoch int64
+	// StripeSeq counts the Stripe reports and repairs committed (see outbox.AbsoluteKey).
+	StripeSeq     int64
 	KindeSent     int64
 	KindeSentAtMs int64
 	LeaseUntilMs  int64
@@ -69,7 +71,7 @@ const (
 	// stripeSentCondition: lastSent is still what the delta was computed from, so two runs can
 	// never both write a delta from the same lastSent.
 	stripeSentCondition = "#stripeSent = :prev"
-	stripeSentUpdate    = "SET #stripeSent = :total, #stripeSentAtMs = :now"
+	stripeSentUpdate    = "SET #stripeSent = :total, #stripeSentAtMs = :now ADD #stripeSeq :one"
 	kindeSentUpdate     = "SET #kindeSent = :total, #kindeSentAtMs = :now"
 	// stripeCancelledUpdate lowers lastSent after cancellations and starts a new epoch of keys.
 	stripeCancelledUpdate = "SET #stripeSent = :total, #stripeSentAtMs = :now ADD #stripeEpoch :one"
@@ -89,7 +91,7 @@ func stateKey(pk string) map[string]types.AttributeValue {
 func stateOf(item map[string]types.AttributeValue) State {
 	return State{
 		StripeSent: dynamo.Int(item, "stripeSent"), StripeSentAtMs: dynamo.Int(item, "stripeSentAtMs"),
-		StripeEpoch: dynamo.Int(item, "stripeEpoch"),
+		StripeEpoch: dynamo.Int(item, "stripeEpoch"), StripeSeq: dynamo.Int(item, "stripeSeq"),
 		KindeSent:   dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
 		LeaseUntilMs: dynamo.Int(item, "leaseUntilMs"), LeaseOwner: dynamo.Str(item, "leaseOwner"),
 	}
@@ -154,7 +156,7 @@ func (s *StateStore) StripeSentItem(k Key, prev, total, nowMs int64) types.Trans
 		ConditionExpression:      aws.String(stripeSentCondition),
 		ExpressionAttributeNames: dynamo.Names(stripeSentUpdate, stripeSentCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":prev": dynamo.N(prev), ":total": dynamo.N(total), ":now": dynamo.N(nowMs),
+			":prev": dynamo.N(prev), ":total": dynamo.N(total), ":now": dynamo.N(nowMs), ":one": dynamo.N(1),
 		},
 	}}
 }

@@ -3,7 +3,8 @@
 // POST /v1/billing/meter_event_adjustments (form-encoded), and
 // GET /v1/billing/meters/{id}/event_summaries (a list object of summaries). It keeps the state
 // Stripe would (stripe-mock keeps none): events deduplicated by identifier, cancellations within
-// 24 hours of receipt, and sums per customer and minute-aligned window. It can fail on purpose
+// 24 hours of receipt, and each meter's aggregation (its default_aggregation formula: sum, count
+// or last) per customer and minute-aligned window. It can fail on purpose
 // (500, 429 with Retry-After, a timeout after the event landed), lag like Stripe's eventually
 // consistent summaries, and drift (usage from something other than Ferry). Tests serve it with
 // httptest; ferry dev runs it on loopback, steered over /standin/.
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 )
 
 // Fault is a failure the stand-in injects into a coming call.
@@ -81,7 +84,7 @@ type Counts struct {
 type Server struct {
 	mu          sync.Mutex
 	apiKey      string
-	meters      map[string]string // meter id → event name
+	meters      map[string]Meter // by meter id
 	events      []*Event
 	byID        map[string]*Event
 	faults      map[string][]Fault // endpoint → queued faults
@@ -100,14 +103,42 @@ const (
 	EndpointSummaries   = "event_summaries"
 )
 
-// New returns a stand-in that accepts one API key and knows the given meters (id → event name).
-func New(apiKey string, meters map[string]string) *Server {
+// Meter is a billing meter as Stripe keeps it: the event name its events come under, and its
+// default aggregation formula.
+type Meter struct {
+	EventName string
+	// Formula is "sum" (the values add up; the default), "count" (the events are counted) or
+	// "last" (the value of the latest event by timestamp).
+	Formula string
+}
+
+// Formulas Stripe's meters aggregate by.
+const (
+	FormulaSum   = "sum"
+	FormulaCount = "count"
+	FormulaLast  = "last"
+)
+
+// Meters are the stand-in meters of a catalog's features: each feature's Stripe meter, with the
+// formula its Ferry meter is sent to (plans.Catalog.StripeAggregation).
+func Meters(catalog plans.Catalog) map[string]Meter {
+	out := map[string]Meter{}
+	for _, f := range catalog.Features() {
+		if d := catalog.Definition(f); d.Stripe != nil {
+			out[d.Stripe.MeterID] = Meter{EventName: d.Stripe.MeterEventName, Formula: string(catalog.StripeAggregation(f))}
+		}
+	}
+	return out
+}
+
+// New returns a stand-in that accepts one API key and knows the given meters (by id).
+func New(apiKey string, meters map[string]Meter) *Server {
 	s := &Server{
-		apiKey: apiKey, meters: map[string]string{}, byID: map[string]*Event{}, faults: map[string][]Fault{},
+		apiKey: apiKey, meters: map[string]Meter{}, byID: map[string]*Event{}, faults: map[string][]Fault{},
 		hang: defaultHang, retryAfterS: 1, now: time.Now, mux: http.NewServeMux(),
 	}
-	for id, name := range meters {
-		s.meters[id] = name
+	for id, m := range meters {
+		s.SetMeter(id, m)
 	}
 	s.mux.HandleFunc("POST /v1/billing/meter_events", s.meterEvent)
 	s.mux.HandleFunc("POST /v1/billing/meter_event_adjustments", s.adjustment)
@@ -132,11 +163,14 @@ func (s *Server) SetClock(now func() time.Time) {
 	s.now = now
 }
 
-// SetMeter registers a meter (id → event name).
-func (s *Server) SetMeter(id, eventName string) {
+// SetMeter registers a meter.
+func (s *Server) SetMeter(id string, m Meter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.meters[id] = eventName
+	if m.Formula == "" {
+		m.Formula = FormulaSum
+	}
+	s.meters[id] = m
 }
 
 // FailNext queues faults for the next calls to an endpoint, one per call.
@@ -195,17 +229,46 @@ func (s *Server) Events() []Event {
 	return out
 }
 
-// Total is what the meter of eventName holds for a customer: every event not cancelled.
+// Total is what the meter of eventName holds for a customer, over every event not cancelled, by
+// the meter's formula (sum when no meter of that name is registered).
 func (s *Server) Total(eventName, customer string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var total int64
-	for _, e := range s.events {
-		if e.EventName == eventName && e.Customer == customer && !e.Cancelled {
-			total += e.Value
+	formula := FormulaSum
+	for _, m := range s.meters {
+		if m.EventName == eventName {
+			formula = m.Formula
 		}
 	}
-	return total
+	return aggregate(formula, s.events, func(e *Event) bool { return e.EventName == eventName && e.Customer == customer && !e.Cancelled })
+}
+
+// aggregate applies a meter's formula to the events take selects, in the order received: sum
+// adds the values, count counts the events, last takes the value of the event with the latest
+// timestamp (of two with the same second, the one received later, as Stripe documents no
+// order among them).
+func aggregate(formula string, events []*Event, take func(*Event) bool) int64 {
+	var out int64
+	var last *Event
+	for _, e := range events {
+		if !take(e) {
+			continue
+		}
+		switch formula {
+		case FormulaCount:
+			out++
+		case FormulaLast:
+			if last == nil || e.Timestamp.Unix() >= last.Timestamp.Unix() {
+				last = e
+			}
+		default:
+			out += e.Value
+		}
+	}
+	if formula == FormulaLast && last != nil {
+		out = last.Value
+	}
+	return out
 }
 
 func (s *Server) nextFault(endpoint string) Fault {
@@ -393,24 +456,20 @@ func (s *Server) summaries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	name, ok := s.meters[meterID]
+	m, ok := s.meters[meterID]
 	if !ok {
 		s.mu.Unlock()
 		writeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such billing meter: '"+meterID+"'")
 		return
 	}
 	now := s.now()
-	var total int64
-	for _, e := range s.events {
+	total := aggregate(m.Formula, s.events, func(e *Event) bool {
 		ts := e.Timestamp.Unix()
-		if e.EventName != name || e.Customer != customer || e.Cancelled || ts < start || ts >= end {
-			continue
+		if e.EventName != m.EventName || e.Customer != customer || e.Cancelled || ts < start || ts >= end {
+			return false
 		}
-		if s.lag > 0 && now.Sub(e.ReceivedAt) < s.lag {
-			continue
-		}
-		total += e.Value
-	}
+		return s.lag <= 0 || now.Sub(e.ReceivedAt) >= s.lag
+	})
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"object": "list", "url": "/v1/billing/meters/" + meterID + "/event_summaries", "has_more": false,
