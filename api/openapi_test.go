@@ -33,6 +33,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -1030,7 +1031,7 @@ func seedRollups(account string, instants ...string) func(t *testing.T, c *confo
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: rollup.Count, AtMs: when.UnixMilli(), Value: 1})
+			cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 		}
 		if err := s.Apply(context.Background(), account, cs); err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -48,7 +49,7 @@ func TestUsage_PrintsTheQuerysTable(t *testing.T) {
 	var cs []rollup.Contribution
 	for _, at := range []string{"2026-11-13T18:29:00Z", "2026-11-13T18:30:00Z", "2026-11-14T02:00:00Z"} {
 		when, _ := time.Parse(time.RFC3339, at)
-		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: rollup.Count, AtMs: when.UnixMilli(), Value: 1})
+		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 	}
 	if err := s.Apply(context.Background(), "acct_cli", cs); err != nil {
 		t.Fatal(err)

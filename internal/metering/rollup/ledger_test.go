@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts/cycle"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -37,11 +38,11 @@ const (
 
 // The meters of the schedules: one of each aggregation, with and without dimensions.
 var ledgerMeters = []rollup.Meter{
-	{Name: "tokens", Aggregation: rollup.Sum, Dimensions: []string{"model", "region"}},
-	{Name: "calls", Aggregation: rollup.Count},
-	{Name: "peak", Aggregation: rollup.Max, Dimensions: []string{"region"}},
-	{Name: "seats", Aggregation: rollup.Latest},
-	{Name: "users", Aggregation: rollup.UniqueCount, Dimensions: []string{"model"}},
+	{Name: "tokens", Aggregation: meter.Sum, Dimensions: []string{"model", "region"}},
+	{Name: "calls", Aggregation: meter.Count},
+	{Name: "peak", Aggregation: meter.Max, Dimensions: []string{"region"}},
+	{Name: "seats", Aggregation: meter.Latest},
+	{Name: "users", Aggregation: meter.UniqueCount, Dimensions: []string{"model"}},
 }
 
 // usageEvent is one event of a schedule: what it carries for each meter.
@@ -58,13 +59,13 @@ type usageEvent struct {
 func (e usageEvent) contributions(firstUser bool) []rollup.Contribution {
 	ms := e.receivedAt.UnixMilli()
 	cs := []rollup.Contribution{
-		{Meter: "tokens", Aggregation: rollup.Sum, AtMs: ms, Group: []string{e.model, e.region}, Value: e.tokens},
-		{Meter: "calls", Aggregation: rollup.Count, AtMs: ms, Value: 1},
-		{Meter: "peak", Aggregation: rollup.Max, AtMs: ms, Group: []string{e.region}, Value: e.gb},
-		{Meter: "seats", Aggregation: rollup.Latest, AtMs: ms, Value: e.seats, OrderKey: rollup.LatestOrderKey(e.happened.UnixMilli(), e.id)},
+		{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms, Group: []string{e.model, e.region}, Value: e.tokens},
+		{Meter: "calls", Aggregation: meter.Count, AtMs: ms, Value: 1},
+		{Meter: "peak", Aggregation: meter.Max, AtMs: ms, Group: []string{e.region}, Value: e.gb},
+		{Meter: "seats", Aggregation: meter.Latest, AtMs: ms, Value: e.seats, OrderKey: rollup.LatestOrderKey(e.happened.UnixMilli(), e.id)},
 	}
 	if firstUser {
-		cs = append(cs, rollup.Contribution{Meter: "users", Aggregation: rollup.UniqueCount, AtMs: ms, Group: []string{e.model}, Value: 1})
+		cs = append(cs, rollup.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: ms, Group: []string{e.model}, Value: 1})
 	}
 	return cs
 }
@@ -339,9 +340,9 @@ func expected(q rollup.QueryInput, windows []rollup.Span, billed []billedEvent) 
 				continue
 			}
 			switch q.Meter.Aggregation {
-			case rollup.Max:
+			case meter.Max:
 				a.value = max(a.value, c.Value)
-			case rollup.Latest:
+			case meter.Latest:
 				if c.OrderKey > a.order {
 					a.value, a.order = c.Value, c.OrderKey
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -112,7 +113,8 @@ func WriteCount(account string, cs []Contribution) int {
 }
 
 // ReadItems is the read PlanWrites takes: every item of keys, as got returned it (a
-// BatchGetItem's items, in any order), or absent.
+// BatchGetItem's items, in any order), or absent. got may hold more (a unit reads the items of
+// every member it may admit, and plans the writes of those it does): the others are left out.
 func ReadItems(keys, got []map[string]types.AttributeValue) (map[string]Item, error) {
 	read := make(map[string]Item, len(keys))
 	for _, k := range keys {
@@ -120,14 +122,15 @@ func ReadItems(keys, got []map[string]types.AttributeValue) (map[string]Item, er
 		read[itemID(pk, sk)] = Item{PK: pk, SK: sk}
 	}
 	for _, raw := range got {
+		id := itemID(dynamo.Str(raw, attrPK), dynamo.Str(raw, attrSK))
+		if _, listed := read[id]; !listed {
+			continue
+		}
 		it, err := decodeItem(raw)
 		if err != nil {
 			return nil, err
 		}
-		if _, listed := read[itemID(it.PK, it.SK)]; !listed {
-			return nil, fmt.Errorf("the read returned rollup item %s %s, which the keys did not list", it.PK, it.SK)
-		}
-		read[itemID(it.PK, it.SK)] = it
+		read[id] = it
 	}
 	return read, nil
 }
@@ -187,7 +190,7 @@ func validate(account string, cs []Contribution) error {
 		return fmt.Errorf("rollup: account %q", account)
 	}
 	type shape struct {
-		agg   Aggregation
+		agg   meter.Aggregation
 		arity int
 	}
 	shapes := map[string]shape{}
@@ -204,21 +207,21 @@ func validate(account string, cs []Contribution) error {
 				c.Meter, s.agg, s.arity, c.Aggregation, len(c.Group)))
 		}
 		shapes[c.Meter] = shape{c.Aggregation, len(c.Group)}
-		if len(c.Group) > MaxDimensions {
-			problems = append(problems, fmt.Sprintf("%d dimensions (at most %d)", len(c.Group), MaxDimensions))
+		if len(c.Group) > meter.MaxDimensions {
+			problems = append(problems, fmt.Sprintf("%d dimensions (at most %d)", len(c.Group), meter.MaxDimensions))
 		}
 		for j, v := range c.Group {
-			if len(v) > MaxDimensionValueBytes || !utf8.ValidString(v) {
-				problems = append(problems, fmt.Sprintf("dimension %d is not valid UTF-8 of at most %d bytes", j+1, MaxDimensionValueBytes))
+			if len(v) > meter.MaxDimensionValueBytes || !utf8.ValidString(v) {
+				problems = append(problems, fmt.Sprintf("dimension %d is not valid UTF-8 of at most %d bytes", j+1, meter.MaxDimensionValueBytes))
 			}
 		}
 		switch {
-		case c.Value < 0 || c.Value > MaxValue:
-			problems = append(problems, fmt.Sprintf("value %d is not within 0..%d", c.Value, int64(MaxValue)))
-		case (c.Aggregation == Count || c.Aggregation == UniqueCount) && c.Value != 1:
+		case c.Value < 0 || c.Value > meter.MaxValue:
+			problems = append(problems, fmt.Sprintf("value %d is not within 0..%d", c.Value, int64(meter.MaxValue)))
+		case (c.Aggregation == meter.Count || c.Aggregation == meter.UniqueCount) && c.Value != 1:
 			problems = append(problems, fmt.Sprintf("a %s contribution is 1, not %d", c.Aggregation, c.Value))
 		}
-		if (c.Aggregation == Latest) != (c.OrderKey != "") || len(c.OrderKey) > maxOrderKeyBytes {
+		if (c.Aggregation == meter.Latest) != (c.OrderKey != "") || len(c.OrderKey) > maxOrderKeyBytes {
 			problems = append(problems, "a LATEST contribution, and only one, carries an order key (LatestOrderKey)")
 		}
 		if c.AtMs < 0 || c.AtMs >= maxInstantMs {
@@ -239,20 +242,20 @@ type pending struct {
 	pk, sk string
 	minute bool
 	at     time.Time
-	agg    Aggregation
+	agg    meter.Aggregation
 	cells  map[string]Cell
 }
 
 // fold adds c's value to cell as its aggregation folds.
-func fold(agg Aggregation, cell Cell, had bool, c Cell) Cell {
+func fold(agg meter.Aggregation, cell Cell, had bool, c Cell) Cell {
 	switch {
 	case !had:
 		return c
 	case agg.Additive():
 		cell.Value += c.Value
-	case agg == Max:
+	case agg == meter.Max:
 		cell.Value = max(cell.Value, c.Value)
-	case agg == Latest && c.OrderKey > cell.OrderKey:
+	case agg == meter.Latest && c.OrderKey > cell.OrderKey:
 		cell = c
 	}
 	return cell
@@ -434,15 +437,15 @@ func setWrite(table string, p *pending, it Item) (types.TransactWriteItem, bool)
 }
 
 // raises reports whether c replaces old: a larger value (MAX), a later order key (LATEST).
-func raises(agg Aggregation, old, c Cell) bool {
-	if agg == Latest {
+func raises(agg meter.Aggregation, old, c Cell) bool {
+	if agg == meter.Latest {
 		return c.OrderKey > old.OrderKey
 	}
 	return c.Value > old.Value
 }
 
-func cellValueOf(agg Aggregation, c Cell) types.AttributeValue {
-	if agg == Latest {
+func cellValueOf(agg meter.Aggregation, c Cell) types.AttributeValue {
+	if agg == meter.Latest {
 		return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 			cellValue: dynamo.N(c.Value), cellOrderKey: dynamo.S(c.OrderKey),
 		}}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts/cycle"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -42,7 +43,7 @@ const (
 // definition order (the order of every group's values).
 type Meter struct {
 	Name        string
-	Aggregation Aggregation
+	Aggregation meter.Aggregation
 	Dimensions  []string
 }
 
@@ -134,8 +135,8 @@ func (in QueryInput) plan(now time.Time) (readPlan, error) {
 		if !dims[d] {
 			add("filter[%s] names no dimension of meter %s (%s)", d, in.Meter.Name, known)
 		}
-		if v := in.Filter[d]; len(v) > MaxDimensionValueBytes {
-			add("filter[%s] is %d bytes; a dimension value is at most %d", d, len(v), MaxDimensionValueBytes)
+		if v := in.Filter[d]; len(v) > meter.MaxDimensionValueBytes {
+			add("filter[%s] is %d bytes; a dimension value is at most %d", d, len(v), meter.MaxDimensionValueBytes)
 		}
 	}
 	if !slices.Contains(WindowNames, in.Window) {

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
 
-var tokens = Meter{Name: "tokens", Aggregation: Sum, Dimensions: []string{"model", "region"}}
+var tokens = Meter{Name: "tokens", Aggregation: meter.Sum, Dimensions: []string{"model", "region"}}
 
 // now is the instant the query tests run at.
 var now = time.Date(2026, 11, 20, 9, 30, 0, 0, time.UTC)
@@ -207,7 +208,7 @@ func TestQueryAnswer_FoldsWindowsGroupsAndFilters(t *testing.T) {
 // A day in Kolkata starts at 18:30 UTC: the hour item of 18:00 is left out, and its minutes go
 // to the day each belongs to.
 func TestQueryAnswer_AHalfHourZoneSplitsTheBoundaryHourByMinute(t *testing.T) {
-	in := QueryInput{Account: acct, Meter: Meter{Name: "tokens", Aggregation: Sum}, Window: Day, Zone: zone(t, "Asia/Kolkata"),
+	in := QueryInput{Account: acct, Meter: Meter{Name: "tokens", Aggregation: meter.Sum}, Window: Day, Zone: zone(t, "Asia/Kolkata"),
 		From: utc(t, "2026-11-17T18:30:00Z"), To: utc(t, "2026-11-19T18:30:00Z")}
 	p, err := in.plan(now)
 	if err != nil {
@@ -237,7 +238,7 @@ func TestQueryAnswer_AHalfHourZoneSplitsTheBoundaryHourByMinute(t *testing.T) {
 func TestQueryAnswer_MaxAndLatestFoldAcrossTheirParts(t *testing.T) {
 	day := QueryInput{Account: acct, Window: Day, From: utc(t, "2026-11-01T00:00:00Z"), To: utc(t, "2026-11-02T00:00:00Z")}
 	maxQ := day
-	maxQ.Meter = Meter{Name: "peak", Aggregation: Max, Dimensions: []string{"region"}}
+	maxQ.Meter = Meter{Name: "peak", Aggregation: meter.Max, Dimensions: []string{"region"}}
 	p, _ := maxQ.plan(now)
 	res, err := maxQ.answer(p, []Item{
 		item("h#2026-11-01T01:00:00Z", map[string]int64{`["eu"]`: 5, `["us"]`: 9}),
@@ -250,7 +251,7 @@ func TestQueryAnswer_MaxAndLatestFoldAcrossTheirParts(t *testing.T) {
 		t.Errorf("MAX rows %q", got)
 	}
 	latestQ := day
-	latestQ.Meter = Meter{Name: "seats", Aggregation: Latest}
+	latestQ.Meter = Meter{Name: "seats", Aggregation: meter.Latest}
 	p, _ = latestQ.plan(now)
 	late := LatestOrderKey(ms(utc(t, "2026-11-01T01:30:00Z")), "e2")
 	early := LatestOrderKey(ms(utc(t, "2026-11-01T01:00:00Z")), "e9")

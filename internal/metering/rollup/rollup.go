@@ -24,57 +24,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
-// Aggregation is how a meter folds the values of its events.
-type Aggregation string
-
-// Aggregations.
+// Bounds of what a rollup holds. A contribution's value and dimensions are bounded by the
+// meter package's (meter.MaxValue, meter.MaxDimensions, meter.MaxDimensionValueBytes).
 const (
-	// Sum adds the events' values.
-	Sum Aggregation = "SUM"
-	// Count counts the events (each contributes 1).
-	Count Aggregation = "COUNT"
-	// Max keeps the largest value.
-	Max Aggregation = "MAX"
-	// UniqueCount counts distinct values: each contributes 1 where its value is first seen in
-	// the cycle (the caller decides which are first sightings).
-	UniqueCount Aggregation = "UNIQUE_COUNT"
-	// Latest keeps the value of the event that comes last by LatestOrderKey.
-	Latest Aggregation = "LATEST"
-)
-
-// Aggregations lists every aggregation.
-var Aggregations = []Aggregation{Sum, Count, Max, UniqueCount, Latest}
-
-// Valid reports whether a is one of Aggregations.
-func (a Aggregation) Valid() bool {
-	for _, x := range Aggregations {
-		if a == x {
-			return true
-		}
-	}
-	return false
-}
-
-// Additive reports whether a window's value is the sum of its parts: such rollups are written
-// with ADD, and need neither a read nor a condition.
-func (a Aggregation) Additive() bool { return a == Sum || a == Count || a == UniqueCount }
-
-// Bounds of what a rollup holds.
-const (
-	// MaxValue is the largest value a contribution may carry: 2^53−1, the largest integer every
-	// JSON reader holds exactly.
-	MaxValue = 1<<53 - 1
-	// MaxDimensions is how many dimensions a meter may have.
-	MaxDimensions = 3
-	// MaxDimensionValueBytes bounds one dimension value, rendered.
-	MaxDimensionValueBytes = 64
 	// MaxItemGroupBytes bounds the groups an hour item takes on: a group not yet in the item
 	// joins it only while the item's groups, as read before the claim, and the ones the plan adds
 	// stay within it. A group past it is counted in OtherGroup. It bounds what a write costs
@@ -83,8 +42,6 @@ const (
 	// can pass it by what each adds; DynamoDB's 400 KB item bound is far beyond that, and a write
 	// refused for it leaves the item as it was, for the next read to see full.
 	MaxItemGroupBytes = 8 << 10
-	// maxMeterNameBytes bounds a meter's name, which is part of every key.
-	maxMeterNameBytes = 64
 	// maxOrderKeyBytes bounds a LATEST contribution's order key.
 	maxOrderKeyBytes = 300
 )
@@ -118,7 +75,7 @@ const (
 // Contribution is one event's part in one meter: what a claim adds to that meter's rollups.
 type Contribution struct {
 	Meter       string
-	Aggregation Aggregation
+	Aggregation meter.Aggregation
 	// AtMs is the instant Ferry received the event (epoch milliseconds): its window, and its
 	// billing cycle's.
 	AtMs int64
@@ -126,7 +83,7 @@ type Contribution struct {
 	// the event lacks is "".
 	Group []string
 	// Value is what the event adds (SUM), 1 (COUNT, and UNIQUE_COUNT's first sighting of a value
-	// in the cycle), or the event's value (MAX, LATEST): 0..MaxValue.
+	// in the cycle), or the event's value (MAX, LATEST): 0..meter.MaxValue.
 	Value int64
 	// OrderKey orders LATEST contributions: the one with the largest key is the latest
 	// (LatestOrderKey builds it).
@@ -202,10 +159,6 @@ func groupValues(name string) ([]string, error) {
 // isGroup reports whether an item's attribute is a group (or OtherGroup).
 func isGroup(attr string) bool { return attr == OtherGroup || len(attr) > 0 && attr[0] == '[' }
 
-// meterName is what a meter's name may be: no '#', which keys are built with.
-var meterName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`)
-
-// ValidMeterName reports whether name can name a meter's rollups.
-func ValidMeterName(name string) bool {
-	return len(name) <= maxMeterNameBytes && meterName.MatchString(name)
-}
+// ValidMeterName reports whether name can name a meter's rollups: a meter's name never holds
+// '#', which keys are built with.
+func ValidMeterName(name string) bool { return meter.CheckName("meter", name) == nil }

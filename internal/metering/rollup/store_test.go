@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -84,9 +85,9 @@ func rows(t *testing.T, s *rollup.Store, in rollup.QueryInput) []string {
 func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 	s, _ := newStore(t)
 	const a = "acct_q"
-	tokens := rollup.Meter{Name: "tokens", Aggregation: rollup.Sum, Dimensions: []string{"model"}}
+	tokens := rollup.Meter{Name: "tokens", Aggregation: meter.Sum, Dimensions: []string{"model"}}
 	tok := func(when string, model string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "tokens", Aggregation: rollup.Sum, AtMs: at(when).UnixMilli(), Group: []string{model}, Value: v}
+		return rollup.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Group: []string{model}, Value: v}
 	}
 	apply(t, s, a, tok("2026-11-18T10:07:10Z", "gpt-4", 100), tok("2026-11-18T10:07:50Z", "mini", 5))
 	apply(t, s, a, tok("2026-11-18T10:08:00Z", "gpt-4", 20), tok("2026-11-18T23:59:59Z", "gpt-4", 1))
@@ -110,9 +111,9 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 		t.Errorf("CYCLE: %q; want %q", got, want)
 	}
 
-	peak := rollup.Meter{Name: "storage_gb", Aggregation: rollup.Max}
+	peak := rollup.Meter{Name: "storage_gb", Aggregation: meter.Max}
 	gb := func(when string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "storage_gb", Aggregation: rollup.Max, AtMs: at(when).UnixMilli(), Value: v}
+		return rollup.Contribution{Meter: "storage_gb", Aggregation: meter.Max, AtMs: at(when).UnixMilli(), Value: v}
 	}
 	apply(t, s, a, gb("2026-11-18T10:00:00Z", 40), gb("2026-11-18T10:30:00Z", 70))
 	apply(t, s, a, gb("2026-11-18T10:31:00Z", 50)) // below the hour's maximum: only its minute moves
@@ -126,9 +127,9 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 		t.Errorf("MAX by MINUTE: %q; want %q", got, want)
 	}
 
-	seats := rollup.Meter{Name: "seats", Aggregation: rollup.Latest}
+	seats := rollup.Meter{Name: "seats", Aggregation: meter.Latest}
 	seat := func(received, happened, id string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "seats", Aggregation: rollup.Latest, AtMs: at(received).UnixMilli(), Value: v,
+		return rollup.Contribution{Meter: "seats", Aggregation: meter.Latest, AtMs: at(received).UnixMilli(), Value: v,
 			OrderKey: rollup.LatestOrderKey(at(happened).UnixMilli(), id)}
 	}
 	apply(t, s, a, seat("2026-11-18T10:00:05Z", "2026-11-18T10:00:00Z", "s1", 5))
@@ -140,9 +141,9 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 		t.Errorf("LATEST: %q; want %q", got, want)
 	}
 
-	users := rollup.Meter{Name: "users", Aggregation: rollup.UniqueCount}
+	users := rollup.Meter{Name: "users", Aggregation: meter.UniqueCount}
 	first := func(when string) rollup.Contribution {
-		return rollup.Contribution{Meter: "users", Aggregation: rollup.UniqueCount, AtMs: at(when).UnixMilli(), Value: 1}
+		return rollup.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: at(when).UnixMilli(), Value: 1}
 	}
 	apply(t, s, a, first("2026-11-18T10:00:00Z"), first("2026-11-18T10:00:01Z"))
 	apply(t, s, a, first("2026-11-19T08:00:00Z"))
@@ -161,11 +162,11 @@ func TestStore_DayInAHalfHourZone_SplitsTheBoundaryHour(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := func(when string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "tokens", Aggregation: rollup.Sum, AtMs: at(when).UnixMilli(), Value: v}
+		return rollup.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Value: v}
 	}
 	apply(t, s, "acct_k", c("2026-11-18T18:29:59Z", 1), c("2026-11-18T18:30:00Z", 10), c("2026-11-18T18:59:00Z", 100))
 	apply(t, s, "acct_k", c("2026-11-18T12:00:00Z", 1000), c("2026-11-19T18:29:00Z", 10000))
-	in := rollup.QueryInput{Account: "acct_k", Meter: rollup.Meter{Name: "tokens", Aggregation: rollup.Sum}, Window: rollup.Day, Zone: kolkata,
+	in := rollup.QueryInput{Account: "acct_k", Meter: rollup.Meter{Name: "tokens", Aggregation: meter.Sum}, Window: rollup.Day, Zone: kolkata,
 		From: at("2026-11-17T18:30:00Z"), To: at("2026-11-19T18:30:00Z")}
 	if got, want := rows(t, s, in), []string{"11-17T18:30 map[] 1001", "11-18T18:30 map[] 10110"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("DAY in Kolkata: %q; want %q", got, want)
@@ -175,7 +176,7 @@ func TestStore_DayInAHalfHourZone_SplitsTheBoundaryHour(t *testing.T) {
 // Minute items expire RollupMinuteRetention after their minute; hour items are kept.
 func TestStore_MinuteItemsExpire_HourItemsAreKept(t *testing.T) {
 	s, env := newStore(t)
-	apply(t, s, "acct_t", rollup.Contribution{Meter: "events", Aggregation: rollup.Count, AtMs: at("2026-11-18T10:07:42Z").UnixMilli(), Value: 1})
+	apply(t, s, "acct_t", rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: at("2026-11-18T10:07:42Z").UnixMilli(), Value: 1})
 	for sk, want := range map[string]int64{
 		"m#2026-11-18T10:07:00Z": at("2026-11-18T10:07:00Z").Add(resources.RollupMinuteRetention).Unix(),
 		"h#2026-11-18T10:00:00Z": 0,
@@ -200,12 +201,12 @@ func TestStore_ManyGroupsInAnHour_TheRestCountAsOther(t *testing.T) {
 	const groups = 600
 	var cs []rollup.Contribution
 	for i := range groups {
-		cs = append(cs, rollup.Contribution{Meter: "logins", Aggregation: rollup.Sum, AtMs: at("2026-11-18T10:00:00Z").UnixMilli() + int64(i),
+		cs = append(cs, rollup.Contribution{Meter: "logins", Aggregation: meter.Sum, AtMs: at("2026-11-18T10:00:00Z").UnixMilli() + int64(i),
 			Group: []string{"user-" + strconv.Itoa(i)}, Value: 1})
 	}
 	apply(t, s, "acct_m", cs[:groups/2]...)
 	apply(t, s, "acct_m", cs[groups/2:]...)
-	in := rollup.QueryInput{Account: "acct_m", Meter: rollup.Meter{Name: "logins", Aggregation: rollup.Sum, Dimensions: []string{"user"}},
+	in := rollup.QueryInput{Account: "acct_m", Meter: rollup.Meter{Name: "logins", Aggregation: meter.Sum, Dimensions: []string{"user"}},
 		Window: rollup.Hour, From: at("2026-11-18T10:00:00Z"), To: at("2026-11-18T11:00:00Z"), GroupBy: []string{"user"}}
 	res, err := s.Query(context.Background(), in)
 	if err != nil {
@@ -254,7 +255,7 @@ func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, d
 			}
 		}
 		c := func(v int64) []rollup.Contribution {
-			return []rollup.Contribution{{Meter: "peak", Aggregation: rollup.Max, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v}}
+			return []rollup.Contribution{{Meter: "peak", Aggregation: meter.Max, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v}}
 		}
 		read, err := s.Read(ctx, "acct_g", c(0))
 		if err != nil {
@@ -272,7 +273,7 @@ func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, d
 				return err
 			}
 		}
-		res, err := s.Query(ctx, rollup.QueryInput{Account: "acct_g", Meter: rollup.Meter{Name: "peak", Aggregation: rollup.Max},
+		res, err := s.Query(ctx, rollup.QueryInput{Account: "acct_g", Meter: rollup.Meter{Name: "peak", Aggregation: meter.Max},
 			Window: rollup.Minute, From: at("2026-11-18T10:00:00Z"), To: at("2026-11-18T10:01:00Z")})
 		if err != nil {
 			return err
@@ -287,7 +288,7 @@ func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, d
 // A MAX planned from a read that found the item is refused once another claim raised it.
 func TestGuard_AMaxPlannedFromAStaleReadNeverLowersIt(t *testing.T) {
 	testenv.NeedsGuard(t, "rollup.set.rev", guardRun([]rollup.Contribution{
-		{Meter: "peak", Aggregation: rollup.Max, AtMs: at("2026-11-18T10:00:30Z").UnixMilli(), Value: 10},
+		{Meter: "peak", Aggregation: meter.Max, AtMs: at("2026-11-18T10:00:30Z").UnixMilli(), Value: 10},
 	}))
 }
 
@@ -302,7 +303,7 @@ func TestStore_ALatestPlannedFromAStaleReadIsCancelled(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	c := func(happened string, id string, v int64) []rollup.Contribution {
-		return []rollup.Contribution{{Meter: "seats", Aggregation: rollup.Latest, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v,
+		return []rollup.Contribution{{Meter: "seats", Aggregation: meter.Latest, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v,
 			OrderKey: rollup.LatestOrderKey(at(happened).UnixMilli(), id)}}
 	}
 	read, err := s.Read(ctx, "acct_l", c("2026-11-18T09:00:00Z", "a", 0))
@@ -322,7 +323,7 @@ func TestStore_ALatestPlannedFromAStaleReadIsCancelled(t *testing.T) {
 	if err := s.Apply(ctx, "acct_l", c("2026-11-18T09:00:00Z", "a", 3)); err != nil {
 		t.Fatal(err)
 	}
-	in := rollup.QueryInput{Account: "acct_l", Meter: rollup.Meter{Name: "seats", Aggregation: rollup.Latest},
+	in := rollup.QueryInput{Account: "acct_l", Meter: rollup.Meter{Name: "seats", Aggregation: meter.Latest},
 		Window: rollup.Minute, From: at("2026-11-18T10:00:00Z"), To: at("2026-11-18T10:01:00Z")}
 	if got := rows(t, s, in); !reflect.DeepEqual(got, []string{"11-18T10:00 map[] 7"}) {
 		t.Errorf("LATEST: %q", got)

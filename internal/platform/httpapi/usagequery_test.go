@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -23,7 +24,7 @@ func TestUsageQuery_AnAccountReadsItsOwn_TheOperatorNamesOne(t *testing.T) {
 	var cs []rollup.Contribution
 	for _, at := range []string{"2026-11-14T08:00:00Z", "2026-11-14T23:59:59Z", "2026-11-15T00:00:00Z"} {
 		when, _ := time.Parse(time.RFC3339, at)
-		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: rollup.Count, AtMs: when.UnixMilli(), Value: 1})
+		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 	}
 	if err := s.Apply(context.Background(), "acct_uq", cs); err != nil {
 		t.Fatal(err)
