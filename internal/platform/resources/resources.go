@@ -679,6 +679,8 @@ var Functions = []Function{
 		MemoryMB: 512,
 		Tables: map[string]Access{
 			TableAccounts: ReadWrite, TableLedger: ReadWrite, TableUsage: ReadWrite, TableAnalytics: ReadWrite,
+			// A unit's claim reads and writes the rollups of what it moves.
+			TableRollups: ReadWrite,
 		},
 		Queues:  map[string]Access{QueueEvents: Consume},
 		Buckets: map[string]Access{BucketArchive: ReadWrite},
