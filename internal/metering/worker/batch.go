@@ -111,12 +111,37 @@ func unitID(msgs []queued) string {
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
+// processBatch runs a packed message outside coalescing. A pack whose claim does not fit one
+// transaction (packed before units were bounded, or under a catalog whose meters, rollups
+// included, needed fewer items) runs in parts, as coalescing runs it (splitOversize); the message
+// is finished when every part is.
 func (w *Worker) processBatch(ctx context.Context, m event.Message, redelivered bool) (Result, error) {
-	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: m.Raw, redelivered: redelivered}}, accounts.Account{})
-	if err == nil && len(pending) > 0 {
-		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
+	q := queued{msg: m, raw: m.Raw, redelivered: redelivered}
+	for i, ev := range m.Events {
+		rs, _ := w.readings(ev, m.Envelopes[i])
+		q.reads = append(q.reads, rs)
 	}
-	return res.Result, err
+	var (
+		out  Result
+		errs []error
+	)
+	for k, part := range splitOversize(q) {
+		res, pending, err := w.processUnit(ctx, []queued{part}, accounts.Account{})
+		if err == nil && len(pending) > 0 {
+			err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if k == 0 {
+			out = res.Result
+			continue
+		}
+		for id, r := range res.Events {
+			out.Events[id] = r
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // unitResult is a unit's outcome: each event's result, and the unit's id.
