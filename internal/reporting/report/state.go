@@ -92,7 +92,7 @@ func stateOf(item map[string]types.AttributeValue) State {
 	return State{
 		StripeSent: dynamo.Int(item, "stripeSent"), StripeSentAtMs: dynamo.Int(item, "stripeSentAtMs"),
 		StripeEpoch: dynamo.Int(item, "stripeEpoch"), StripeSeq: dynamo.Int(item, "stripeSeq"),
-		KindeSent:   dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
+		KindeSent: dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
 		LeaseUntilMs: dynamo.Int(item, "leaseUntilMs"), LeaseOwner: dynamo.Str(item, "leaseOwner"),
 	}
 }
