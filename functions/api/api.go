@@ -116,7 +116,14 @@ func consoleDeps(c *compose.Composer, sessions *session.Service) httpapi.Console
 	}
 }
 
-// usageMeters are the meters the usage query answers for: the built-in count of every event.
-func usageMeters(*compose.Composer) rollup.Meters {
-	return rollup.Meters{{Name: "events", Aggregation: rollup.Count}}
+// usageMeters are the meters the usage query answers for: the plans file's, the built-in count
+// of every event among them.
+func usageMeters(c *compose.Composer) rollup.Meters {
+	set := c.Config.Catalog.Meters
+	var ms rollup.Meters
+	for _, name := range set.Names() {
+		d, _ := set.Named(name)
+		ms = append(ms, rollup.Meter{Name: d.Name, Aggregation: d.Aggregation, Dimensions: d.Dimensions.Names()})
+	}
+	return ms
 }
