@@ -617,24 +617,51 @@ func conformanceTable() []exchange {
 				}
 			}},
 		{name: "event status, another account's", route: "GET /v1/events/{id}", path: "/v1/events/evt_1", as: "acct_one", status: 404},
+		// A token-metered event: its status shows what it moved on each meter.
+		{name: "event with tokens", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			body: `{"specversion":"1.0","id":"evt_llm","source":"/tests","type":"llm.call","data":{"tokens":150,"model":"gpt-4"}}`, status: 202},
+		{name: "event status, its meters' values", route: "GET /v1/events/{id}", path: "/v1/events/evt_llm", as: "acct_1", status: 200,
+			before: func(t *testing.T, c *conformanceRun) { c.h.Drain(t, 0) },
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				want := `"meters":[{"meter":"events","feature":"events","aggregation":"COUNT","value":1},` +
+					`{"meter":"tokens","feature":"tokens","aggregation":"SUM","value":150,"dimensions":{"model":"gpt-4"}}]`
+				if !strings.Contains(string(r.body), want) {
+					t.Errorf("status %s; want %s", r.body, want)
+				}
+			}},
+		{name: "event with a bad token count", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
+			body: `{"specversion":"1.0","id":"evt_llm_bad","source":"/tests","type":"llm.call","data":{"tokens":-3}}`, status: 202},
+		{name: "event status, rejected for its value", route: "GET /v1/events/{id}", path: "/v1/events/evt_llm_bad", as: "acct_1", status: 200,
+			before: func(t *testing.T, c *conformanceRun) { c.h.Drain(t, 0) },
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				if !strings.Contains(string(r.body), `"status":"REJECTED"`) || !strings.Contains(string(r.body), `"reason":"bad meter value: meter tokens: /tokens is -3, below 0"`) {
+					t.Errorf("status %s; want REJECTED for the value", r.body)
+				}
+			}},
 		{name: "update, agreement start after the first usage", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
 			body: `{"agreementStart":5}`, status: 409},
 
 		// Usage.
 		{name: "usage", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200},
-		{name: "usage of tokens in a cycle", route: "GET /v1/usage", path: "/v1/usage?feature=tokens&cycle=2026-11", as: "acct_1", status: 200},
+		{name: "usage of tokens in a cycle", route: "GET /v1/usage", path: "/v1/usage?feature=tokens&cycle=2026-11", as: "acct_1", status: 200,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				if !strings.Contains(string(r.body), `"meter":"tokens","aggregation":"SUM"`) || !strings.Contains(string(r.body), `"used":150`) {
+					t.Errorf("usage %s; want the tokens meter's SUM, 150", r.body)
+				}
+			}},
 		{name: "usage, unlimited", route: "GET /v1/usage", path: "/v1/usage?feature=tokens", as: "acct_one", status: 200},
 		{name: "usage, unknown feature", route: "GET /v1/usage", path: "/v1/usage?feature=nope", as: "acct_1", status: 400},
 		{name: "usage, malformed cycle", route: "GET /v1/usage", path: "/v1/usage?cycle=2026-13", as: "acct_1", status: 400, invalidRequest: true},
 		{name: "usage, unknown key", route: "GET /v1/usage", path: "/v1/usage", as: "wrong", status: 401},
 
-		// The usage query, over rollups written through the rollup package's own write path.
+		// The usage query, over rollups written through the rollup package's own write path, on days
+		// before any event the run sends (whose claims write rollups of their own).
 		{name: "usage query by day", route: "GET /v1/usage/query", as: "acct_1", status: 200,
-			path:   "/v1/usage/query?meter=events&window=DAY&from=2026-11-14T00:00:00Z&to=2026-11-16T00:00:00Z",
-			before: seedRollups("acct_1", "2026-11-14T23:59:00Z", "2026-11-15T10:00:00Z", "2026-11-15T10:00:30Z"),
+			path:   "/v1/usage/query?meter=events&window=DAY&from=2026-11-02T00:00:00Z&to=2026-11-04T00:00:00Z",
+			before: seedRollups("acct_1", "2026-11-02T23:59:00Z", "2026-11-03T10:00:00Z", "2026-11-03T10:00:30Z"),
 			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"rows":[{"windowStart":"2026-11-14T00:00:00Z","windowEnd":"2026-11-15T00:00:00Z","group":{},"value":1},`+
-					`{"windowStart":"2026-11-15T00:00:00Z","windowEnd":"2026-11-16T00:00:00Z","group":{},"value":2}]`) {
+				if !strings.Contains(string(r.body), `"rows":[{"windowStart":"2026-11-02T00:00:00Z","windowEnd":"2026-11-03T00:00:00Z","group":{},"value":1},`+
+					`{"windowStart":"2026-11-03T00:00:00Z","windowEnd":"2026-11-04T00:00:00Z","group":{},"value":2}]`) {
 					t.Errorf("the days' rows: %s", r.body)
 				}
 			}},
@@ -942,7 +969,9 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 	faults := instrument.NewFaults(nil)
 	run := &conformanceRun{faults: faults, keys: map[string]string{}, vars: map[string]string{}}
 	run.h = apptest.New(t, apptest.Options{
-		DynamoDB: []func(*dynamodb.Options){faults.Option},
+		// Batch mode: the worker's units are where meters move (an event's status shows them).
+		BatchMode: true,
+		DynamoDB:  []func(*dynamodb.Options){faults.Option},
 		Configure: func(h *apptest.Harness) {
 			ingest := h.Ingest().Ingest
 			run.queue = &switchQueue{Queue: ingest.Queue}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -31,13 +33,21 @@ type AlarmsProps struct {
 	Definitions Definitions
 	Storage     *Storage
 	Functions   *Functions
+	// Accepted collects the template judges' findings this app accepts, with their reasons.
+	Accepted *accepted
 }
 
 // Alarms is the alarm topic and every alarm that notifies it.
 type Alarms struct {
-	Topic  awssns.Topic
-	Alarms []awscloudwatch.Alarm
+	Topic awssns.Topic
+	// TopicKey encrypts the topic: a customer managed key, because CloudWatch alarms cannot
+	// publish to a topic under the AWS managed SNS key.
+	TopicKey awskms.Key
+	Alarms   []awscloudwatch.Alarm
 }
+
+// topicKeyPendingWindow is how long a deleted topic key can still be recovered.
+const topicKeyPendingWindow = 30 * 24 * time.Hour
 
 // NewAlarms creates one SNS topic and, all notifying it: a depth alarm on every dead-letter
 // queue, an alarm for every entry of metrics.Alarms, and Errors and Throttles alarms for every
@@ -45,16 +55,32 @@ type Alarms struct {
 func NewAlarms(scope constructs.Construct, id string, props *AlarmsProps) *Alarms {
 	this := constructs.NewConstruct(scope, jsii.String(id))
 	cfg := props.Config
-	// The topic is not KMS-encrypted: CloudWatch alarms cannot publish to a topic under the AWS
-	// managed SNS key, and alarm notices carry no customer data.
+	// The topic is encrypted at rest under a key of its own: CloudWatch alarms cannot publish to
+	// a topic under the AWS managed SNS key, so the key's policy lets CloudWatch use it. It costs
+	// $1 a month, plus $1 a month for each of its first two yearly rotations (docs/cost-at-rest.md).
+	key := awskms.NewKey(this, jsii.String("TopicKey"), &awskms.KeyProps{
+		Description:       jsii.String("Ferry " + cfg.Stage + " alarm topic: CloudWatch alarms publish under it"),
+		EnableKeyRotation: jsii.Bool(true),
+		PendingWindow:     seconds(topicKeyPendingWindow),
+		RemovalPolicy:     removalPolicy(cfg),
+	})
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarmsPublish"),
+		Effect:     awsiam.Effect_ALLOW,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey*"),
+		// In a key policy, "*" is this key.
+		Resources: jsii.Strings("*"),
+	}), nil)
 	topic := awssns.NewTopic(this, jsii.String("Topic"), &awssns.TopicProps{
 		DisplayName: jsii.String("Ferry " + cfg.Stage + " alarms"),
 		EnforceSSL:  jsii.Bool(true),
+		MasterKey:   key,
 	})
 	if cfg.AlarmEmail != "" {
 		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail), nil))
 	}
-	a := &Alarms{Topic: topic}
+	a := &Alarms{Topic: topic, TopicKey: key}
 	action := awscloudwatchactions.NewSnsAction(topic)
 	add := func(alarm awscloudwatch.Alarm) {
 		alarm.AddAlarmAction(action)
@@ -65,6 +91,9 @@ func NewAlarms(scope constructs.Construct, id string, props *AlarmsProps) *Alarm
 	for _, q := range props.Definitions.Queues {
 		add(dlqAlarm(this, cfg, q, props.Storage.Queues[q.DLQLogical()]))
 	}
+	add(depthAlarm(this, cfg, failedRunsLogical, props.Storage.FailedRuns,
+		"A scheduled run failed, or could not be delivered: each message here names the function and the error. "+
+			"The next run retries the work; find the cause in the function's log group, then delete the messages."))
 	for _, m := range props.Definitions.Alarms {
 		add(metricAlarm(this, cfg, m))
 	}
@@ -83,13 +112,19 @@ func sumOverPeriod() *awscloudwatch.MetricOptions {
 // dlqAlarm fires as soon as any message sits in the queue's dead-letter queue: each one is an
 // accepted event that the worker gave up on.
 func dlqAlarm(scope constructs.Construct, cfg Config, q resources.Queue, dlq awssqs.IQueue) awscloudwatch.Alarm {
-	metric := dlq.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+	return depthAlarm(scope, cfg, q.DLQLogical(), dlq,
+		fmt.Sprintf("Messages are waiting in %s: the worker gave up on them after %d receives. Inspect them, fix the cause, then redrive them to %s.", q.DLQLogical(), q.MaxReceiveCount, q.Logical))
+}
+
+// depthAlarm fires as soon as any message sits in a dead-letter queue.
+func depthAlarm(scope constructs.Construct, cfg Config, logical string, queue awssqs.IQueue, description string) awscloudwatch.Alarm {
+	metric := queue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 		Statistic: jsii.String("Maximum"),
 		Period:    seconds(alarmPeriod),
 	})
-	return metric.CreateAlarm(scope, jsii.String(pascal(q.DLQLogical())+"DepthAlarm"), &awscloudwatch.CreateAlarmOptions{
-		AlarmName:          jsii.String(resources.PhysicalName(cfg.Prefix(), q.DLQLogical()+"-depth")),
-		AlarmDescription:   jsii.String(fmt.Sprintf("Messages are waiting in %s: the worker gave up on them after %d receives. Inspect them, fix the cause, then redrive them to %s.", q.DLQLogical(), q.MaxReceiveCount, q.Logical)),
+	return metric.CreateAlarm(scope, jsii.String(pascal(logical)+"DepthAlarm"), &awscloudwatch.CreateAlarmOptions{
+		AlarmName:          jsii.String(resources.PhysicalName(cfg.Prefix(), logical+"-depth")),
+		AlarmDescription:   jsii.String(description),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),

@@ -41,6 +41,8 @@ type HTTPAPIProps struct {
 	Config    Config
 	Routes    []resources.Route
 	Functions map[string]awslambda.Function
+	// Accepted collects the template judges' findings this app accepts, with their reasons.
+	Accepted *accepted
 }
 
 // HTTPAPI is the public HTTP API and the stage that serves it.
@@ -65,6 +67,7 @@ func NewHTTPAPI(scope constructs.Construct, id string, props *HTTPAPIProps) *HTT
 		Retention:     retentionDays[cfg.LogRetentionDays],
 		RemovalPolicy: removalPolicy(cfg),
 	})
+	props.Accepted.accept(accessLogs, "CKV_AWS_158", reasonLogsServiceKey)
 	format, err := json.Marshal(accessLogFields)
 	if err != nil {
 		panic(err) // a map of strings always marshals

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsschedulertargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -49,6 +50,8 @@ type FunctionsProps struct {
 	// SourceRoot is the module root; SourceDigest is sourceDigest(SourceRoot).
 	SourceRoot   string
 	SourceDigest string
+	// Accepted collects the template judges' findings this app accepts, with their reasons.
+	Accepted *accepted
 }
 
 // Functions holds every Lambda function by name.
@@ -112,6 +115,7 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 		Retention:     retentionDays[cfg.LogRetentionDays],
 		RemovalPolicy: removalPolicy(cfg),
 	})
+	props.Accepted.accept(logs, "CKV_AWS_158", reasonLogsServiceKey)
 	// A role of its own with no managed policy: AWSLambdaBasicExecutionRole would allow writing
 	// to every log group in the account.
 	role := awsiam.NewRole(scope, jsii.String(id+"Role"), &awsiam.RoleProps{
@@ -144,12 +148,16 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 	}
 	if def.Every > 0 {
 		// The next scheduled run is the retry; Lambda's own async retries would only overlap it.
+		// A run that fails (or is too old to run) leaves a message in the failed-runs queue,
+		// whose depth alarm fires.
 		fnProps.RetryAttempts = jsii.Number(0)
+		fnProps.DeadLetterQueue = props.Storage.FailedRuns
 	}
 	fn, err := newLambda(scope, id+"Function", fnProps, bundler)
 	if err != nil {
 		return nil, err
 	}
+	acceptFunctionFindings(props.Accepted, fn, def)
 
 	for _, q := range props.Definitions.Queues {
 		if !def.Queues[q.Logical].Consumes() {
@@ -157,17 +165,65 @@ func newFunction(scope constructs.Construct, props *FunctionsProps, def resource
 		}
 		// The event source grants what it needs on this queue only: receive, delete, change
 		// visibility and read the queue's attributes.
-		fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(props.Storage.Queues[q.Logical], &awslambdaeventsources.SqsEventSourceProps{
+		source := awslambdaeventsources.NewSqsEventSource(props.Storage.Queues[q.Logical], &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(resources.EventSourceBatchSize),
 			MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(resources.EventSourceBatchingWindow.Seconds())),
 			ReportBatchItemFailures: jsii.Bool(true),
 			MaxConcurrency:          jsii.Number(cfg.ConsumerMaxConcurrency),
-		}))
+		})
+		fn.AddEventSource(source)
+	}
+	for _, mapping := range childResources(fn, "AWS::Lambda::EventSourceMapping") {
+		props.Accepted.accept(mapping, "ES1001", reasonSQSSourceNoDestination)
 	}
 	if def.Every > 0 {
-		newSchedule(scope, id, fn, def)
+		newSchedule(scope, id, fn, def, props.Storage.FailedRuns)
 	}
 	return fn, nil
+}
+
+// childResources returns the CloudFormation resources of one type directly under c's children
+// (an event source mapping is the default child of a child of its function).
+func childResources(c constructs.IConstruct, typ string) []awscdk.CfnResource {
+	var out []awscdk.CfnResource
+	for _, child := range *c.Node().Children() {
+		if res, ok := child.Node().DefaultChild().(awscdk.CfnResource); ok && *res.CfnResourceType() == typ {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// acceptFunctionFindings records the judges' findings a function is accepted with. What differs
+// by function is how it is invoked: a scheduled function is invoked asynchronously and gets a
+// dead-letter queue (no finding); an SQS consumer is bounded by its event source's maximum
+// concurrency; an HTTP function by the API stage's throttle.
+func acceptFunctionFindings(a *accepted, fn awslambda.Function, def resources.Function) {
+	a.accept(fn, "CKV_AWS_117", reasonNoVPC)
+	a.accept(fn, "CKV_AWS_173", reasonEnvNotSecret)
+	a.accept(fn, "WS1000", reasonNoXRay)
+	a.accept(fn, "WS1004", reasonLoggingConfig)
+	a.accept(fn, "W3005", reasonCDKDependsOn)
+	consumes := false
+	for _, access := range def.Queues {
+		consumes = consumes || access.Consumes()
+	}
+	switch {
+	case def.Every > 0:
+		if def.ReservedConcurrency == 0 {
+			a.accept(fn, "CKV_AWS_115", reasonNoCapSweep)
+		}
+	case consumes:
+		a.accept(fn, "CKV_AWS_116", reasonSyncInvocation)
+		if def.ReservedConcurrency == 0 {
+			a.accept(fn, "CKV_AWS_115", reasonNoCapConsumer)
+		}
+	default:
+		a.accept(fn, "CKV_AWS_116", reasonSyncInvocation)
+		if def.ReservedConcurrency == 0 {
+			a.accept(fn, "CKV_AWS_115", reasonNoCapAPI)
+		}
+	}
 }
 
 // newLambda creates the function, turning CDK's refusal of an asset whose build failed into the
@@ -184,15 +240,17 @@ func newLambda(scope constructs.Construct, id string, props *awslambda.FunctionP
 	return awslambda.NewFunction(scope, jsii.String(id), props), nil
 }
 
-// newSchedule invokes fn every def.Every through EventBridge Scheduler.
-func newSchedule(scope constructs.Construct, id string, fn awslambda.IFunction, def resources.Function) {
+// newSchedule invokes fn every def.Every through EventBridge Scheduler. An invocation Scheduler
+// cannot deliver goes to failedRuns, like a run that fails.
+func newSchedule(scope constructs.Construct, id string, fn awslambda.IFunction, def resources.Function, failedRuns awssqs.IQueue) {
 	maxAge := min(max(def.Every, minScheduleEventAge), maxScheduleEventAge)
 	awsscheduler.NewSchedule(scope, jsii.String(id+"Schedule"), &awsscheduler.ScheduleProps{
 		Description: jsii.String("Runs " + def.Name + " every " + def.Every.String()),
 		Schedule:    awsscheduler.ScheduleExpression_Rate(awscdk.Duration_Minutes(jsii.Number(def.Every.Minutes()))),
 		Target: awsschedulertargets.NewLambdaInvoke(fn, &awsschedulertargets.ScheduleTargetBaseProps{
-			MaxEventAge:   seconds(maxAge),
-			RetryAttempts: jsii.Number(0),
+			MaxEventAge:     seconds(maxAge),
+			RetryAttempts:   jsii.Number(0),
+			DeadLetterQueue: failedRuns,
 		}),
 	})
 }

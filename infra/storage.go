@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
@@ -15,10 +17,20 @@ import (
 // but never become objects.
 const abortMultipartAfter = 7 * 24 // hours
 
+// failedRunsLogical names the queue that holds the scheduled functions' failed runs: their
+// asynchronous invocations' dead letters, from Lambda and from EventBridge Scheduler.
+const failedRunsLogical = "failed-runs"
+
+// failedRunsRetention keeps a failed run's record as long as SQS allows, for whoever answers the
+// alarm.
+const failedRunsRetention = 14 * 24 * time.Hour
+
 // StorageProps configures the stateful resources.
 type StorageProps struct {
 	Config      Config
 	Definitions Definitions
+	// Accepted collects the template judges' findings this app accepts, with their reasons.
+	Accepted *accepted
 }
 
 // Storage holds every table, queue and bucket, by logical name. These are the resources whose
@@ -28,6 +40,9 @@ type Storage struct {
 	// Queues holds every queue and every dead-letter queue (by resources.Queue.DLQLogical).
 	Queues  map[string]awssqs.Queue
 	Buckets map[string]awss3.Bucket
+	// FailedRuns is the dead-letter queue of every asynchronous invocation (the schedules):
+	// a failed run leaves a message here, and its depth alarm fires.
+	FailedRuns awssqs.Queue
 }
 
 // NewStorage creates the tables, queues and buckets the definitions list.
@@ -38,18 +53,34 @@ func NewStorage(scope constructs.Construct, id string, props *StorageProps) *Sto
 		Queues:  map[string]awssqs.Queue{},
 		Buckets: map[string]awss3.Bucket{},
 	}
-	cfg := props.Config
+	cfg, accepted := props.Config, props.Accepted
 	for _, t := range props.Definitions.Tables {
-		s.Tables[t.Logical] = newTable(this, cfg, t)
+		table := newTable(this, cfg, t)
+		accepted.accept(table, "CKV_AWS_119", reasonDynamoManagedKey)
+		s.Tables[t.Logical] = table
 	}
 	for _, q := range props.Definitions.Queues {
 		queue, dlq := newQueue(this, cfg, q)
+		accepted.accept(queue, "CKV_AWS_27", reasonSQSManagedSSE)
+		accepted.accept(dlq, "CKV_AWS_27", reasonSQSManagedSSE)
+		accepted.accept(dlq, "ES6000", reasonDLQOfDLQ)
 		s.Queues[q.Logical] = queue
 		s.Queues[q.DLQLogical()] = dlq
 	}
 	for _, b := range props.Definitions.Buckets {
-		s.Buckets[b.Logical] = newBucket(this, cfg, b)
+		bucket := newBucket(this, cfg, b)
+		accepted.accept(bucket, "CKV_AWS_18", reasonArchiveAccessLogs)
+		s.Buckets[b.Logical] = bucket
 	}
+	s.FailedRuns = awssqs.NewQueue(this, jsii.String(pascal(failedRunsLogical)+"Queue"), &awssqs.QueueProps{
+		QueueName:       jsii.String(resources.PhysicalName(cfg.Prefix(), failedRunsLogical)),
+		RetentionPeriod: seconds(failedRunsRetention),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RemovalPolicy:   removalPolicy(cfg),
+	})
+	accepted.accept(s.FailedRuns, "CKV_AWS_27", reasonSQSManagedSSE)
+	accepted.accept(s.FailedRuns, "ES6000", reasonDLQOfDLQ)
 	return s
 }
 
@@ -153,8 +184,9 @@ func newQueue(scope constructs.Construct, cfg Config, q resources.Queue) (queue,
 
 // newBucket creates a private, TLS-only, encrypted bucket whose objects move to cheaper storage
 // as they age. Nothing expires unless the configuration says so: the archive is the copy the
-// analytics rows are rebuilt from. Outside dev the bucket is versioned, so an overwrite or a
-// delete can be undone; old versions expire after ArchiveNoncurrentDays.
+// analytics rows are rebuilt from. The bucket is versioned in every stage, so an overwrite or a
+// delete can be undone (dev is where a bug first overwrites the archive); old versions expire
+// after ArchiveNoncurrentDays.
 //
 // The bucket's name is left to CloudFormation: bucket names are global across accounts, and the
 // functions learn it from their environment.
@@ -171,17 +203,14 @@ func newBucket(scope constructs.Construct, cfg Config, b resources.Bucket) awss3
 	if cfg.ArchiveExpireDays > 0 {
 		rule.Expiration = days(cfg.ArchiveExpireDays)
 	}
-	versioned := !cfg.Disposable()
-	if versioned {
-		rule.NoncurrentVersionExpiration = days(cfg.ArchiveNoncurrentDays)
-	}
+	rule.NoncurrentVersionExpiration = days(cfg.ArchiveNoncurrentDays)
 	return awss3.NewBucket(scope, jsii.String(pascal(b.Logical)+"Bucket"), &awss3.BucketProps{
 		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
 		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
 		Encryption:        awss3.BucketEncryption_S3_MANAGED,
 		EnforceSSL:        jsii.Bool(true),
 		MinimumTLSVersion: jsii.Number(1.2),
-		Versioned:         jsii.Bool(versioned),
+		Versioned:         jsii.Bool(true),
 		// Objects under 128 KB stay in STANDARD: per-object transition fees and the minimum
 		// billable size of the colder classes would make moving them cost more than it saves.
 		TransitionDefaultMinimumObjectSize: awss3.TransitionDefaultMinimumObjectSize_ALL_STORAGE_CLASSES_128_K,

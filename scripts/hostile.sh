@@ -89,6 +89,40 @@ call GET /healthz "" ""
 KEY=$(account "acct_h${RUN}" '{"tokens":100000}')
 ev() { echo "{\"specversion\":\"1.0\",\"id\":$1,\"source\":\"/hostile\",\"type\":\"api.call\"$2}"; }
 
+# corrections_bounded: a negative correction takes back at most the cycle's usage (its events
+# plus every earlier correction), and a correction names a cycle of the account's life. Each
+# refusal is a 400 problem that stores nothing.
+corrections_bounded() {
+	echo "== corrections: never past the cycle's usage, never before the account"
+	local id="acct_corr${RUN}" key n
+	key=$(account "$id" '{"events":1000}')
+	for n in 1 2 3; do
+		call POST /v1/events "$key" "$(body "$(ev "\"corr-$n\"" '')")" -H "$json"
+		expect "event $n of 3" 202
+		settled "$key" "corr-$n" >/dev/null
+	done
+	corr() { call POST /v1/usage/corrections "$ADMIN" "$(body "$1")" -H "$json" -H "Idempotency-Key: corr-${RUN}-$2"; }
+	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-5,\"reason\":\"refund\"}" past
+	expect "a correction of -5 against 3 events" 400 invalid-request 'below zero'
+	grep -qF '"usage":3' "$TMP/body" || fail "the refusal does not carry the cycle's usage (3)"
+	call GET "/v1/usage?feature=events" "$key" ""
+	expect "nothing was stored" 200 "" '"corrections":0'
+	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-3,\"reason\":\"refund\"}" all
+	expect "a correction of -3: exactly the usage" 201
+	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-1,\"reason\":\"refund\"}" more
+	expect "-1 more, counting the earlier correction" 400 invalid-request 'below zero'
+	grep -qF '"usage":0' "$TMP/body" || fail "the refusal does not carry the usage left (0)"
+	local cycle
+	for cycle in 2019-01 0000-01; do
+		corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":1,\"reason\":\"import\",\"cycle\":\"$cycle\"}" "old-$cycle"
+		expect "a correction for $cycle, before the account" 400 invalid-request "before account $id existed"
+		grep -qF '"earliestCycle"' "$TMP/body" || fail "the refusal for $cycle does not name the earliest cycle"
+	done
+	call GET "/v1/usage?feature=events" "$key" ""
+	expect "the usage after the refusals" 200 "" '"corrections":-3'
+}
+corrections_bounded
+
 echo "== 1. invalid UTF-8 is a 400 before anything is queued"
 call POST /v1/events "$KEY" "$(body "$(ev '"bad\xff"' '')")" -H "$json"
 expect "an id with invalid UTF-8" 400 invalid-request '\"id\" is not valid UTF-8'

@@ -13,7 +13,8 @@
 # output is compared (standard error is shown when a step fails). In the expected answer "…" stands
 # for any text within a line, and a line that is only "…" for any number of lines. A block marked
 # ```text unordered is compared as a set of lines (the document says why its order is a race).
-# The stack must be fresh: the walkthrough creates fixed account ids.
+# The stack must be fresh: the walkthrough creates fixed account ids. WALKTHROUGH_SHOW=1 prints
+# each compared answer (the SDKs' quick-starts: scripts/sdk-quickstarts.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -129,6 +130,7 @@ for expected in "$work"/*.expected; do
 	same "$n" && ok=1 || ok=0
 	if [ "$ok" = 1 ]; then
 		echo "walkthrough step $n: ok"
+		if [ "${WALKTHROUGH_SHOW:-}" = 1 ]; then sed 's/^/    /' "$work/$n.actual"; fi
 	else
 		failed=1
 		echo "walkthrough step $n: the answer differs from the document's" >&2

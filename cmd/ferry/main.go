@@ -23,18 +23,19 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dev":       {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
-	"bench":     {"measure Ferry: `ferry bench pipeline` (cost per event), `ferry bench holds` (admissions) or `ferry bench inbox` (webhooks)", runBench},
-	"emulators": {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
-	"harness":   {"run the deterministic fault harness: seeded schedules of faults, invariants after each", runHarness},
-	"inspect":   {"show an event's ledger entry, archive object and analytics row (--account, --event), or count an account's (--account)", runInspect},
-	"lab":       {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load, reconcile, webhooks-nine)", runLab},
-	"redrive":   {"queue an UNINSERTABLE event again from the archive once its cause is fixed", runRedrive},
-	"report":    {"run the reporter (and the Stripe outbox's drainer) now (--url)", runReport},
-	"reconcile": {"prove the providers' meters match the ledger, repair and store evidence (--url, --account, --cycle)", runReconcile},
-	"evidence":  {"show the stored evidence of an account's cycle (--url, --account, --cycle)", runEvidence},
-	"usage":     {"print a meter's usage by window, grouped and filtered on its dimensions (--url, --account, --meter, --window, --from, --to, --tz, --group-by, --filter)", runUsage},
-	"webhooks":  {"sign and post a billing webhook: `ferry webhooks send kinde|stripe --customer <id> …`", runWebhooks},
+	"dev":        {"run the whole stack on 127.0.0.1 (embedded emulators, no AWS account)", runDev},
+	"bench":      {"measure Ferry: `ferry bench pipeline` (cost per event), `ferry bench holds` (admissions) or `ferry bench inbox` (webhooks)", runBench},
+	"emulators":  {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
+	"harness":    {"run the deterministic fault harness: seeded schedules of faults, invariants after each", runHarness},
+	"inspect":    {"show an event's ledger entry, archive object and analytics row (--account, --event), or count an account's (--account)", runInspect},
+	"lab":        {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load, reconcile, webhooks-nine)", runLab},
+	"redrive":    {"queue an UNINSERTABLE event again from the archive once its cause is fixed", runRedrive},
+	"report":     {"run the reporter (and the Stripe outbox's drainer) now (--url)", runReport},
+	"reconcile":  {"prove the providers' meters match the ledger, repair and store evidence (--url, --account, --cycle)", runReconcile},
+	"evidence":   {"show the stored evidence of an account's cycle (--url, --account, --cycle)", runEvidence},
+	"faultproxy": {"a fault-injecting proxy in front of a stack, for testing clients: `ferry faultproxy --seed 7 -- <command>`", runFaultProxy},
+	"usage":      {"print a meter's usage by window, grouped and filtered on its dimensions (--url, --account, --meter, --window, --from, --to, --tz, --group-by, --filter)", runUsage},
+	"webhooks":   {"sign and post a billing webhook: `ferry webhooks send kinde|stripe --customer <id> …`", runWebhooks},
 }
 
 func main() {

@@ -41,7 +41,6 @@ type Parts struct {
 	Inbox      *inbox.DynamoStore
 	Reader     *inbox.Reader
 	Rollups    *rollup.Store
-	API        *httpapi.API
 	HTTP       *httpapi.Server
 }
 
@@ -83,25 +82,25 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	nudger := &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)}
 	p.Reader = &inbox.Reader{Store: p.Inbox, Nudger: nudger, Log: c.Log, Now: c.Now}
 	sessions := httpapi.Sessions(c, resources.ReadWrite)
-	p.API = httpapi.New(httpapi.Deps{
+	api := &routes{
 		Accounts: p.Accounts, Events: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Now: c.Now,
 		Limits: p.Limits, Allowances: p.Allowances, BillingEvents: p.Reader,
 		FailedEvents: p.Ledger, Redrive: redrive,
 		UsageQuery: p.Rollups, UsageMeters: usageMeters(c),
 		HoldLister: &holds.DynamoStore{DB: db, Table: c.Table(resources.TableHolds, resources.Read)},
-		Console:    consoleDeps(c, sessions),
-	})
+		Console:    newConsoleDeps(c, sessions),
+	}
 	fn := c.Function(p)
-	p.HTTP = httpapi.Serve(c, fn, p.API.HandlersOf(c.Routes(), c.Entry.Name),
+	p.HTTP = httpapi.Serve(c, fn, api.handlers(),
 		httpapi.Authentication{Accounts: p.Accounts, Sessions: sessions, Cookie: httpapi.Cookie(c)})
 	return fn, nil
 }
 
-// consoleDeps is what the console's routes use: the embedded page, its sessions, and the labs,
+// newConsoleDeps is what the console's routes use: the embedded page, its sessions, and the labs,
 // run against the stack's own public URL (FERRY_API_URL) with the operator key, as ferry lab
 // runs them.
-func consoleDeps(c *compose.Composer, sessions *session.Service) httpapi.ConsoleDeps {
-	return httpapi.ConsoleDeps{
+func newConsoleDeps(c *compose.Composer, sessions *session.Service) consoleDeps {
+	return consoleDeps{
 		Assets:   console.MustLoad(),
 		Sessions: sessions,
 		Cookie:   httpapi.Cookie(c),

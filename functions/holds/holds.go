@@ -59,7 +59,6 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	fn := c.Function(p)
-	api := httpapi.New(httpapi.Deps{Holds: p.Holds})
-	p.HTTP = httpapi.Serve(c, fn, api.HandlersOf(c.Routes(), c.Entry.Name), httpapi.Authentication{Accounts: p.Accounts})
+	p.HTTP = httpapi.Serve(c, fn, (&routes{Holds: p.Holds}).handlers(), httpapi.Authentication{Accounts: p.Accounts})
 	return fn, nil
 }

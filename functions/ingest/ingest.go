@@ -36,7 +36,6 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Ledger: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	fn := c.Function(p)
-	api := httpapi.New(httpapi.Deps{Ingest: p.Ingest})
-	p.HTTP = httpapi.Serve(c, fn, api.HandlersOf(c.Routes(), c.Entry.Name), httpapi.Authentication{})
+	p.HTTP = httpapi.Serve(c, fn, (&routes{Ingest: p.Ingest}).handlers(), httpapi.Authentication{})
 	return fn, nil
 }

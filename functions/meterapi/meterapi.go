@@ -21,13 +21,6 @@ func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p 
 func build(c *compose.Composer) (*compose.Function, error) {
 	p := reporting.Compose(c)
 	fn := c.Function(p)
-	api := httpapi.New(httpapi.Deps{
-		Accounts: p.Accounts, Catalog: c.Config.Catalog, Now: c.Now,
-		Meters: httpapi.MeterDeps{
-			Corrections: p.Corrections, Reporter: p.Reporter, Reconciler: p.Reconciler, Evidence: p.Evidence,
-			Review: p.Review, Drainer: p.Drainer, Outbox: p.Outbox,
-		},
-	})
-	httpapi.Serve(c, fn, api.HandlersOf(c.Routes(), c.Entry.Name), httpapi.Authentication{})
+	httpapi.Serve(c, fn, (&routes{Parts: p, Catalog: c.Config.Catalog, Now: c.Now}).handlers(), httpapi.Authentication{})
 	return fn, nil
 }

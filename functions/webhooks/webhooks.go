@@ -36,8 +36,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p.Receiver = &intake.Receiver{Config: cfg, Intake: p.Intake, Metrics: c.Metrics, Log: c.Log, Now: c.Now}
 	fn := c.Function(p)
 	fn.Close = p.Receiver.Close
-	api := httpapi.New(httpapi.Deps{Webhooks: p.Receiver})
 	// The deliveries authenticate by their providers' signatures: the receiver verifies them.
-	p.HTTP = httpapi.Serve(c, fn, api.HandlersOf(c.Routes(), c.Entry.Name), httpapi.Authentication{Signatures: p.Receiver})
+	p.HTTP = httpapi.Serve(c, fn, (&routes{Webhooks: p.Receiver}).handlers(), httpapi.Authentication{Signatures: p.Receiver})
 	return fn, nil
 }

@@ -1,12 +1,17 @@
 package holds_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/holds"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // A worker disappears: its lease runs out, the sweeper settles the hold as EXPIRED at the usage
@@ -104,4 +109,104 @@ func TestSweeper_SettledHoldsLeaveTheIndex(t *testing.T) {
 	waitForIndex(t, h, func(ids map[string]bool) bool { return ids[lapsed] && !ids[settled] })
 	sweep(t, h, 1)
 	waitForIndex(t, h, func(ids map[string]bool) bool { return len(ids) == 0 })
+}
+
+// A hold's lease is two minutes, by value: admitted at t, its lease runs to t+2 min, each charge
+// renews it to two minutes past the charge, and the sweeper leaves it alone until the lease has
+// run out and settles it then. (A lease of two hours would keep a dead worker's capacity from
+// the budget for two hours.)
+func TestLease_LastsTwoMinutes(t *testing.T) {
+	const lease = 2 * time.Minute
+	h := apptest.New(t)
+	key := h.CreateAccount(t, "acct_two_min", "free", nil)
+	start := h.Clock.Now()
+	hold := mustStatus(t, reserve(t, h, key, "job-1", 1_000), http.StatusCreated)
+	if got := instant(t, hold, "leaseExpiresAt"); !got.Equal(start.Add(lease)) {
+		t.Errorf("admitted at %s, the lease runs to %s; want two minutes later", start.Format(time.RFC3339), got.Format(time.RFC3339))
+	}
+	id := hold["id"].(string)
+	h.Clock.Advance(30 * time.Second)
+	step := mustStatus(t, charge(t, h, key, id, "step-1", 10), http.StatusOK)
+	renewed := start.Add(30*time.Second + lease)
+	if got := instant(t, step, "leaseExpiresAt"); !got.Equal(renewed) {
+		t.Errorf("charged 30 s in, the lease runs to %s; want %s", got.Format(time.RFC3339), renewed.Format(time.RFC3339))
+	}
+	h.Clock.Set(renewed.Add(-time.Millisecond))
+	if res, err := h.Sweeper().Holds.Sweep(t.Context()); err != nil || res.Expired != 0 {
+		t.Fatalf("swept a millisecond before two minutes: %+v, %v", res, err)
+	}
+	h.Clock.Set(renewed)
+	sweep(t, h, 1)
+}
+
+// instant reads an RFC 3339 time member of an answer.
+func instant(t *testing.T, m map[string]any, field string) time.Time {
+	t.Helper()
+	s, _ := m[field].(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("%s = %v: %v", field, m[field], err)
+	}
+	return at
+}
+
+// The sweeper re-reads each hold the lease index lists, and settles it only if the lease it reads
+// has run out. AWS's index is eventually consistent: it can still list a hold whose lease a charge
+// has just renewed. Here the index lags (instrument.IndexLag): it answers the sweep as it stood
+// before the charge, so it lists the renewed hold as lapsed. Without the re-read the sweeper
+// would expire a hold whose worker is alive and charging.
+func TestSweeper_StaleIndexListsARenewedHold_TheReReadKeepsItRunning(t *testing.T) {
+	lag := instrument.NewIndexLag(resources.IndexHoldsByLease)
+	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){lag.Option}})
+	key := h.CreateAccount(t, "acct_stale", "free", nil)
+	svc := h.Sweeper().Holds
+	const pageSize, maxPages = 100, 5
+	svc.SweepPageSize, svc.SweepMaxPages = pageSize, maxPages
+	start := h.Clock.Now()
+	id := mustStatus(t, reserve(t, h, key, "job-1", 1_000), http.StatusCreated)["id"].(string)
+
+	// The index before the charge, read as the sweep at sweepAt will ask it: by then the
+	// admission's lease (start + 2 min) has run out.
+	sweepAt := start.Add(holds.LeaseDuration + 30*time.Second)
+	listed := func() bool {
+		for shard := range resources.HoldsLeaseShards {
+			refs, err := svc.Store.LapsedLeases(context.Background(), shard, sweepAt.UnixMilli(), pageSize, maxPages)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range refs {
+				if r.HoldID == id {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for try := 0; !listed(); try++ {
+		if try == 40 {
+			t.Fatal("the lease index never listed the hold")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// The worker charges before its lease runs out: the lease now runs to 2 min past the charge.
+	h.Clock.Advance(holds.LeaseDuration - 20*time.Second)
+	mustStatus(t, charge(t, h, key, id, "step-1", 100), http.StatusOK)
+
+	h.Clock.Set(sweepAt)
+	lag.Lag(true)
+	res, err := svc.Sweep(t.Context())
+	lag.Lag(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag.Served() == 0 || res.Found != 1 {
+		t.Fatalf("the sweep did not read the stale index (%d stale answers, found %d)", lag.Served(), res.Found)
+	}
+	if res.Expired != 0 || res.Skipped != 1 {
+		t.Errorf("the sweep expired a hold whose lease a charge had renewed: %+v", res)
+	}
+	if hold := mustStatus(t, h.Do(t, http.MethodGet, "/v1/holds/"+id, key, nil), http.StatusOK); hold["status"] != "RUNNING" {
+		t.Errorf("hold = %v", hold)
+	}
+	mustStatus(t, charge(t, h, key, id, "step-2", 100), http.StatusOK)
 }

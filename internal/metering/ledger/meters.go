@@ -46,11 +46,12 @@ func implicitEvents(r meter.Reading) bool {
 	return r.Meter == meter.EventsMeter && r.Feature == meter.FeatureEvents && r.Value == 1 && len(r.Group) == 0
 }
 
-// MeterValues are the values the entry's event moved, the built-in events count included when
-// the event was billed against a counter (see implicitEvents).
+// MeterValues are the values the entry's billed event gave its meters, the built-in events count
+// included (see implicitEvents); whether they moved a counter is the tier's (internal traffic
+// consumes nothing).
 func (e Entry) MeterValues() []MeterValue {
 	out := append([]MeterValue(nil), e.Meters...)
-	if e.Billed() && e.MeterRow != "" {
+	if e.Billed() {
 		for _, m := range out {
 			if m.Meter == meter.EventsMeter {
 				return out

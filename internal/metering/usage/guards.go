@@ -42,4 +42,8 @@ var Guards = []dynamo.Guard{
 		Keeps: "a distinct value counts once a cycle: a unit that met it after another unit counted it is cancelled, reads again and counts it no more"},
 	{Name: "usage.correction.absent", Kind: "Put", Table: resources.TableUsage, SortKeyPrefix: CorrectionPrefix, Clause: correctionCondition,
 		Keeps: "a correction row is append-only: the same correction twice moves the bill once"},
+	{Name: "usage.correction-head.rev", Kind: "Update", Table: resources.TableUsage, Update: correctionHeadUpdate, Clause: correctionHeadUnchanged,
+		Keeps: "a correction commits only on the totals it was decided on: two negative corrections, each within the usage, never take it below zero together"},
+	{Name: "usage.correction-head.fresh", Kind: "Update", Table: resources.TableUsage, Update: correctionHeadUpdate, Clause: correctionHeadFresh,
+		Keeps: "the first corrections of a cycle, decided on the same totals, never both commit: together they could take it below zero"},
 }

@@ -140,13 +140,66 @@ func TestGuard_ACorrectionIsWrittenOnce(t *testing.T) {
 	testenv.NeedsGuard(t, "usage.correction.absent", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		tb, ctx := guardTable(env, db), context.Background()
 		c := usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "corr-1", Units: -3, Reason: "refund", KeyHash: "h", CreatedAtMs: 1}
-		if err := tb.PutCorrection(ctx, c); err != nil {
+		if err := tb.PutCorrection(ctx, c, usage.CorrectionBasis{}); err != nil {
+			return err
+		}
+		// Decided again on a fresh read, so that only the row's own guard can refuse it.
+		basis, err := tb.ReadCorrectionBasis(ctx, acct, feature, cycle)
+		if err != nil {
 			return err
 		}
 		c.Units = -30
-		if err := tb.PutCorrection(ctx, c); !errors.Is(err, usage.ErrCorrectionExists) {
+		if err := tb.PutCorrection(ctx, c, basis); !errors.Is(err, usage.ErrCorrectionExists) {
 			return fmt.Errorf("the same correction again: %v, want ErrCorrectionExists", err)
 		}
 		return nil
+	})
+}
+
+// twoOnOneBasis writes two different corrections decided on one read of the partition, as two
+// operators' requests that read the same totals do: the second must be cancelled and decided
+// again. first runs before the shared read.
+func twoOnOneBasis(tb usage.Table, first func() error) error {
+	ctx := context.Background()
+	if err := first(); err != nil {
+		return err
+	}
+	basis, err := tb.ReadCorrectionBasis(ctx, acct, feature, cycle)
+	if err != nil {
+		return err
+	}
+	a := usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "refund-a", Units: -6, Reason: "refund a", CreatedAtMs: 2}
+	b := usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "refund-b", Units: -6, Reason: "refund b", CreatedAtMs: 2}
+	if err := tb.PutCorrection(ctx, a, basis); err != nil {
+		return fmt.Errorf("the first correction: %w", err)
+	}
+	if err := tb.PutCorrection(ctx, b, basis); !errors.Is(err, usage.ErrCorrectionsChanged) {
+		tot, _ := tb.Read(ctx, acct, feature, cycle)
+		return fmt.Errorf("a second correction on the totals the first changed: %v, want ErrCorrectionsChanged (the cycle now bills %d)", err, tot.Billed())
+	}
+	return nil
+}
+
+// Two corrections decided on the same totals never both commit once the cycle has a corrections
+// head: each of two refunds of 6 fits a cycle of 10, both together do not.
+func TestGuard_TwoCorrectionsOnOneReadOfTheTotals_OnlyOneCommits(t *testing.T) {
+	testenv.NeedsGuard(t, "usage.correction-head.rev", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+		tb := guardTable(env, db)
+		return twoOnOneBasis(tb, func() error {
+			if err := write(tb, tb.AddToShard(acct, feature, cycle, 1, 11, 1)); err != nil {
+				return err
+			}
+			// An earlier correction made the head.
+			return tb.PutCorrection(context.Background(), usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle,
+				ID: "import", Units: -1, Reason: "a duplicate import", CreatedAtMs: 1}, usage.CorrectionBasis{})
+		})
+	})
+}
+
+// The same for a cycle's first two corrections, read when it had none.
+func TestGuard_TheFirstTwoCorrectionsOfACycle_OnlyOneCommits(t *testing.T) {
+	testenv.NeedsGuard(t, "usage.correction-head.fresh", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+		tb := guardTable(env, db)
+		return twoOnOneBasis(tb, func() error { return write(tb, tb.AddToShard(acct, feature, cycle, 1, 10, 1)) })
 	})
 }

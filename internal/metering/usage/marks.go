@@ -240,12 +240,68 @@ type Correction struct {
 // correctionCondition makes a correction row append-only: it is written once, never replaced.
 const correctionCondition = "attribute_not_exists(#pk)"
 
-// ErrCorrectionExists is what PutCorrection returns when a row with the correction's ID exists.
-var ErrCorrectionExists = errors.New("a correction with this id exists")
+// The corrections head: one item per usage partition whose rev counts the corrections written
+// through it. A correction is decided on the partition's totals (a negative one may take back no
+// more than the cycle holds), and those totals are read after the head's rev; the correction
+// commits in one transaction with the head, only while the rev is still the one read. Two
+// corrections decided on the same totals cannot both commit: the second is cancelled and decided
+// again from a fresh read, so no pair of negative corrections, each within the usage alone, takes
+// it below zero together. Usage itself only grows between the read and the write (a consumption,
+// a settlement), which can only make the decision safer, so it needs no guard.
+const (
+	correctionHeadSK     = "correction-head"
+	correctionHeadUpdate = "ADD #rev :one " + setLabels
+	// correctionHeadUnchanged: no correction was written since the totals were read.
+	correctionHeadUnchanged = "#rev = :rev"
+	// correctionHeadFresh: the first correction through the head, read when there was none.
+	correctionHeadFresh = "attribute_not_exists(#rev)"
+)
 
-// PutCorrection appends a correction row, marked for the reporter (the row carries its own mark).
-// It never replaces a row: a second correction with the same ID is ErrCorrectionExists.
-func (t Table) PutCorrection(ctx context.Context, c Correction) error {
+// Errors of PutCorrection, each resolved from durable state after a cancelled transaction.
+var (
+	// ErrCorrectionExists: a row with the correction's ID exists.
+	ErrCorrectionExists = errors.New("a correction with this id exists")
+	// ErrCorrectionsChanged: another correction of the partition committed since the basis was
+	// read (or the transaction met a conflicting one); decide again from a fresh read.
+	ErrCorrectionsChanged = errors.New("the cycle's corrections changed since they were read")
+)
+
+// CorrectionBasis is what a correction is decided on: the partition's totals, read after the rev
+// of its corrections head.
+type CorrectionBasis struct {
+	Totals Totals
+	// HeadRev is the corrections head's rev, read before the totals (0: no head yet).
+	HeadRev int64
+}
+
+// ReadCorrectionBasis reads the corrections head's rev, then the partition's totals, both
+// strongly consistent. The order matters: a correction committed after the head was read shows
+// in the totals or not, and either way moved the rev, so a correction decided on this basis
+// cannot commit over it.
+func (t Table) ReadCorrectionBasis(ctx context.Context, accountID, feature, cycleLabel string) (CorrectionBasis, error) {
+	out, err := t.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(t.Name), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"pk": dynamo.S(PartitionKey(accountID, feature, cycleLabel)), "sk": dynamo.S(correctionHeadSK),
+		},
+		ProjectionExpression: aws.String("#rev"), ExpressionAttributeNames: dynamo.Names("#rev"),
+	})
+	if err != nil {
+		return CorrectionBasis{}, fmt.Errorf("read the corrections head of %s %s %s: %w", accountID, feature, cycleLabel, err)
+	}
+	tot, err := t.Read(ctx, accountID, feature, cycleLabel)
+	if err != nil {
+		return CorrectionBasis{}, err
+	}
+	return CorrectionBasis{Totals: tot, HeadRev: Rev(out.Item)}, nil
+}
+
+// PutCorrection appends a correction row, marked for the reporter (the row carries its own mark),
+// in one transaction with the partition's corrections head, conditioned on the head's rev as the
+// basis read it. It never replaces a row: a second correction with the same ID is
+// ErrCorrectionExists. A correction whose basis is stale is ErrCorrectionsChanged. A cancelled
+// transaction is resolved by reading the row back, never from the cancellation's reasons.
+func (t Table) PutCorrection(ctx context.Context, c Correction, basis CorrectionBasis) error {
 	pk := PartitionKey(c.AccountID, c.Feature, c.Cycle)
 	item := map[string]types.AttributeValue{
 		"pk": dynamo.S(pk), "sk": dynamo.S(CorrectionPrefix + c.ID),
@@ -254,12 +310,38 @@ func (t Table) PutCorrection(ctx context.Context, c Correction) error {
 		"createdAtMs": dynamo.N(c.CreatedAtMs), "updatedAtMs": dynamo.N(c.CreatedAtMs),
 		AttrRev: dynamo.N(1), AttrReportBucket: dynamo.S(ReportBucket(pk)), AttrReportDueAt: dynamo.N(c.CreatedAtMs),
 	}
-	_, err := t.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(t.Name), Item: item,
-		ConditionExpression: aws.String(correctionCondition), ExpressionAttributeNames: dynamo.Names(correctionCondition),
-	})
-	if dynamo.IsConditionFailed(err) {
-		return ErrCorrectionExists
+	head := &types.Update{
+		TableName:        aws.String(t.Name),
+		Key:              map[string]types.AttributeValue{"pk": dynamo.S(pk), "sk": dynamo.S(correctionHeadSK)},
+		UpdateExpression: aws.String(correctionHeadUpdate),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": dynamo.N(1), ":now": dynamo.N(c.CreatedAtMs),
+			":account": dynamo.S(c.AccountID), ":feature": dynamo.S(c.Feature), ":cycle": dynamo.S(c.Cycle),
+		},
+	}
+	if basis.HeadRev == 0 {
+		head.ConditionExpression = aws.String(correctionHeadFresh)
+	} else {
+		head.ConditionExpression = aws.String(correctionHeadUnchanged)
+		head.ExpressionAttributeValues[":rev"] = dynamo.N(basis.HeadRev)
+	}
+	head.ExpressionAttributeNames = dynamo.Names(correctionHeadUpdate, aws.ToString(head.ConditionExpression))
+	_, err := t.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{
+			TableName: aws.String(t.Name), Item: item,
+			ConditionExpression: aws.String(correctionCondition), ExpressionAttributeNames: dynamo.Names(correctionCondition),
+		}},
+		{Update: head},
+	}})
+	if dynamo.IsTransactionCanceled(err) {
+		_, exists, gerr := t.GetCorrection(ctx, c.AccountID, c.Feature, c.Cycle, c.ID)
+		switch {
+		case gerr != nil:
+			return fmt.Errorf("append correction %s to %s: cancelled, and the row could not be read back: %w", c.ID, pk, gerr)
+		case exists:
+			return ErrCorrectionExists
+		}
+		return ErrCorrectionsChanged
 	}
 	if err != nil {
 		return fmt.Errorf("append correction %s to %s: %w", c.ID, pk, err)

@@ -124,12 +124,21 @@ func TestClearMarks_RowWithoutRevWrittenSince_KeepsItsMark(t *testing.T) {
 func TestReadRows_CorrectionsApartAndMarksSkipped(t *testing.T) {
 	tb := table(t)
 	count(t, tb, 2, 10, false)
-	if err := tb.PutCorrection(context.Background(), usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "c1", Units: -3, Reason: "x", CreatedAtMs: 1}); err != nil {
+	ctx := context.Background()
+	basis, err := tb.ReadCorrectionBasis(ctx, acct, feature, cycle)
+	if err != nil || basis.HeadRev != 0 || basis.Totals.Billed() != 10 {
+		t.Fatalf("basis %+v, %v", basis, err)
+	}
+	if err := tb.PutCorrection(ctx, usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "c1", Units: -3, Reason: "x", CreatedAtMs: 1}, basis); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.PutCorrection(context.Background(), usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "c1", Units: 5, Reason: "y", CreatedAtMs: 2}); !errors.Is(err, usage.ErrCorrectionExists) {
+	if basis, err = tb.ReadCorrectionBasis(ctx, acct, feature, cycle); err != nil || basis.HeadRev != 1 {
+		t.Fatalf("basis after one correction %+v, %v", basis, err)
+	}
+	if err := tb.PutCorrection(ctx, usage.Correction{AccountID: acct, Feature: feature, Cycle: cycle, ID: "c1", Units: 5, Reason: "y", CreatedAtMs: 2}, basis); !errors.Is(err, usage.ErrCorrectionExists) {
 		t.Fatalf("a second correction under one id: %v", err)
 	}
+	// The corrections head is neither usage nor a counter shard.
 	tot, _ := rows(t, tb)
 	if tot.Used != 10 || tot.Corrections != -3 || tot.Billed() != 7 || tot.Shards != 1 {
 		t.Errorf("totals %+v", tot)

@@ -194,8 +194,8 @@ func (t Table) ReadRows(ctx context.Context, accountID, feature, cycleLabel stri
 				tot.Committed = dynamo.Int(item, AttrCommitted)
 			case strings.HasPrefix(sk, CorrectionPrefix):
 				tot.Corrections += dynamo.Int(item, AttrUnits)
-			case strings.HasPrefix(sk, MarkPrefix):
-				// A report mark, not usage.
+			case strings.HasPrefix(sk, MarkPrefix), sk == correctionHeadSK:
+				// A report mark, or the corrections head (marks.go): not usage.
 			default:
 				tot.Used += dynamo.Int(item, AttrUsed)
 				tot.Shards++

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
+	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
 )
@@ -288,6 +290,41 @@ func TestCoalesce_OneMemberLeft_OnlyItsMessageRetried(t *testing.T) {
 	}
 	if got := used(t, h, "acct_poison"); got != 5 {
 		t.Errorf("meter %d, want 5", got)
+	}
+}
+
+// A packed message is acked only when every event in it is finished, not only its first: here
+// its last member's row is refused (it stays INSERTING, quarantined once), so the whole message
+// is reported failed and comes back, while its finished members and the other messages are
+// acked. Acking it would lose that member: it would never reach UNINSERTABLE or the DLQ, and its
+// analytics row would never be written.
+func TestCoalesce_PackedMessageWithALaterMemberUnfinished_NotAcked(t *testing.T) {
+	schema := analytics.Schema{MaxDimensions: 2, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
+	h := apptest.New(t, apptest.Options{Schema: &schema})
+	w := coalescing(t, h)
+	h.CreateAccount(t, "acct_pack", "free", nil)
+	p := event.Packed{AccountID: "acct_pack", ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	for _, m := range []struct {
+		id   string
+		data map[string]any
+	}{{"evt_first", map[string]any{"a": 1}}, {"evt_second", map[string]any{"a": 2}}, {"evt_poison", map[string]any{"a": 1, "b": 2, "c": 3}}} {
+		raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": m.id, "source": "/tests", "type": "api.call", "data": m.data})
+		p.Events = append(p.Events, raw)
+	}
+	pack, err := event.EncodePacked(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := singles(t, h, "acct_pack", map[string]any{"a": 1}, idsN("evt", 2)...)
+	bodies["pack"] = pack
+	if failed := invoke(t, w, bodies); !slices.Equal(failed, []string{"pack"}) {
+		t.Fatalf("failed %v; want the packed message, whose last member is unfinished", failed)
+	}
+	for _, id := range []string{"evt_first", "evt_second"} {
+		assertStoredOnce(t, h, "acct_pack", id, pack)
+	}
+	if e := entry(t, h, "acct_pack", "evt_poison"); e.Status != ledger.Inserting || e.QuarantineCount != 1 {
+		t.Errorf("the last member: %s, quarantined %d; want INSERTING after one refused row", e.Status, e.QuarantineCount)
 	}
 }
 

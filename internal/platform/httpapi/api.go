@@ -21,81 +21,20 @@ import (
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/accounts/allowance"
-	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
-	"github.com/ferrymeter/ferry/internal/metering/ledger"
-	"github.com/ferrymeter/ferry/internal/metering/rollup"
-	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/operator/session"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
 	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
-	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
-// maxJSONBodyBytes bounds the body of every route but the event routes, which have their own.
-const maxJSONBodyBytes = 64 << 10
+// MaxJSONBodyBytes bounds the JSON body of every route but the event routes, which have their own.
+const MaxJSONBodyBytes = 64 << 10
 
-// maxSignedBodyBytes bounds the body a webhook signature is verified over: API Gateway's payload
+// MaxSignedBodyBytes bounds the body a webhook signature is verified over: API Gateway's payload
 // limit. The route's handler applies its own, smaller limit.
-const maxSignedBodyBytes = 10 << 20
-
-// EventReader reads ledger entries.
-type EventReader interface {
-	Get(ctx context.Context, accountID, eventID string) (ledger.Entry, error)
-}
-
-// Deps are what Ferry's own route handlers use. A function's builder fills in the services its
-// routes need and leaves the rest empty.
-type Deps struct {
-	Accounts *accounts.Service
-	Ingest   *ingest.Service
-	Events   EventReader
-	Usage    usage.Table
-	Catalog  plans.Catalog
-	// Holds serves the usage holds routes.
-	Holds *holds.Service
-	// Limits is where the next admission reads its limit; GET /v1/usage shows that limit (the
-	// plan's when unset).
-	Limits limits.Source
-	// Meters serves the reporting and reconciliation routes.
-	Meters MeterDeps
-	// Allowances shows an allowance feature's grant rows in GET /v1/usage.
-	Allowances *allowance.Service
-	// Webhooks stores verified provider deliveries; BillingEvents reads and replays them.
-	Webhooks      WebhookStore
-	BillingEvents *inbox.Reader
-	// FailedEvents lists an account's REJECTED and UNINSERTABLE events; Redrive queues an
-	// UNINSERTABLE one again from the archive; HoldLister lists an account's holds.
-	FailedEvents FailedEventLister
-	Redrive      Redriver
-	HoldLister   HoldLister
-	// UsageQuery answers GET /v1/usage/query over the meters the deployment defines
-	// (UsageMeters).
-	UsageQuery  UsageQuerier
-	UsageMeters rollup.Meters
-	// Console serves the operator console's page, its sessions and its labs.
-	Console ConsoleDeps
-	Now     func() time.Time
-}
-
-// WebhookStore stores a provider's delivery once it is verified (webhooks.Receiver does).
-type WebhookStore interface {
-	Store(ctx context.Context, provider string, header http.Header, body []byte) (inbox.Stored, error)
-}
-
-// API is the value Ferry's own route handlers run on (Handle((*API).createAccount)).
-type API struct{ deps Deps }
-
-// New builds the handlers' value over deps.
-func New(d Deps) *API { return &API{deps: d} }
-
-// SetLimits replaces the limit source GET /v1/usage reads (ferry dev swaps in a stand-in's).
-func (a *API) SetLimits(src limits.Source) { a.deps.Limits = src }
+const MaxSignedBodyBytes = 10 << 20
 
 // Middleware wraps the handler of one route. Capabilities (idempotency) add theirs. It runs after
 // authentication, so PrincipalFrom always finds the caller.
@@ -209,7 +148,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		mux.Handle(path, s.dispatch(methods, allowed[path]))
 	}
 	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
-		return notFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
+		return NotFound(fmt.Sprintf("No route %s %s.", r.Method, r.URL.Path))
 	}))
 	return mux, nil
 }
@@ -230,8 +169,8 @@ func (s *Server) dispatch(methods map[string]HandlerFunc, allowed []string) http
 	return s.serve(func(w http.ResponseWriter, r *http.Request) error {
 		h, ok := methods[r.Method]
 		if !ok {
-			return failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
-				header("Allow", strings.Join(allowed, ", "))
+			return Failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
+				Header("Allow", strings.Join(allowed, ", "))
 		}
 		return h(w, r)
 	})
@@ -321,7 +260,7 @@ func (s *Server) authenticate(route resources.Route, next HandlerFunc) HandlerFu
 	}
 	if auth == resources.WebhookSignature {
 		return func(w http.ResponseWriter, r *http.Request) error {
-			body, err := readBody(r, maxSignedBodyBytes)
+			body, err := ReadBody(r, MaxSignedBodyBytes)
 			if err != nil {
 				return err
 			}
@@ -345,13 +284,13 @@ func (s *Server) authenticate(route resources.Route, next HandlerFunc) HandlerFu
 			}
 		}
 		if !ok {
-			return unauthorized("Send the API key as Authorization: Bearer <key>.")
+			return Unauthorized("Send the API key as Authorization: Bearer <key>.")
 		}
 		var p Principal
 		switch {
 		case auth == resources.Operator || auth == resources.OperatorSignIn || (auth == resources.AccountOrOperator && s.isOperatorKey(key)):
 			if !s.isOperatorKey(key) {
-				return unauthorized("This route needs the operator key.")
+				return Unauthorized("This route needs the operator key.")
 			}
 			p.Operator = true
 		default:
@@ -377,10 +316,10 @@ func (s *Server) sessionPrincipal(r *http.Request, token string) (Principal, err
 	}
 	if !safeMethod(r.Method) {
 		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-			return Principal{}, failure(problem.Forbidden, "A console request that changes something must come from the console's own page; this one came from "+site+".")
+			return Principal{}, Failure(problem.Forbidden, "A console request that changes something must come from the console's own page; this one came from "+site+".")
 		}
 		if !sess.CSRFMatches(r.Header.Get(session.HeaderCSRF)) {
-			return Principal{}, failure(problem.Forbidden, "A console request that changes something must carry the session's "+session.HeaderCSRF+" header; this one did not carry the right one. Nothing was done.")
+			return Principal{}, Failure(problem.Forbidden, "A console request that changes something must carry the session's "+session.HeaderCSRF+" header; this one did not carry the right one. Nothing was done.")
 		}
 	}
 	return Principal{Operator: true, Session: &sess, SessionToken: token}, nil
@@ -412,11 +351,11 @@ func bearer(r *http.Request) (string, bool) {
 	return key, key != ""
 }
 
-// readBody reads at most limit bytes; a longer body is a 413.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// ReadBody reads at most limit bytes; a longer body is a 413.
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, badRequest("The request body could not be read.")
+		return nil, BadRequest("The request body could not be read.")
 	}
 	if int64(len(body)) > limit {
 		return nil, fmt.Errorf("%w: the body is over %d bytes", ingest.ErrTooLarge, limit)
@@ -424,28 +363,34 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// decodeJSON reads a JSON object body with Ferry's one strict decoder (package jsonbody): exact
+// DecodeJSON reads a JSON object body with Ferry's one strict decoder (package jsonbody): exact
 // field names, no duplicate members, no unknown fields, required fields present and not null,
 // integers where the contract says integer, valid UTF-8. A refusal is a 400 that names the field.
-func decodeJSON(r *http.Request, into any) error {
-	body, err := readBody(r, maxJSONBodyBytes)
+func DecodeJSON(r *http.Request, into any) error {
+	body, err := ReadBody(r, MaxJSONBodyBytes)
 	if err != nil {
 		return err
 	}
 	if err := jsonbody.Decode(body, into); err != nil {
-		return badRequest(err.Error())
+		return BadRequest(err.Error())
 	}
 	return nil
 }
 
-// writeJSON answers with a JSON document. It returns nil: once the status is written, an encoding
+// WriteJSON answers with a JSON document. It returns nil: once the status is written, an encoding
 // or network error cannot become a problem answer any more.
-func writeJSON(w http.ResponseWriter, status int, v any) error {
+func WriteJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 	return nil
 }
 
-// rfc3339 formats epoch milliseconds as an RFC 3339 UTC time.
-func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
+// RFC3339 formats epoch milliseconds as an RFC 3339 UTC time.
+func RFC3339(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// AccountOf is the account an authenticated account key belongs to (zero for the operator).
+func AccountOf(r *http.Request) accounts.Account {
+	p, _ := PrincipalFrom(r.Context())
+	return p.Account
+}

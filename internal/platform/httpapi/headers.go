@@ -21,7 +21,7 @@ const headDetail = "The request's head is not valid HTTP: a header holds a chara
 // HTTP server chose for it (400 for a control character in a header; 431 for headers too
 // large; 501, 505 for what it does not implement). Every one is of kind InvalidHeader.
 func RequestHeadProblem(status int) *Problem {
-	p := failure(problem.InvalidHeader, headDetail)
+	p := Failure(problem.InvalidHeader, headDetail)
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
 		p.Detail = "The request's headers are too large. Nothing was done."
@@ -41,11 +41,11 @@ func RequestHeadProblem(status int) *Problem {
 func GatewayProblem(status int) *Problem {
 	switch status {
 	case http.StatusNotFound:
-		return notFound("No route has this path: it is not in its clean form (no empty, . or .. segments).")
+		return NotFound("No route has this path: it is not in its clean form (no empty, . or .. segments).")
 	case http.StatusRequestEntityTooLarge:
-		return failure(problem.TooLarge, "The body is over the gateway's payload limit.")
+		return Failure(problem.TooLarge, "The body is over the gateway's payload limit.")
 	}
-	return failure(problem.Internal, "")
+	return Failure(problem.Internal, "")
 }
 
 // Document renders the problem as the body of an answer.

@@ -62,7 +62,7 @@ func Idempotency(svc *idempotency.Service, log *slog.Logger) Middleware {
 			if !ok {
 				return errors.New("idempotency middleware reached without an authenticated caller") // a wiring defect
 			}
-			body, err := readBody(r, maxIdempotentBodyBytes)
+			body, err := ReadBody(r, maxIdempotentBodyBytes)
 			if err != nil {
 				return err
 			}

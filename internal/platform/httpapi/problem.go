@@ -125,23 +125,24 @@ func newProblem(kind problem.Kind, pub problem.Public) *Problem {
 		p.Detail, p.Extras = internalDetail, nil
 	}
 	if a.header[0] != "" {
-		p.header(a.header[0], a.header[1])
+		p.Header(a.header[0], a.header[1])
 	}
 	if wait := max(pub.RetryAfter, 0); wait > 0 || a.retryAfter > 0 {
 		if wait == 0 {
 			wait = a.retryAfter
 		}
-		p.header("Retry-After", strconv.Itoa(int(wait/time.Second)))
+		p.Header("Retry-After", strconv.Itoa(int(wait/time.Second)))
 	}
 	return p
 }
 
-// failure is a problem of a kind that a handler raises itself, with its detail.
-func failure(kind problem.Kind, detail string) *Problem {
+// Failure is a problem of a kind that a handler raises itself, with its detail.
+func Failure(kind problem.Kind, detail string) *Problem {
 	return newProblem(kind, problem.Public{Detail: detail})
 }
 
-func (p *Problem) header(k, v string) *Problem {
+// Header adds a header the problem answer carries (Allow, Retry-After).
+func (p *Problem) Header(k, v string) *Problem {
 	if p.headers == nil {
 		p.headers = map[string]string{}
 	}
@@ -149,12 +150,12 @@ func (p *Problem) header(k, v string) *Problem {
 	return p
 }
 
-// badRequest refuses the request as a whole, with a detail.
-func badRequest(detail string) error { return problem.Input(detail) }
+// BadRequest refuses the request as a whole, with a detail.
+func BadRequest(detail string) error { return problem.Input(detail) }
 
-func notFound(detail string) *Problem { return failure(problem.NotFound, detail) }
+func NotFound(detail string) *Problem { return Failure(problem.NotFound, detail) }
 
-func unauthorized(detail string) *Problem { return failure(problem.Unauthenticated, detail) }
+func Unauthorized(detail string) *Problem { return Failure(problem.Unauthenticated, detail) }
 
 // problemFor maps an error to its problem document through the table: the one place that knows
 // which kind of error is which HTTP status.
@@ -186,7 +187,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, log *slog.Logger, err 
 func MethodNotAllowed(log *slog.Logger, allowed ...string) http.Handler {
 	allow := strings.Join(allowed, ", ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path))
-		writeProblem(w, r, log, p.header("Allow", allow))
+		p := Failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path))
+		writeProblem(w, r, log, p.Header("Allow", allow))
 	})
 }

@@ -79,7 +79,7 @@ func TestUsageQuery_StrictParameters(t *testing.T) {
 		{"unreadable values", "meter=nope&window=HOUR&from=yesterday&to=2026-11-15&tz=Mars/Olympus&groupBy=a,,b", false, []string{
 			"from is not an RFC 3339 instant (2026-11-01T00:00:00Z)",
 			"groupBy is a comma-separated list of dimensions, with no empty one",
-			`meter "nope" is no meter of this deployment (its meters: events)`,
+			`meter "nope" is no meter of this deployment (its meters: events, tokens)`,
 			"to is not an RFC 3339 instant (2026-11-01T00:00:00Z)",
 			`tz "Mars/Olympus" is not an IANA time zone name (Europe/Paris, Asia/Kolkata, UTC)`}},
 		{"the server's own zone", "meter=events&window=DAY&from=2026-11-15T00:00:00Z&to=2026-11-16T00:00:00Z&tz=Local", false,

@@ -566,7 +566,8 @@ type Function struct {
 	Purpose  string
 	Timeout  time.Duration
 	MemoryMB int
-	// ReservedConcurrency caps concurrent executions where that protects a hot row; 0 = none.
+	// ReservedConcurrency caps concurrent executions where that protects a hot row or a
+	// provider's rate limit; 0 = none.
 	ReservedConcurrency int
 	// Tables, Queues and Buckets map logical names to the access the function needs.
 	Tables  map[string]Access
@@ -624,6 +625,11 @@ const (
 	ReconcilerTimeout = 15 * time.Minute
 	ReconcileEvery    = 24 * time.Hour
 )
+
+// ProviderFacingConcurrency is the reserved concurrency of the scheduled functions that call the
+// providers' meter APIs (reporter, drainer, reconciler): one run at a time keeps Ferry's request
+// rate to Stripe and Kinde what one run makes, whatever the scheduler delivers.
+const ProviderFacingConcurrency = 1
 
 // SweeperTimeout is the sweeper's function timeout: well inside its one-minute schedule, so two
 // runs overlap only when one is stuck.
@@ -717,8 +723,11 @@ var Functions = []Function{
 		Name:    FunctionReporter,
 		Purpose: "every minute: report up to 100 changed cycles to the providers (Kinde absolute totals, Stripe through the outbox), and reconcile cycles whose provider meter changed",
 		Timeout: ReporterTimeout, MemoryMB: 256,
-		ReportsUsage: true,
-		Secrets:      []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
+		// One run at a time: EventBridge Scheduler delivers at least once, and a second run would
+		// report the same cycles again, at twice the rate the providers' limits allow.
+		ReservedConcurrency: ProviderFacingConcurrency,
+		ReportsUsage:        true,
+		Secrets:             []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
 		// The inbox: the provider meter marks it reads and clears.
 		Tables: func() map[string]Access {
 			t := reconcileTables()
@@ -731,19 +740,24 @@ var Functions = []Function{
 		Name:    FunctionDrainer,
 		Purpose: "every minute: send the Stripe outbox's due rows under claim, back off on failure, dead-letter after a bounded number of tries",
 		Timeout: DrainerTimeout, MemoryMB: 256,
-		ReportsUsage: true,
-		Secrets:      []string{EnvStripeAPIKeySecretARN},
-		Tables:       map[string]Access{TableOutbox: ReadWrite, TableReview: ReadWrite},
-		Every:        time.Minute,
+		// One run at a time, for Stripe's rate limit (see the reporter).
+		ReservedConcurrency: ProviderFacingConcurrency,
+		ReportsUsage:        true,
+		Secrets:             []string{EnvStripeAPIKeySecretARN},
+		Tables:              map[string]Access{TableOutbox: ReadWrite, TableReview: ReadWrite},
+		Every:               time.Minute,
 	},
 	{
 		Name:    FunctionReconciler,
 		Purpose: "nightly: prove every account's provider meter matches the ledger, repair it from the ledger, store the evidence",
 		Timeout: ReconcilerTimeout, MemoryMB: 512,
-		ReportsUsage: true,
-		Secrets:      []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
-		Tables:       reconcileTables(),
-		Every:        ReconcileEvery,
+		// One nightly run at a time: a duplicate delivery would read every account's provider
+		// meters twice within the providers' rate limits.
+		ReservedConcurrency: ProviderFacingConcurrency,
+		ReportsUsage:        true,
+		Secrets:             []string{EnvKindeClientSecretARN, EnvStripeAPIKeySecretARN},
+		Tables:              reconcileTables(),
+		Every:               ReconcileEvery,
 	},
 	{
 		Name:    FunctionMeterAPI,

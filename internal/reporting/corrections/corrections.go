@@ -5,6 +5,19 @@
 // finds the row it already wrote instead of writing a second one. A correction for a closed cycle
 // is stored too — the ledger is the record — but no provider is written for it: it goes to the
 // review list.
+//
+// Two rules bound what a correction may say, both decided from durable state:
+//
+//   - A negative correction takes back at most the cycle's usage: the ledger's total for the
+//     account, feature and cycle — its counted usage plus every earlier correction — may not go
+//     below zero. A correction is decided on totals read after the cycle's corrections head, and
+//     commits in one transaction with the head only while no other correction has committed
+//     since (usage.Table.PutCorrection), so two negative corrections that each fit cannot both
+//     commit; the second is decided again on fresh totals.
+//   - A correction names a cycle of the account's life: not one that has not started, and not one
+//     that ended before the account was created (the earliest is the cycle, under the account's
+//     agreement day, that contains its creation). Ferry records usage only for an account that
+//     exists, so an earlier cycle holds nothing to correct.
 package corrections
 
 import (
@@ -23,6 +36,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
+	"github.com/ferrymeter/ferry/internal/platform/retry"
 	"github.com/ferrymeter/ferry/internal/reporting/review"
 )
 
@@ -84,6 +98,55 @@ func (in Input) Validate(catalog plans.Catalog) error {
 var ErrKeyReused = problem.New(problem.IdempotencyKeyReused, "this Idempotency-Key already names a different correction",
 	"This Idempotency-Key already names a different correction of this cycle; send a new key for a new correction.")
 
+// ErrContended: the cycle's corrections kept changing under this one through every bounded try.
+var ErrContended = problem.New(problem.Unavailable, "the cycle's corrections kept changing",
+	"Other corrections of this cycle kept landing while this one was decided, so nothing was stored; retry it.")
+
+// BelowZero is the rule for a negative correction, a pure decision: it may take back at most what
+// the cycle holds (its usage plus earlier corrections), so the billed total never goes below
+// zero. It returns the refusal, or nil. A positive correction is never refused by it.
+func BelowZero(t usage.Totals, cycleLabel, feature string, units int64) error {
+	if units >= 0 || t.Billed()+units >= 0 {
+		return nil
+	}
+	return &problem.InputError{
+		Problems: []string{fmt.Sprintf("a correction of %d would take the %s usage of cycle %s below zero: the cycle holds %d "+
+			"(used %d, corrections %+d), so a negative correction can take back at most %d", units, feature, cycleLabel,
+			t.Billed(), t.Used, t.Corrections, max(t.Billed(), 0))},
+		Facts: map[string]any{"usage": t.Billed(), "used": t.Used, "corrections": t.Corrections},
+	}
+}
+
+// Earliest is the first cycle of the account that a correction may name: the cycle, under its
+// agreement day, that contains the account's creation (or its first usage, for a record kept
+// without its creation time). ok is false when the account records neither: nothing of it can
+// be corrected.
+func Earliest(acct accounts.Account) (c cycle.Cycle, ok bool) {
+	startMs := acct.CreatedAtMs
+	if acct.UsageStartedAtMs != 0 && (startMs == 0 || acct.UsageStartedAtMs < startMs) {
+		startMs = acct.UsageStartedAtMs
+	}
+	if startMs == 0 {
+		return cycle.Cycle{}, false
+	}
+	return acct.CycleAt(time.UnixMilli(startMs)), true
+}
+
+// beforeAccount refuses a cycle that ended before the account's first cycle began.
+func beforeAccount(acct accounts.Account, c cycle.Cycle) error {
+	first, ok := Earliest(acct)
+	switch {
+	case !ok:
+		return problem.Input(fmt.Sprintf("account %s records neither its creation nor a first usage, so no cycle of it can be corrected", acct.ID))
+	case c.Start.Before(first.Start):
+		return &problem.InputError{
+			Problems: []string{fmt.Sprintf("cycle %s ended before account %s existed: its first cycle is %s", c.Label(), acct.ID, first.Label())},
+			Facts:    map[string]any{"earliestCycle": first.Label()},
+		}
+	}
+	return nil
+}
+
 // Correction is a stored correction.
 type Correction struct {
 	ID          string
@@ -116,7 +179,8 @@ func ID(idempotencyKey string) string {
 	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
-// Apply appends the correction, or returns the one its key already wrote (created false).
+// Apply appends the correction, or returns the one its key already wrote (created false). A
+// correction that breaks a rule of the package is refused, and nothing is stored.
 func (s *Service) Apply(ctx context.Context, in Input) (c Correction, created bool, err error) {
 	if err := in.Validate(s.Catalog); err != nil {
 		return Correction{}, false, err
@@ -135,28 +199,58 @@ func (s *Service) Apply(ctx context.Context, in Input) (c Correction, created bo
 			return Correction{}, false, problem.Input(fmt.Sprintf("cycle %s has not started: only usage that happened can be corrected", in.Cycle))
 		}
 	}
+	if err := beforeAccount(acct, cy); err != nil {
+		return Correction{}, false, err
+	}
 	c = Correction{
 		ID: ID(in.IdempotencyKey), Account: acct.ID, Feature: in.Feature, Cycle: cy.Label(), Units: in.Units,
 		Reason: in.Reason, CreatedAtMs: now.UnixMilli(), Closed: cy.Closed(now),
 	}
 	keyHash := sha256.Sum256([]byte(in.IdempotencyKey))
-	err = s.Usage.PutCorrection(ctx, usage.Correction{
+	row := usage.Correction{
 		AccountID: c.Account, Feature: c.Feature, Cycle: c.Cycle, ID: c.ID, Units: c.Units, Reason: c.Reason,
 		KeyHash: fmt.Sprintf("%x", keyHash[:8]), CreatedAtMs: c.CreatedAtMs,
+	}
+	// Each lap reads the totals, decides, and writes on what it read; a correction that landed in
+	// between cancels the write, and the next lap decides again.
+	replayed, err := retry.Do(ctx, retry.Contended, func(ctx context.Context, _ retry.Lap) (bool, error) {
+		basis, err := s.Usage.ReadCorrectionBasis(ctx, c.Account, c.Feature, c.Cycle)
+		if err != nil {
+			return false, err
+		}
+		if refusal := BelowZero(basis.Totals, c.Cycle, c.Feature, c.Units); refusal != nil {
+			// A retry of a correction already stored reads totals that include it: answer it
+			// as stored, not as a new correction past the usage.
+			if _, ok, err := s.prior(ctx, c); err != nil || ok {
+				return ok, err
+			}
+			return false, refusal
+		}
+		err = s.Usage.PutCorrection(ctx, row, basis)
+		switch {
+		case errors.Is(err, usage.ErrCorrectionExists):
+			_, ok, err := s.prior(ctx, c)
+			if err == nil && !ok {
+				err = fmt.Errorf("correction %s: refused as existing, and not found", c.ID)
+			}
+			return true, err
+		case errors.Is(err, usage.ErrCorrectionsChanged):
+			return false, retry.Again(err)
+		}
+		return false, err
 	})
-	if errors.Is(err, usage.ErrCorrectionExists) {
-		prior, ok, gerr := s.Usage.GetCorrection(ctx, c.Account, c.Feature, c.Cycle, c.ID)
-		if gerr != nil {
-			return Correction{}, false, gerr
-		}
-		if !ok || prior.Units != c.Units || prior.Reason != c.Reason {
-			return Correction{}, false, ErrKeyReused
-		}
-		c.CreatedAtMs = prior.CreatedAtMs
-		return c, false, nil
+	if errors.Is(err, retry.ErrExhausted) {
+		return Correction{}, false, fmt.Errorf("%w: %w", ErrContended, err)
 	}
 	if err != nil {
 		return Correction{}, false, err
+	}
+	if replayed {
+		prior, _, err := s.prior(ctx, c)
+		if err != nil {
+			return Correction{}, false, err
+		}
+		return prior, false, nil
 	}
 	if c.Closed {
 		totals, err := s.Usage.Read(ctx, c.Account, c.Feature, c.Cycle)
@@ -171,5 +265,19 @@ func (s *Service) Apply(ctx context.Context, in Input) (c Correction, created bo
 			return Correction{}, false, err
 		}
 	}
+	return c, true, nil
+}
+
+// prior reads the correction c's key already stored: ok false when there is none, and
+// ErrKeyReused when the stored one says something else.
+func (s *Service) prior(ctx context.Context, c Correction) (Correction, bool, error) {
+	stored, ok, err := s.Usage.GetCorrection(ctx, c.Account, c.Feature, c.Cycle, c.ID)
+	if err != nil || !ok {
+		return Correction{}, false, err
+	}
+	if stored.Units != c.Units || stored.Reason != c.Reason {
+		return Correction{}, false, ErrKeyReused
+	}
+	c.CreatedAtMs = stored.CreatedAtMs
 	return c, true, nil
 }

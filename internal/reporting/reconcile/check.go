@@ -25,12 +25,12 @@ const ConfirmedCause = "Repaired and confirmed: the read-back equals the ledger.
 var errListed = errors.New("listed for review")
 
 // check compares one provider's meter with the ledger, repairs an open cycle, and stores the
-// evidence.
+// evidence. res carries the cycle as measured (its Ledger and Corrections are set).
 func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.Key, c cycle.Cycle, provider string,
 	st report.State, res Result, pending bool, log *slog.Logger) (Check, error) {
 	now := r.Now()
 	def := r.Catalog.Definition(k.Feature)
-	ev := Evidence{Ledger: res.Ledger, Closed: c.Closed(now), Pending: pending}
+	ev := Evidence{Ledger: *res.Ledger, Closed: c.Closed(now), Pending: pending}
 	switch provider {
 	case report.ProviderKinde:
 		ev.Sent = st.KindeSent
@@ -39,7 +39,7 @@ func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.
 		ev.Sent = st.StripeSent
 		dead, inFlight, err := r.settleOutbox(ctx, k)
 		if err != nil {
-			return Check{Provider: provider, Ledger: res.Ledger, Error: err.Error()}, err
+			return Check{Provider: provider, Ledger: ev.Ledger, Error: err.Error()}, err
 		}
 		ev.Failed = dead
 		if inFlight != "" {
@@ -52,7 +52,7 @@ func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.
 	ch := Check{Provider: provider, Ledger: ev.Ledger, Sent: ev.Sent, Meter: ev.Meter, Verdict: d.Verdict, Cause: d.Cause}
 	rec := Record{
 		Account: k.Account, Cycle: k.Cycle, Feature: k.Feature, Provider: provider, Ledger: ev.Ledger, Sent: ev.Sent,
-		Meter: ev.Meter, Verdict: d.Verdict, Cause: d.Cause, Rebuilt: res.Rebuilt, Corrections: res.Corrections, AtMs: now.UnixMilli(),
+		Meter: ev.Meter, Verdict: d.Verdict, Cause: d.Cause, Rebuilt: res.Rebuilt, Corrections: *res.Corrections, AtMs: now.UnixMilli(),
 	}
 	r.Metrics.Count(metrics.ReconcileChecked, 1, metrics.Dimension{Name: "Verdict", Value: string(d.Verdict)})
 	log = log.With("provider", provider, "verdict", d.Verdict, "ledger", ev.Ledger, "sent", ev.Sent)
@@ -72,12 +72,31 @@ func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.
 		}
 		log.Warn("closed cycle drifted; listed for review", "meter", *ev.Meter)
 	case OverBilled, UnderBilled:
+		if d.Review {
+			// Nothing Ferry may send would repair it (a ledger below zero): a person settles it,
+			// and the run says the cycle is not proven.
+			r.Metrics.Count(metrics.ReconcileUnconfirmed, 1, metrics.Dimension{Name: "Provider", Value: provider})
+			if _, err := r.Review.Add(ctx, review.Entry{
+				Account: k.Account, Feature: k.Feature, Cycle: k.Cycle, Provider: provider, Reason: review.NegativeLedger,
+				Ledger: ev.Ledger, Sent: ev.Sent, Meter: ev.Meter, Detail: d.Cause, AtMs: now.UnixMilli(),
+			}); err != nil {
+				return ch, err
+			}
+			ch.Error = fmt.Sprintf("the ledger (%d) is below zero: nothing was sent to %s, and the cycle is listed for review", ev.Ledger, provider)
+			runErr = fmt.Errorf("%w: %s %s: %s", ErrUnconfirmed, k, provider, ch.Error)
+			log.Error("ledger below zero; listed for review, nothing sent")
+			break
+		}
 		ch.Repair, rec.Repair = d.Repair, d.Repair
 		readBack, err := r.repair(ctx, acct, k, c, provider, def, ev, st, log)
 		ch.ReadBack, rec.ReadBack = readBack, readBack
 		switch {
 		case errors.Is(err, errListed):
+			// The repair could not be made: the meter stays above the ledger, so nothing is
+			// confirmed, and the run says so.
 			ch.Error = "the meter is above the ledger and Stripe no longer allows cancelling the events that would bring it down: listed for review"
+			runErr = fmt.Errorf("%w: %s %s: %s", ErrUnconfirmed, k, provider, ch.Error)
+			r.Metrics.Count(metrics.ReconcileUnconfirmed, 1, metrics.Dimension{Name: "Provider", Value: provider})
 		case err != nil:
 			ch.Error = err.Error()
 			runErr = err

@@ -45,14 +45,22 @@ type Decision struct {
 	// Repair is the total the meter must be brought to (always the ledger's); nil for none.
 	Repair *int64
 	Cause  string
+	// Review: the meter differs and Ferry will not repair it; a person settles it (a closed
+	// cycle, a ledger below zero).
+	Review bool
 }
+
+// CauseNegative is added to the cause when the ledger is below zero.
+const CauseNegative = " The ledger is below zero, which no meter can hold: nothing is sent to the provider, and the cycle is on the review list."
 
 // CauseLate is the cause when the meter holds the last report and the ledger moved on.
 const CauseLate = "The ledger changed after the last report: a late event or a correction arrived."
 
 // Decide compares the ledger with the provider's meter. It never trusts the meter over the
 // ledger: in an open cycle the repair is always the ledger's total; a closed cycle is never
-// repaired. It is a pure function of its evidence.
+// repaired, and neither is a ledger below zero (corrections cannot take it there, but rows
+// written before that rule can): no provider takes a negative total, so neither an absolute
+// write nor a delta is ever computed from one. It is a pure function of its evidence.
 func Decide(e Evidence) Decision {
 	if e.Meter == nil {
 		why := e.Unread
@@ -71,13 +79,17 @@ func Decide(e Evidence) Decision {
 	}
 	cause := causeOf(e, meter)
 	if e.Closed {
-		return Decision{Verdict: ClosedCycleDrift, Cause: cause + " The cycle is closed: Ferry never writes a closed cycle, so it is on the review list."}
+		return Decision{Verdict: ClosedCycleDrift, Review: true, Cause: cause + " The cycle is closed: Ferry never writes a closed cycle, so it is on the review list."}
+	}
+	verdict := UnderBilled
+	if meter > e.Ledger {
+		verdict = OverBilled
+	}
+	if e.Ledger < 0 {
+		return Decision{Verdict: verdict, Review: true, Cause: cause + CauseNegative}
 	}
 	repair := e.Ledger
-	if meter > e.Ledger {
-		return Decision{Verdict: OverBilled, Repair: &repair, Cause: cause}
-	}
-	return Decision{Verdict: UnderBilled, Repair: &repair, Cause: cause}
+	return Decision{Verdict: verdict, Repair: &repair, Cause: cause}
 }
 
 // causeOf says, from the evidence, why the meter differs from the ledger.

@@ -30,6 +30,9 @@ func TestDecide(t *testing.T) {
 		{"counted twice, ledger moved too", Evidence{Ledger: 22, Sent: 20, Meter: n(25)}, OverBilled, n(22), "The ledger also changed after the last report."},
 		{"closed cycle drift, under", Evidence{Ledger: 30, Sent: 28, Meter: n(28), Closed: true}, ClosedCycleDrift, nil, "Ferry never writes a closed cycle"},
 		{"closed cycle drift, over", Evidence{Ledger: 30, Sent: 30, Meter: n(31), Closed: true}, ClosedCycleDrift, nil, "counted twice"},
+		// A ledger below zero (a row written before corrections were bounded) is never sent.
+		{"a ledger below zero", Evidence{Ledger: -5, Sent: 10, Meter: n(10)}, OverBilled, nil, CauseNegative},
+		{"a ledger below zero, a meter below it", Evidence{Ledger: -5, Sent: 0, Meter: n(-9)}, UnderBilled, nil, CauseNegative},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.e)
@@ -49,15 +52,22 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// The repair always takes the ledger's side, whatever the meter and the last report say.
+// The repair always takes the ledger's side, whatever the meter and the last report say, and is
+// never a negative total: a ledger below zero is reviewed, not repaired.
 func TestDecide_RepairIsAlwaysTheLedger(t *testing.T) {
-	for ledger := int64(0); ledger < 4; ledger++ {
+	for ledger := int64(-3); ledger < 4; ledger++ {
 		for sent := int64(0); sent < 4; sent++ {
 			for meter := int64(0); meter < 4; meter++ {
 				d := Decide(Evidence{Ledger: ledger, Sent: sent, Meter: n(meter)})
 				if meter == ledger {
 					if d.Verdict != Match || d.Repair != nil {
 						t.Errorf("(%d,%d,%d): %+v", ledger, sent, meter, d)
+					}
+					continue
+				}
+				if ledger < 0 {
+					if d.Repair != nil || !d.Review {
+						t.Errorf("(%d,%d,%d): %+v; a negative ledger is reviewed, never sent", ledger, sent, meter, d)
 					}
 					continue
 				}

@@ -24,7 +24,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -50,9 +52,10 @@ const (
 	// leaseFor is how long the reconciler holds a cycle against the reporter while it compares
 	// and repairs (a repair is one provider write and a bounded read-back).
 	leaseFor = 2 * time.Minute
-	// leaseTries bounds the waits for a reporter that holds the cycle's lease.
-	leaseTries = 5
-	leaseWait  = 2 * time.Second
+	// leaseTries bounds the waits for another run (the reporter, or another reconciliation)
+	// that holds the cycle's lease; DefaultLeaseWait is the wait between two tries.
+	leaseTries       = 5
+	DefaultLeaseWait = 2 * time.Second
 	// DefaultConfirmTries and DefaultConfirmWait bound the read-back after a repair: Stripe's
 	// summaries are eventually consistent.
 	DefaultConfirmTries = 5
@@ -113,12 +116,15 @@ type Reconciler struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 	Owner    string
-	// Read-back and recheck bounds; zero values mean the defaults.
+	// Read-back, recheck and lease bounds; zero values mean the defaults.
 	ConfirmTries int
 	ConfirmWait  time.Duration
 	RecheckWait  time.Duration
+	LeaseWait    time.Duration
 
 	ownerOnce sync.Once
+	// runs numbers this reconciler's leases: two runs of one process are two holders.
+	runs atomic.Uint64
 }
 
 // Input narrows a run: one account, one cycle, or a page after an account id.
@@ -146,14 +152,16 @@ type Check struct {
 	Error       string `json:"error,omitempty"`
 }
 
-// Result is one (account, feature, cycle).
+// Result is one (account, feature, cycle). Ledger, Corrections and Counters are nil when the run
+// did not get as far as measuring them (the cycle's lease was held elsewhere, the rows could not
+// be read): Error says why, and no number stands in for one that was not read.
 type Result struct {
 	Account     string  `json:"account"`
 	Feature     string  `json:"feature"`
 	Cycle       string  `json:"cycle"`
-	Ledger      int64   `json:"ledger"`
-	Corrections int64   `json:"corrections"`
-	Counters    int64   `json:"counters"`
+	Ledger      *int64  `json:"ledger"`
+	Corrections *int64  `json:"corrections"`
+	Counters    *int64  `json:"counters"`
 	Rebuilt     int     `json:"rebuilt"`
 	Checks      []Check `json:"checks"`
 	Error       string  `json:"error,omitempty"`
@@ -167,9 +175,15 @@ type Page struct {
 	Next string `json:"next,omitempty"`
 }
 
-// ErrUnconfirmed is joined into a run's error for every repair whose read-back did not equal
-// the ledger, and for every (account, feature, cycle) that could not be compared.
-var ErrUnconfirmed = errors.New("a repair was not confirmed")
+// Errors joined into a run's error. A run that returns either did not prove everything it looked
+// at: the HTTP route answers it with ok false.
+var (
+	// ErrUnconfirmed: a repair was called for and not confirmed — its read-back did not equal
+	// the ledger, or it could not be made and went to the review list instead.
+	ErrUnconfirmed = errors.New("a repair was not confirmed")
+	// ErrNotMeasured: a cycle was not measured at all (its lease stayed held elsewhere).
+	ErrNotMeasured = errors.New("the cycle was not measured")
+)
 
 func (r *Reconciler) owner() string {
 	r.ownerOnce.Do(func() {
@@ -180,6 +194,13 @@ func (r *Reconciler) owner() string {
 		}
 	})
 	return r.Owner
+}
+
+// leaseOwner names one cycle's run in its lease: the reconciler's name and a serial, so that two
+// runs in one process (two operators' requests to ferry dev) are two holders, and a run whose
+// lease lapsed can never free the lease the other took since.
+func (r *Reconciler) leaseOwner() string {
+	return r.owner() + "/" + strconv.FormatUint(r.runs.Add(1), 10)
 }
 
 // Run reconciles one account (Input.Account) or one page of accounts after Input.After. Every
@@ -349,7 +370,7 @@ func (r *Reconciler) key(ctx context.Context, acct accounts.Account, k report.Ke
 		log.Error("reconciliation failed", "err", err)
 		return res, fmt.Errorf("reconcile %s: %w", k, err)
 	}
-	owner := r.owner()
+	owner := r.leaseOwner()
 	st, err := r.claim(ctx, k, owner)
 	if err != nil {
 		return fail(err)
@@ -365,7 +386,8 @@ func (r *Reconciler) key(ctx context.Context, acct accounts.Account, k report.Ke
 		return fail(err)
 	}
 	res.Rebuilt = rebuilt
-	res.Ledger, res.Corrections, res.Counters = totals.Billed(), totals.Corrections, totals.Used
+	billed := totals.Billed()
+	res.Ledger, res.Corrections, res.Counters = &billed, &totals.Corrections, &totals.Used
 	pending := usage.AnyMarked(rows)
 
 	var errs []error
@@ -383,21 +405,28 @@ func (r *Reconciler) key(ctx context.Context, acct accounts.Account, k report.Ke
 	return res, nil
 }
 
-// claim takes the cycle's report lease, waiting (bounded) for a reporter that holds it.
+// claim takes the cycle's report lease, waiting (bounded) for the run that holds it: the
+// reporter, or another reconciliation. A run that never got the lease names the holder it last
+// found.
 func (r *Reconciler) claim(ctx context.Context, k report.Key, owner string) (report.State, error) {
+	wait := r.LeaseWait
+	if wait <= 0 {
+		wait = DefaultLeaseWait
+	}
+	var held *report.LeasedError
 	for try := range leaseTries {
 		now := r.Now()
-		st, err := r.State.Claim(ctx, k, owner, now.UnixMilli(), now.Add(leaseFor).UnixMilli())
-		if !errors.Is(err, report.ErrLeased) {
+		st, err := r.State.Claim(ctx, k, report.RoleReconciler, owner, now.UnixMilli(), now.Add(leaseFor).UnixMilli())
+		if !errors.As(err, &held) {
 			return st, err
 		}
 		if try < leaseTries-1 {
-			if err := retry.Sleep(ctx, leaseWait); err != nil {
+			if err := retry.Sleep(ctx, wait); err != nil {
 				return report.State{}, err
 			}
 		}
 	}
-	return report.State{}, fmt.Errorf("the cycle stayed leased by a reporter through %d tries; run it again", leaseTries)
+	return report.State{}, fmt.Errorf("%w: the cycle stayed leased by %s through %d tries, so nothing was measured; run it again", ErrNotMeasured, held.Holder(), leaseTries)
 }
 
 // counters sums the ledger, compares it with every counter row and rebuilds a row that still

@@ -23,10 +23,10 @@ func stateStore(env *testenv.Env, db *dynamodb.Client) *report.StateStore {
 func TestGuard_OneRunAtATimeReportsACycle(t *testing.T) {
 	testenv.NeedsGuard(t, "report.claim.lease-free", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		s, ctx := stateStore(env, db), context.Background()
-		if _, err := s.Claim(ctx, guardKey, "run-a", 1_000, 61_000); err != nil {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-a", 1_000, 61_000); err != nil {
 			return fmt.Errorf("first claim: %w", err)
 		}
-		if _, err := s.Claim(ctx, guardKey, "run-b", 2_000, 62_000); !errors.Is(err, report.ErrLeased) {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-b", 2_000, 62_000); !errors.Is(err, report.ErrLeased) {
 			return fmt.Errorf("a second claim within the lease: %v, want ErrLeased", err)
 		}
 		return nil
@@ -37,16 +37,16 @@ func TestGuard_OneRunAtATimeReportsACycle(t *testing.T) {
 func TestGuard_ALapsedRunNeverFreesTheNextRunsLease(t *testing.T) {
 	testenv.NeedsGuard(t, "report.release.owner", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		s, ctx := stateStore(env, db), context.Background()
-		if _, err := s.Claim(ctx, guardKey, "run-a", 1_000, 61_000); err != nil {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-a", 1_000, 61_000); err != nil {
 			return err
 		}
-		if _, err := s.Claim(ctx, guardKey, "run-b", 70_000, 130_000); err != nil { // run-a's lease lapsed
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-b", 70_000, 130_000); err != nil { // run-a's lease lapsed
 			return fmt.Errorf("claim after the lapse: %w", err)
 		}
 		if err := s.Release(ctx, guardKey, "run-a"); err != nil { // run-a, late, gives back "its" lease
 			return err
 		}
-		if _, err := s.Claim(ctx, guardKey, "run-c", 80_000, 140_000); !errors.Is(err, report.ErrLeased) {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-c", 80_000, 140_000); !errors.Is(err, report.ErrLeased) {
 			return fmt.Errorf("a claim while run-b holds the lease: %v, want ErrLeased", err)
 		}
 		return nil
@@ -57,7 +57,7 @@ func TestGuard_ALapsedRunNeverFreesTheNextRunsLease(t *testing.T) {
 func TestGuard_TwoDeltasFromOneLastSent_OnlyOneCommits(t *testing.T) {
 	testenv.NeedsGuard(t, "report.sent.prev", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		s, ctx := stateStore(env, db), context.Background()
-		if _, err := s.Claim(ctx, guardKey, "run-a", 1_000, 61_000); err != nil {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-a", 1_000, 61_000); err != nil {
 			return err
 		}
 		if err := s.Commit(ctx, s.StripeSentItem(guardKey, 0, 5, 2_000)); err != nil {
@@ -74,7 +74,7 @@ func TestGuard_TwoDeltasFromOneLastSent_OnlyOneCommits(t *testing.T) {
 func TestGuard_CancellationsLowerLastSentOnlyFromWhatTheyRead(t *testing.T) {
 	testenv.NeedsGuard(t, "report.cancelled.prev", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		s, ctx := stateStore(env, db), context.Background()
-		if _, err := s.Claim(ctx, guardKey, "run-a", 1_000, 61_000); err != nil {
+		if _, err := s.Claim(ctx, guardKey, report.RoleReporter, "run-a", 1_000, 61_000); err != nil {
 			return err
 		}
 		if err := s.Commit(ctx, s.StripeSentItem(guardKey, 0, 9, 2_000)); err != nil {

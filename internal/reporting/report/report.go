@@ -256,7 +256,7 @@ func (r *Reporter) Report(ctx context.Context, k Key, p *pause) (Outcome, error)
 	leaseUntil := now.Add(LeaseFor).UnixMilli()
 	var st State
 	if toKinde || toStripe {
-		if st, err = r.State.Claim(ctx, k, owner, nowMs, leaseUntil); errors.Is(err, ErrLeased) {
+		if st, err = r.State.Claim(ctx, k, RoleReporter, owner, nowMs, leaseUntil); errors.Is(err, ErrLeased) {
 			return Leased, nil
 		} else if err != nil {
 			return "", err
@@ -297,7 +297,20 @@ func (r *Reporter) Report(ctx context.Context, k Key, p *pause) (Outcome, error)
 		return out, nil
 	}
 
-	retry, sent := false, false
+	retry, sent, reviewed := false, false, false
+	if toKinde && total != st.KindeSent && total < 0 {
+		// No meter takes a negative total (rows written before corrections were bounded by the
+		// usage can leave one): Kinde is not written, and a person settles the cycle.
+		if _, err := r.Review.Add(ctx, review.Entry{
+			Account: k.Account, Feature: k.Feature, Cycle: k.Cycle, Provider: ProviderKinde, Reason: review.NegativeLedger,
+			Ledger: total, Sent: st.KindeSent, AtMs: nowMs,
+			Detail: fmt.Sprintf("The ledger is at %d, below zero; Kinde was last sent %d. Ferry never sends a negative total.", total, st.KindeSent),
+		}); err != nil {
+			return "", err
+		}
+		log.Error("ledger below zero; listed for review, nothing sent to Kinde", "total", total)
+		toKinde, reviewed = false, true
+	}
 	if toKinde && total != st.KindeSent {
 		ok, err := r.toKinde(ctx, k, acct, def, total, leaseUntil, p, log)
 		if err != nil {
@@ -330,8 +343,11 @@ func (r *Reporter) Report(ctx context.Context, k Key, p *pause) (Outcome, error)
 		return Retrying, nil
 	}
 	r.clear(ctx, rows, log)
-	if sent {
+	switch {
+	case sent:
 		return Reported, nil
+	case reviewed:
+		return Reviewed, nil
 	}
 	return Unchanged, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,19 +400,21 @@ func TestState_LeaseTakenOverOnlyOnceLapsed_ReleasedOnlyByItsHolder(t *testing.T
 	r := newRig(t)
 	st, k := r.rep.State, report.Key{Account: "acct_l", Feature: "events", Cycle: "2026-11"}
 	ctx := context.Background()
-	if _, err := st.Claim(ctx, k, "a", 0, 100); err != nil {
+	if _, err := st.Claim(ctx, k, report.RoleReporter, "a", 0, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, k, "b", 99, 200); !errors.Is(err, report.ErrLeased) {
-		t.Fatalf("a live lease was taken: %v", err)
+	_, err := st.Claim(ctx, k, report.RoleReconciler, "b", 99, 200)
+	var held *report.LeasedError
+	if !errors.Is(err, report.ErrLeased) || !errors.As(err, &held) || held.Role != report.RoleReporter || held.Owner != "a" || held.UntilMs != 100 {
+		t.Fatalf("a live lease was taken, or its holder not named: %v", err)
 	}
-	if _, err := st.Claim(ctx, k, "b", 100, 200); err != nil {
+	if _, err := st.Claim(ctx, k, report.RoleReporter, "b", 100, 200); err != nil {
 		t.Fatalf("a lapsed lease was not taken over: %v", err)
 	}
 	if err := st.Release(ctx, k, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, k, "c", 150, 300); !errors.Is(err, report.ErrLeased) {
+	if _, err := st.Claim(ctx, k, report.RoleReporter, "c", 150, 300); !errors.As(err, &held) || held.Owner != "b" || !strings.Contains(err.Error(), "the reporter (b)") {
 		t.Errorf("the lapsed holder freed the lease its successor holds: %v", err)
 	}
 }

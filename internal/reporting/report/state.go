@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -49,6 +50,43 @@ type State struct {
 	KindeSentAtMs int64
 	LeaseUntilMs  int64
 	LeaseOwner    string
+	// LeaseRole says which kind of run holds (or last held) the lease.
+	LeaseRole Role
+}
+
+// Role is the kind of run that takes a cycle's lease.
+type Role string
+
+// Roles. A lease taken before roles were recorded reads as "".
+const (
+	RoleReporter   Role = "reporter"
+	RoleReconciler Role = "reconciler"
+)
+
+// LeasedError is a claim refused because another run holds the lease, named as the lease
+// records it. errors.Is(err, ErrLeased) holds for it.
+type LeasedError struct {
+	Role    Role
+	Owner   string
+	UntilMs int64
+}
+
+func (e *LeasedError) Error() string {
+	return fmt.Sprintf("the cycle is leased by %s until %s", e.Holder(), time.UnixMilli(e.UntilMs).UTC().Format(time.RFC3339))
+}
+
+// Is makes a LeasedError match ErrLeased.
+func (e *LeasedError) Is(target error) bool { return target == ErrLeased }
+
+// Holder names the run that holds the lease, in words.
+func (e *LeasedError) Holder() string {
+	switch e.Role {
+	case RoleReporter:
+		return fmt.Sprintf("the reporter (%s)", e.Owner)
+	case RoleReconciler:
+		return fmt.Sprintf("another reconciliation (%s)", e.Owner)
+	}
+	return fmt.Sprintf("another run (%s)", e.Owner)
 }
 
 // Errors of the state store.
@@ -63,7 +101,7 @@ var (
 const (
 	// claimCondition: the lease is free (never taken, released, or lapsed).
 	claimCondition = "attribute_not_exists(#leaseUntilMs) OR #leaseUntilMs <= :now"
-	claimUpdate    = "SET #leaseUntilMs = :until, #leaseOwner = :owner, #stripeSent = if_not_exists(#stripeSent, :zero), #kindeSent = if_not_exists(#kindeSent, :zero)"
+	claimUpdate    = "SET #leaseUntilMs = :until, #leaseOwner = :owner, #leaseRole = :role, #stripeSent = if_not_exists(#stripeSent, :zero), #kindeSent = if_not_exists(#kindeSent, :zero)"
 	// releaseCondition: only the holder gives the lease back (a lapsed holder must not free a
 	// lease another run has taken since).
 	releaseCondition = "#leaseOwner = :owner"
@@ -94,11 +132,13 @@ func stateOf(item map[string]types.AttributeValue) State {
 		StripeEpoch: dynamo.Int(item, "stripeEpoch"), StripeSeq: dynamo.Int(item, "stripeSeq"),
 		KindeSent: dynamo.Int(item, "kindeSent"), KindeSentAtMs: dynamo.Int(item, "kindeSentAtMs"),
 		LeaseUntilMs: dynamo.Int(item, "leaseUntilMs"), LeaseOwner: dynamo.Str(item, "leaseOwner"),
+		LeaseRole: Role(dynamo.Str(item, "leaseRole")),
 	}
 }
 
-// Claim takes the key's lease until untilMs and returns the state under it.
-func (s *StateStore) Claim(ctx context.Context, k Key, owner string, nowMs, untilMs int64) (State, error) {
+// Claim takes the key's lease for a run of a role until untilMs and returns the state under it.
+// A lease another run holds is a *LeasedError that names it.
+func (s *StateStore) Claim(ctx context.Context, k Key, role Role, owner string, nowMs, untilMs int64) (State, error) {
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.Table),
 		Key:                      stateKey(k.PK()),
@@ -106,12 +146,16 @@ func (s *StateStore) Claim(ctx context.Context, k Key, owner string, nowMs, unti
 		ConditionExpression:      aws.String(claimCondition),
 		ExpressionAttributeNames: dynamo.Names(claimUpdate, claimCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":until": dynamo.N(untilMs), ":owner": dynamo.S(owner), ":now": dynamo.N(nowMs), ":zero": dynamo.N(0),
+			":until": dynamo.N(untilMs), ":owner": dynamo.S(owner), ":role": dynamo.S(string(role)), ":now": dynamo.N(nowMs), ":zero": dynamo.N(0),
 		},
 		ReturnValues: types.ReturnValueAllNew,
+		// The holder, read in the same request that found the lease taken.
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if dynamo.IsConditionFailed(err) {
-		return State{}, ErrLeased
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		held := stateOf(failed.Item)
+		return State{}, &LeasedError{Role: held.LeaseRole, Owner: held.LeaseOwner, UntilMs: held.LeaseUntilMs}
 	}
 	if err != nil {
 		return State{}, fmt.Errorf("claim the report lease of %s: %w", k, err)

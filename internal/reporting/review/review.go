@@ -37,6 +37,9 @@ const (
 	OverBilledUncancellable Reason = "over_billed_uncancellable"
 	// OutboxClosed: a Stripe outbox row was still unsent when its cycle closed.
 	OutboxClosed Reason = "outbox_row_after_close"
+	// NegativeLedger: the ledger's total is below zero (rows written before corrections were
+	// bounded by the usage). No provider takes a negative total, so nothing is sent.
+	NegativeLedger Reason = "negative_ledger"
 )
 
 // Entry is one item of the review list.

@@ -111,6 +111,15 @@ const (
 	ReasonNewerStatus = "a newer status change is already stored"
 )
 
+// statusOutcome is how a status change compares with the one the account carries.
+type statusOutcome int
+
+const (
+	statusSet statusOutcome = iota
+	statusAlreadyApplied
+	statusOvertaken
+)
+
 // Decide decides what an event does: a pure function of the event, what it says and the
 // durable state read for it.
 func Decide(in ApplyInput) Decision {
@@ -139,12 +148,19 @@ func Decide(in ApplyInput) Decision {
 	key := OrderKey(f.Time, in.Event.Source, in.Event.EventID)
 	d := Decision{Status: Applied, AccountID: acct.ID, Link: in.Link}
 	change := accounts.BillingChange{AccountID: acct.ID, LinkKind: in.Link.Kind, LinkID: in.Link.ID, NowMs: in.NowMs}
-	setStatus := func(s accounts.Status) bool {
-		if acct.StatusChangeKey >= key {
-			return false
+	// setStatus decides a status change by its order key against the one the account carries:
+	// newer sets it; the same key is this very event, already applied (an operator's replay);
+	// an older one is overtaken. The same key must not be written again: the status condition
+	// (a strictly newer key) would refuse it on every attempt.
+	setStatus := func(s accounts.Status) statusOutcome {
+		switch {
+		case acct.StatusChangeKey == key:
+			return statusAlreadyApplied
+		case acct.StatusChangeKey > key:
+			return statusOvertaken
 		}
 		change.Status, change.StatusChangedAtMs, change.StatusChangeKey = s, f.Time.Ms(), key
-		return true
+		return statusSet
 	}
 	cycleLabel := acct.CycleAt(f.Time.Time()).Label()
 	from := acct.PlanOf(in.Catalog)
@@ -168,10 +184,13 @@ func Decide(in ApplyInput) Decision {
 		d.Result = fmt.Sprintf("plan set to %s", to.Name) + describe(d.Grants, cycleLabel)
 	case Payment:
 		var parts []string
-		if setStatus(accounts.Active) {
+		switch setStatus(accounts.Active) {
+		case statusSet:
 			d.Change = &change
 			parts = append(parts, "status active")
-		} else {
+		case statusAlreadyApplied:
+			parts = append(parts, "status already applied: the account's status ("+string(acct.Status)+") comes from this event")
+		default:
 			parts = append(parts, "status unchanged ("+ReasonNewerStatus+")")
 		}
 		switch to, problem := targetPlan(in.Event.Source, f, in.Catalog); {
@@ -191,7 +210,11 @@ func Decide(in ApplyInput) Decision {
 		if f.Kind == InvoiceOverdue {
 			status = accounts.Inactive
 		}
-		if !setStatus(status) {
+		switch setStatus(status) {
+		case statusAlreadyApplied:
+			d.Result = fmt.Sprintf("already applied: the account's status (%s) comes from this event", acct.Status)
+			return d
+		case statusOvertaken:
 			return ignore(ReasonNewerStatus)
 		}
 		d.Change = &change

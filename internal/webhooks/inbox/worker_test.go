@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/inboxfault"
@@ -550,6 +551,43 @@ func TestWorker_DeadWriteWhoseAnswerIsLost_StillAlarms(t *testing.T) {
 			// At least once (a worker that died deciding DEAD raised it too).
 			if got := h.Counter.Get(metrics.InboxDead); got < 1 {
 				t.Errorf("InboxDead %d; a DEAD event must raise its alarm even when the write's answer is lost", got)
+			}
+		})
+	}
+}
+
+// A status event that was applied, replayed by an operator, meets its own key on the account: it
+// is the change the account already carries. It ends APPLIED with the account unchanged — not
+// IGNORED as if a newer change were stored, and not refused by the status condition on every
+// attempt until it is DEAD.
+func TestWorker_AppliedStatusEventReplayed_AppliedAndUnchanged(t *testing.T) {
+	for _, c := range []struct {
+		typ    string
+		status accounts.Status
+	}{
+		{"customer.payment_failed", accounts.PastDue},
+		{"customer.invoice_overdue", accounts.Inactive},
+		{"customer.payment_succeeded", accounts.Active},
+	} {
+		t.Run(c.typ, func(t *testing.T) {
+			h := newHarness(t, apptest.Options{Catalog: noAllowance(t)})
+			h.account(t, "acct_1", "customer_1", "")
+			id := h.deliver(t, kindeEvent{id: "event_1", typ: c.typ, at: start, customer: "customer_1"}, false)
+			if out, err := h.process(t, id); err != nil || out.Status != inbox.Applied {
+				t.Fatalf("first apply: %+v %v", out, err)
+			}
+			before, _ := h.accounts().Get(context.Background(), "acct_1")
+			if r := h.Do(t, http.MethodPost, "/v1/billing-events/"+id+"/replay", apptest.AdminKey, nil); r.Status != http.StatusAccepted {
+				t.Fatalf("replay: %d %s", r.Status, r.Body)
+			}
+			h.settle(t)
+			e := h.event(t, id)
+			if e.Status != inbox.Applied || e.Attempts > 2 || !strings.Contains(e.Result, "already applied") {
+				t.Errorf("replayed: %s after %d attempts, result %q, reason %q; want APPLIED, already applied", e.Status, e.Attempts, e.Result, e.Reason)
+			}
+			after, _ := h.accounts().Get(context.Background(), "acct_1")
+			if after.Status != c.status || after.StatusChangeKey != before.StatusChangeKey || after.UpdatedAtMs != before.UpdatedAtMs {
+				t.Errorf("account %s (key %q); want %s, unchanged", after.Status, after.StatusChangeKey, c.status)
 			}
 		})
 	}

@@ -1,0 +1,13 @@
+module github.com/ferrymeter/ferry/sdk/go
+
+go 1.26.0
+
+require (
+	github.com/oapi-codegen/runtime v1.9.0
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
+)
+
+require (
+	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+)

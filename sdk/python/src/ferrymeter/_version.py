@@ -1,0 +1,2 @@
+VERSION = "0.1.0"
+"""The client's version: the version of the API description it was generated from."""

@@ -1,0 +1,363 @@
+"""Unit tests of the Python client: retry decisions, error mapping, the batchers, holds, webhooks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import re
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+import ferrymeter as f
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def problem(status, kind, extra=None, headers=None):
+    body = {"type": f"tag:ferrymeter.dev,2026:problem:{kind}", "title": "t", "status": status, "detail": "d", **(extra or {})}
+    return lambda request: httpx.Response(status, json=body, headers={"content-type": "application/problem+json", **(headers or {})})
+
+
+def answer(status, body):
+    return lambda request: httpx.Response(status, json=body)
+
+
+def hang_up(request):
+    raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+
+class Script:
+    """Answers each request with the next scripted answer and records every request."""
+
+    def __init__(self, *answers):
+        self.answers, self.requests = answers, []
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        with self.lock:
+            self.requests.append(request)
+            n = len(self.requests)
+        return self.answers[min(n, len(self.answers)) - 1](request)
+
+
+def client(script, **options):
+    options.setdefault("base_wait", 0.001)
+    return f.Client("http://ferry.test", "fk_test", http_client=httpx.Client(transport=httpx.MockTransport(script)), **options)
+
+
+def test_send_event_retries_lost_answers_with_the_same_id_and_key():
+    s = Script(hang_up, problem(502, "outcome-unknown", headers={"retry-after": "0"}), problem(503, "unavailable", headers={"retry-after": "0"}),
+               problem(500, "internal"), problem(409, "idempotency-in-flight", headers={"retry-after": "0"}), answer(202, {"id": "x", "status": "queued"}))
+    client(s).send_event({"source": "/t", "type": "api.call"})
+    assert len(s.requests) == 6
+    first = json.loads(s.requests[0].content)
+    assert re.fullmatch(r"evt_[a-z2-7]{26}", first["id"]) and first["specversion"] == "1.0" and "data" not in first
+    for r in s.requests:
+        assert r.content == s.requests[0].content
+        assert r.headers["idempotency-key"] == s.requests[0].headers["idempotency-key"]
+        assert r.headers["user-agent"].endswith(f"ferrymeter-python/{f.VERSION}")
+
+
+def test_two_logical_calls_two_keys():
+    s = Script(answer(202, {"id": "e", "status": "queued"}))
+    c = client(s)
+    c.send_event({"id": "e", "source": "/t", "type": "t"})
+    c.send_event({"id": "e", "source": "/t", "type": "t"})
+    assert s.requests[0].headers["idempotency-key"] != s.requests[1].headers["idempotency-key"]
+
+
+@pytest.mark.parametrize("status,kind", [(400, "invalid-request"), (401, "unauthorized"), (402, "limit-reached"), (402, "account-inactive"),
+                                         (404, "not-found"), (409, "conflict"), (409, "hold-not-running"), (413, "too-large"),
+                                         (422, "idempotency-key-reused"), (422, "key-reused")])
+def test_other_4xx_never_retried(status, kind):
+    s = Script(problem(status, kind))
+    with pytest.raises(f.PROBLEM_KINDS[kind]):
+        client(s, max_attempts=5).reserve_hold("k", "tokens", 1)
+    assert len(s.requests) == 1
+
+
+def test_attempts_bounded_last_error_raised():
+    s = Script(problem(503, "unavailable", headers={"retry-after": "0"}))
+    with pytest.raises(f.UnavailableError):
+        client(s, max_attempts=3).usage()
+    assert len(s.requests) == 3
+
+
+def test_server_wait_over_max_wait_ends_the_call():
+    s = Script(problem(429, "rate-limited", {"retryAfter": 37}, {"retry-after": "37"}))
+    with pytest.raises(f.RateLimitedError) as e:
+        client(s, max_wait=1).reserve_hold("k", "tokens", 1)
+    assert e.value.retry_after_seconds == 37 and e.value.retry_after == 37 and len(s.requests) == 1
+
+
+def test_timeout_retried():
+    def slow(request):
+        raise httpx.ReadTimeout("timed out", request=request)
+    s = Script(slow, answer(200, {"feature": "events", "cycle": "2026-11", "limit": None, "used": 1, "held": 0, "remaining": None, "corrections": 0}))
+    u = client(s).usage()
+    assert u.used == 1 and u.limit is None
+
+
+def test_decide_backoff_bounds_and_ratelimit_reset():
+    p = f.RetryPolicy(max_attempts=4, base_wait=0.1, max_wait=2)
+    net = f.NetworkError("GET", "/v1/usage", OSError("reset"))
+    for attempt in (1, 2, 3):
+        d = f.decide(p, attempt, net)
+        step = min(0.1 * 2 ** (attempt - 1), 2)
+        assert d.retry and step / 2 <= d.wait <= step
+    assert not f.decide(p, 4, net).retry
+    assert f.server_wait(httpx.Headers({"RateLimit-Reset": "1"})) == 1
+    busy = f.problem_from_answer(429, 1.0, b'{"type":"tag:ferrymeter.dev,2026:problem:busy","title":"b","status":429}')
+    d = f.decide(p, 1, busy)
+    assert d.retry and 1 <= d.wait <= 1.1
+
+
+def test_problem_kinds_are_the_servers():
+    table = (ROOT / "internal/platform/httpapi/problem.go").read_text()
+    slugs = re.findall(r'slug: "([a-z-]+)"', table)
+    assert slugs and sorted(slugs) == sorted(f.PROBLEM_KINDS)
+    for line in (ROOT / "testdata/golden/problems.golden").read_text().strip().split("\n"):
+        name, status, retry_after, _, _, body = line.split("\t")
+        ra = json.loads(retry_after)
+        err = f.problem_from_answer(int(status), float(ra) if ra else None, body.encode())
+        assert type(err) is f.PROBLEM_KINDS[err.kind], name
+        assert err.status == int(status) and err.detail, name
+
+
+def test_extensions_and_unknown_kinds():
+    lr = f.problem_from_answer(402, None, json.dumps({"type": "tag:ferrymeter.dev,2026:problem:limit-reached", "title": "L", "status": 402, "remaining": 68800, "needed": 90000}).encode())
+    assert isinstance(lr, f.LimitReachedError) and lr.remaining == 68800 and lr.needed == 90000
+    ir = f.problem_from_answer(400, None, json.dumps({"type": "tag:ferrymeter.dev,2026:problem:invalid-request", "title": "I", "status": 400, "errors": ["a", "b"]}).encode())
+    assert isinstance(ir, f.InvalidRequestError) and ir.errors == ["a", "b"]
+    hn = f.problem_from_answer(409, None, json.dumps({"type": "tag:ferrymeter.dev,2026:problem:hold-not-running", "title": "H", "status": 409, "holdStatus": "SETTLED"}).encode())
+    assert isinstance(hn, f.HoldNotRunningError) and hn.hold_status == "SETTLED"
+    tea = f.problem_from_answer(418, None, json.dumps({"type": "tag:ferrymeter.dev,2026:problem:teapot", "title": "T", "status": 418, "spout": 1}).encode())
+    assert type(tea) is f.ProblemError and tea.kind == "teapot" and tea.extensions["spout"] == 1
+    html = f.problem_from_answer(502, None, b"<html>bad gateway</html>")
+    assert type(html) is f.ProblemError and html.status == 502 and html.kind == ""
+
+
+def test_config_refused():
+    with pytest.raises(ValueError):
+        f.Client("127.0.0.1:8080", "k")
+    with pytest.raises(ValueError):
+        f.Client("http://x", "")
+
+
+class Recorder:
+    """A batch route that queues everything (after `gate`, if set) and records each batch."""
+
+    def __init__(self, fail=None, gate=None):
+        self.batches, self.fail, self.gate = [], fail, gate
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        if self.gate is not None:
+            self.gate.wait()
+        batch = json.loads(request.content)
+        with self.lock:
+            self.batches.append(batch)
+            n = len(self.batches)
+        if self.fail and (r := self.fail(batch, n)):
+            return r(request)
+        return httpx.Response(202, json={"results": [{"id": e["id"], "status": "queued"} for e in batch]})
+
+    def ids(self):
+        with self.lock:
+            return [e["id"] for b in self.batches for e in b]
+
+
+def test_batcher_flushes_at_size_then_close_sends_the_rest():
+    r = Recorder()
+    b = client(r, max_attempts=1).batcher(max_batch=10, max_age=3600)
+    for _ in range(25):
+        b.add({"source": "/t", "type": "t"})
+    deadline = time.monotonic() + 5
+    while len(r.ids()) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [len(x) for x in r.batches] == [10, 10]
+    b.close()
+    assert len(set(r.ids())) == 25
+    with pytest.raises(f.BatcherClosedError):
+        b.add({"source": "/t", "type": "t"})
+
+
+def test_batcher_flushes_at_age():
+    r = Recorder()
+    b = client(r).batcher(max_age=0.02)
+    event_id = b.add({"source": "/t", "type": "t"})
+    deadline = time.monotonic() + 5
+    while not r.ids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert r.ids() == [event_id]
+    b.close()
+
+
+def test_batcher_full_buffer_errors_or_blocks():
+    gate = threading.Event()
+    r = Recorder(gate=gate)
+    failing = client(r).batcher(max_batch=1, buffer=2, concurrency=1, overflow="error")
+    with pytest.raises(f.BufferFullError):
+        for _ in range(10):
+            failing.add({"source": "/t", "type": "t"})
+    blocking = client(r).batcher(max_batch=1, buffer=2, concurrency=1)
+    with pytest.raises(f.BufferFullError):
+        for _ in range(10):
+            blocking.add({"source": "/t", "type": "t"}, timeout=0.05)
+    gate.set()
+    failing.close()
+    blocking.close()
+
+
+def test_batcher_close_after_burst_sends_everything_once():
+    r = Recorder()
+    b = client(r).batcher(max_age=3600, buffer=500)
+    ids, lock = [], threading.Lock()
+
+    def worker():
+        for _ in range(250):
+            i = b.add({"source": "/t", "type": "t"})
+            with lock:
+                ids.append(i)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    b.close()
+    sent = r.ids()
+    assert len(sent) == 2000 and set(sent) == set(ids)
+
+
+def test_batcher_failures_named_exactly():
+    r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 2 else None)
+    seen = []
+    b = client(r, max_attempts=1).batcher(max_batch=5, max_age=3600, concurrency=1, on_failure=seen.extend)
+    for _ in range(15):
+        b.add({"source": "/t", "type": "t"})
+    with pytest.raises(f.BatchError) as e:
+        b.flush()
+    assert e.value.ids == [x["id"] for x in r.batches[1]] and all(isinstance(x.error, f.UnavailableError) for x in e.value.failed)
+    assert len(seen) == 5
+    b.close()
+
+
+def test_async_batcher_close_after_burst_and_failures():
+    async def run():
+        r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 1 else None)
+        c = f.AsyncClient("http://ferry.test", "fk_test", max_attempts=1, http_client=httpx.AsyncClient(transport=httpx.MockTransport(r)))
+        b = c.batcher(max_age=3600, max_batch=50)
+        ids = await asyncio.gather(*(b.add({"source": "/t", "type": "t"}) for _ in range(1000)))
+        with pytest.raises(f.BatchError) as e:
+            await b.close()
+        assert len(e.value.failed) == 50
+        assert sorted(r.ids()) == sorted(ids)
+    asyncio.run(run())
+
+
+def hold_routes(request):
+    path = request.url.path
+    if path == "/v1/holds":
+        return httpx.Response(201, json={"id": "hold_1", "key": "job", "feature": "tokens", "amount": 100, "used": 0, "status": "RUNNING", "leaseExpiresAt": "2026-11-30T00:00:00Z"})
+    if path.endswith("/charges"):
+        amount = json.loads(request.content)["amount"]
+        return httpx.Response(200, json={"charged": amount, "capped": False, "used": amount, "amount": 100, "status": "RUNNING", "leaseExpiresAt": "2026-11-30T00:00:00Z"})
+    return httpx.Response(200, json={"id": "hold_1", "status": "SETTLED", "charged": 40, "released": 60})
+
+
+def test_run_under_hold_charges_and_always_settles():
+    s = Script(hold_routes)
+    st = client(s).run_under_hold("job", "tokens", 100, lambda job: 40)
+    assert st.status == "SETTLED"
+    assert [r.url.path for r in s.requests] == ["/v1/holds", "/v1/holds/hold_1/charges", "/v1/holds/hold_1/settle"]
+
+    s = Script(hold_routes)
+    with pytest.raises(RuntimeError, match="model crashed"):
+        client(s).run_under_hold("job", "tokens", 100, lambda job: (_ for _ in ()).throw(RuntimeError("model crashed")))
+    assert [r.url.path for r in s.requests] == ["/v1/holds", "/v1/holds/hold_1/settle"]
+
+    s = Script(problem(402, "limit-reached", {"remaining": 5, "needed": 100}))
+    ran = []
+    with pytest.raises(f.LimitReachedError) as e:
+        client(s).run_under_hold("job", "tokens", 100, lambda job: ran.append(1) or 0)
+    assert e.value.remaining == 5 and not ran
+
+
+def test_async_run_under_hold_cancelled_still_settles():
+    async def run():
+        s = Script(hold_routes)
+        c = f.AsyncClient("http://ferry.test", "fk_test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(s)))
+        started = asyncio.Event()
+
+        async def job(j):
+            await j.charge("step-1", 40)
+            started.set()
+            await asyncio.sleep(3600)
+            return 40
+
+        task = asyncio.create_task(c.run_under_hold("job", "tokens", 100, job))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [r.url.path for r in s.requests] == ["/v1/holds", "/v1/holds/hold_1/charges", "/v1/holds/hold_1/settle"]
+    asyncio.run(run())
+
+
+def test_webhooks_library_signatures():
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    signer = Webhook(secret)
+    body = json.dumps({"type": "usage.threshold", "data": {"account": "acct_1", "percent": 80}})
+
+    def sign(at, payload):
+        return {"webhook-id": "msg_1", "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": signer.sign("msg_1", at, payload)}
+
+    v = f.WebhookVerifier(secret)
+    now = datetime.now(timezone.utc)
+    assert v.verify(body, sign(now, body)) == json.loads(body)
+    with pytest.raises(f.WebhookVerificationFailed):
+        v.verify(body.replace("acct_1", "acct_2"), sign(now, body))
+    with pytest.raises(f.WebhookVerificationFailed):
+        v.verify(body, sign(now - timedelta(minutes=10), body))
+    with pytest.raises(f.WebhookVerificationFailed):
+        f.WebhookVerifier("whsec_c2VjcmV0LW9mLWFub3RoZXItZW5kcG9pbnQ=").verify(body, sign(now, body))
+    with pytest.raises(ValueError):
+        f.WebhookVerifier("")
+
+
+def test_version_is_the_apis():
+    spec = (ROOT / "api/openapi.yaml").read_text()
+    pyproject = (ROOT / "sdk/python/pyproject.toml").read_text()
+    assert re.search(r"^  version: (\S+)$", spec, re.M).group(1) == f.VERSION
+    assert re.search(r'^version = "(\S+)"$', pyproject, re.M).group(1) == f.VERSION
+
+
+def test_async_close_sends_the_adds_waiting_for_room():
+    async def run():
+        sent, release = [], asyncio.Event()
+
+        async def handler(request):
+            await release.wait()
+            batch = json.loads(request.content)
+            sent.extend(e["id"] for e in batch)
+            return httpx.Response(202, json={"results": [{"id": e["id"], "status": "queued"} for e in batch]})
+
+        c = f.AsyncClient("http://ferry.test", "fk_test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+        b = c.batcher(max_batch=1, buffer=1, concurrency=1, max_age=3600)
+        adds = [asyncio.create_task(b.add({"source": "/t", "type": "t"})) for _ in range(6)]
+        await asyncio.sleep(0.05)  # one in flight, one in the buffer, the rest waiting for room
+        closing = asyncio.create_task(b.close())
+        await asyncio.sleep(0.05)
+        release.set()
+        await closing
+        # Bounded: an add whose event close left in the buffer would wait for room forever.
+        ids = await asyncio.wait_for(asyncio.gather(*adds), 5)
+        assert sorted(sent) == sorted(ids) and len(ids) == 6
+    asyncio.run(run())

@@ -1,0 +1,282 @@
+// Unit tests of the TypeScript client, run by node's test runner against the compiled library.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { Webhook } from "standardwebhooks";
+import {
+  FerryClient, Batcher, BatchError, BufferFullError, BatcherClosedError, ProblemError, LimitReachedError,
+  InvalidRequestError, RateLimitedError, HoldNotRunningError, UnavailableError, PROBLEM_KINDS, NetworkError,
+  WebhookVerifier, decide, problemFromAnswer, VERSION,
+} from "../dist/index.js";
+
+const problem = (status, kind, extra = {}, headers = {}) => () =>
+  new Response(JSON.stringify({ type: `tag:ferrymeter.dev,2026:problem:${kind}`, title: "t", status, detail: "d", ...extra }),
+    { status, headers: { "content-type": "application/problem+json", ...headers } });
+const json = (status, body) => () => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+const hangUp = () => { throw new TypeError("fetch failed: socket hang up"); };
+
+/** A fetch that answers with the next scripted answer and records every request. */
+function scripted(...answers) {
+  const requests = [];
+  const fetch = async (url, init) => {
+    // A copy: a client that changed its headers between attempts must show it here.
+    requests.push({ url, method: init.method, headers: { ...init.headers }, body: init.body });
+    const answer = answers[Math.min(requests.length - 1, answers.length - 1)];
+    return answer(url, init);
+  };
+  return { fetch, requests };
+}
+
+const client = (fetch, extra = {}) => new FerryClient({ baseUrl: "http://ferry.test", apiKey: "fk_test", fetch, baseWaitMs: 1, ...extra });
+
+test("sendEvent: retries lost answers, 502, 503, 500 and in-flight with the same id and key", async () => {
+  const s = scripted(hangUp, problem(502, "outcome-unknown", {}, { "retry-after": "0" }), problem(503, "unavailable", {}, { "retry-after": "0" }),
+    problem(500, "internal"), problem(409, "idempotency-in-flight", {}, { "retry-after": "0" }), json(202, { id: "x", status: "queued" }));
+  await client(s.fetch).sendEvent({ source: "/t", type: "api.call" });
+  assert.equal(s.requests.length, 6);
+  const first = JSON.parse(s.requests[0].body);
+  assert.match(first.id, /^evt_[a-z2-7]{26}$/);
+  assert.equal(first.specversion, "1.0");
+  for (const r of s.requests) {
+    assert.equal(r.body, s.requests[0].body);
+    assert.equal(r.headers["Idempotency-Key"], s.requests[0].headers["Idempotency-Key"]);
+    assert.ok(r.headers["User-Agent"].endsWith(`ferry-typescript/${VERSION}`));
+  }
+});
+
+test("two logical calls mint two Idempotency-Keys", async () => {
+  const s = scripted(json(202, { id: "e", status: "queued" }));
+  const c = client(s.fetch);
+  await c.sendEvent({ id: "e", source: "/t", type: "t" });
+  await c.sendEvent({ id: "e", source: "/t", type: "t" });
+  assert.notEqual(s.requests[0].headers["Idempotency-Key"], s.requests[1].headers["Idempotency-Key"]);
+});
+
+test("other 4xx are never retried", async () => {
+  for (const [status, kind] of [[400, "invalid-request"], [401, "unauthorized"], [402, "limit-reached"], [402, "account-inactive"], [404, "not-found"],
+    [409, "conflict"], [409, "hold-not-running"], [413, "too-large"], [422, "idempotency-key-reused"], [422, "key-reused"]]) {
+    const s = scripted(problem(status, kind));
+    await assert.rejects(client(s.fetch).reserveHold({ key: "k", feature: "tokens", amount: 1 }), (e) => e instanceof ProblemError && e.kind === kind);
+    assert.equal(s.requests.length, 1, `${kind} was retried`);
+  }
+});
+
+test("attempts are bounded and the last error is thrown", async () => {
+  const s = scripted(problem(503, "unavailable", {}, { "retry-after": "0" }));
+  await assert.rejects(client(s.fetch, { maxAttempts: 3 }).usage(), UnavailableError);
+  assert.equal(s.requests.length, 3);
+});
+
+test("a wait longer than maxWaitMs ends the call with the server's error", async () => {
+  const s = scripted(problem(429, "rate-limited", { retryAfter: 37 }, { "retry-after": "37" }));
+  await assert.rejects(client(s.fetch, { maxWaitMs: 1000 }).reserveHold({ key: "k", feature: "tokens", amount: 1 }),
+    (e) => e instanceof RateLimitedError && e.retryAfterSeconds === 37 && e.retryAfterMs === 37000);
+  assert.equal(s.requests.length, 1);
+});
+
+test("a timed-out attempt is retried", async () => {
+  // A real hung request keeps its socket (and so the event loop) alive; this stand-in does not,
+  // and AbortSignal.timeout's timer does not either.
+  const keepAlive = setInterval(() => {}, 1000);
+  const slow = (url, init) => new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(init.signal.reason)));
+  const s = scripted(slow, json(200, { feature: "events", cycle: "2026-11", limit: null, used: 1, held: 0, remaining: null, corrections: 0 }));
+  const u = await client(s.fetch, { timeoutMs: 30 }).usage();
+  clearInterval(keepAlive);
+  assert.equal(u.used, 1);
+  assert.equal(u.limit, null);
+});
+
+test("decide: exponential backoff with jitter, bounded, RateLimit-Reset honoured", () => {
+  const p = { maxAttempts: 4, baseWaitMs: 100, maxWaitMs: 2000 };
+  const net = new NetworkError("GET", "/v1/usage", new Error("reset"));
+  for (const attempt of [1, 2, 3]) {
+    const d = decide(p, attempt, net);
+    const step = Math.min(100 * 2 ** (attempt - 1), 2000);
+    assert.ok(d.retry && d.waitMs >= step / 2 && d.waitMs <= step, `attempt ${attempt}: ${JSON.stringify(d)}`);
+  }
+  assert.equal(decide(p, 4, net).retry, false);
+  const reset = problemFromAnswer(429, 1000, JSON.stringify({ type: "tag:ferrymeter.dev,2026:problem:busy", title: "b", status: 429 }));
+  const d = decide(p, 1, reset);
+  assert.ok(d.retry && d.waitMs >= 1000 && d.waitMs <= 1100);
+});
+
+test("problem kinds are the server's: its table and its golden answers", () => {
+  const table = readFileSync(new URL("../../../internal/platform/httpapi/problem.go", import.meta.url), "utf8");
+  const slugs = [...table.matchAll(/slug: "([a-z-]+)"/g)].map((m) => m[1]);
+  assert.ok(slugs.length > 0);
+  assert.deepEqual([...slugs].sort(), Object.keys(PROBLEM_KINDS).sort());
+  const golden = readFileSync(new URL("../../../testdata/golden/problems.golden", import.meta.url), "utf8").trim().split("\n");
+  for (const line of golden) {
+    const f = line.split("\t");
+    const retryAfter = JSON.parse(f[2]);
+    const err = problemFromAnswer(Number(f[1]), retryAfter ? Number(retryAfter) * 1000 : undefined, f[5]);
+    assert.ok(err instanceof PROBLEM_KINDS[err.kind], `${f[0]}: ${err.kind}`);
+    assert.notEqual(err.constructor, ProblemError, `${f[0]}: a known kind came back as a bare ProblemError`);
+    assert.equal(err.status, Number(f[1]));
+  }
+});
+
+test("extension members and unknown kinds", () => {
+  const lr = problemFromAnswer(402, undefined, JSON.stringify({ type: "tag:ferrymeter.dev,2026:problem:limit-reached", title: "L", status: 402, remaining: 68800, needed: 90000 }));
+  assert.ok(lr instanceof LimitReachedError && lr.remaining === 68800 && lr.needed === 90000);
+  const ir = problemFromAnswer(400, undefined, JSON.stringify({ type: "tag:ferrymeter.dev,2026:problem:invalid-request", title: "I", status: 400, errors: ["a", "b"] }));
+  assert.ok(ir instanceof InvalidRequestError && ir.errors.length === 2);
+  const hn = problemFromAnswer(409, undefined, JSON.stringify({ type: "tag:ferrymeter.dev,2026:problem:hold-not-running", title: "H", status: 409, holdStatus: "SETTLED" }));
+  assert.ok(hn instanceof HoldNotRunningError && hn.holdStatus === "SETTLED");
+  const tea = problemFromAnswer(418, undefined, JSON.stringify({ type: "tag:ferrymeter.dev,2026:problem:teapot", title: "T", status: 418, spout: 1 }));
+  assert.ok(tea.constructor === ProblemError && tea.kind === "teapot" && tea.extensions.spout === 1);
+  const html = problemFromAnswer(502, undefined, "<html>bad gateway</html>");
+  assert.ok(html.constructor === ProblemError && html.status === 502 && html.kind === "");
+});
+
+test("the constructor refuses a bad configuration", () => {
+  assert.throws(() => new FerryClient({ baseUrl: "127.0.0.1:8080", apiKey: "k" }));
+  assert.throws(() => new FerryClient({ baseUrl: "http://x", apiKey: "" }));
+});
+
+/** A client whose batch route queues everything (after `gate`, if set) and records the batches. */
+function batchRecorder({ fail, gate } = {}) {
+  const batches = [];
+  const fetch = async (url, init) => {
+    if (gate) await gate;
+    const batch = JSON.parse(init.body);
+    batches.push(batch);
+    const err = fail?.(batch, batches.length);
+    if (err) return err();
+    return json(202, { results: batch.map((e) => ({ id: e.id, status: "queued" })) })();
+  };
+  return { batches, c: client(fetch, { maxAttempts: 1 }) };
+}
+
+test("batcher: flushes at size, the rest on close", async () => {
+  const { batches, c } = batchRecorder();
+  const b = new Batcher(c, { maxBatch: 10, maxAgeMs: 3_600_000 });
+  for (let i = 0; i < 25; i++) await b.add({ source: "/t", type: "t" });
+  await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(batches.map((x) => x.length), [10, 10]);
+  await b.close();
+  assert.equal(new Set(batches.flat().map((e) => e.id)).size, 25);
+  await assert.rejects(b.add({ source: "/t", type: "t" }), BatcherClosedError);
+});
+
+test("batcher: flushes at age", async () => {
+  const { batches, c } = batchRecorder();
+  const b = new Batcher(c, { maxAgeMs: 20 });
+  const id = await b.add({ source: "/t", type: "t" });
+  await new Promise((r) => setTimeout(r, 80));
+  assert.equal(batches.flat()[0]?.id, id);
+  await b.close();
+});
+
+test("batcher: a full buffer errors or blocks, as the caller chose", async () => {
+  let open;
+  const gate = new Promise((r) => (open = r));
+  const { c } = batchRecorder({ gate });
+  const failing = new Batcher(c, { maxBatch: 1, buffer: 2, concurrency: 1, overflow: "error" });
+  let added = 0;
+  let err;
+  for (let i = 0; i < 10; i++) {
+    try { await failing.add({ source: "/t", type: "t" }); added++; } catch (e) { err = e; break; }
+  }
+  assert.ok(err instanceof BufferFullError && added <= 3, `after ${added}: ${err}`);
+  const blocking = new Batcher(c, { maxBatch: 1, buffer: 2, concurrency: 1 });
+  const adds = [];
+  for (let i = 0; i < 5; i++) adds.push(blocking.add({ source: "/t", type: "t" }));
+  const settled = await Promise.race([Promise.all(adds).then(() => "all"), new Promise((r) => setTimeout(() => r("waiting"), 50))]);
+  assert.equal(settled, "waiting");
+  open();
+  await Promise.all(adds);
+  await failing.close();
+  await blocking.close();
+});
+
+test("batcher: close after a burst sends everything once", async () => {
+  const { batches, c } = batchRecorder();
+  const b = new Batcher(c, { maxAgeMs: 3_600_000, buffer: 500 });
+  const ids = await Promise.all(Array.from({ length: 2000 }, () => b.add({ source: "/t", type: "t" })));
+  await b.close();
+  const sent = batches.flat().map((e) => e.id);
+  assert.equal(sent.length, 2000);
+  assert.deepEqual(new Set(sent), new Set(ids));
+});
+
+test("batcher: failures are named exactly, once", async () => {
+  const { batches, c } = batchRecorder({ fail: (batch, n) => (n === 2 ? problem(503, "unavailable") : undefined) });
+  let background = 0;
+  const b = new Batcher(c, { maxBatch: 5, maxAgeMs: 3_600_000, concurrency: 1, onFailure: (f) => (background += f.length) });
+  for (let i = 0; i < 15; i++) await b.add({ source: "/t", type: "t" });
+  await assert.rejects(b.flush(), (e) => e instanceof BatchError && e.failed.length === 5 && e.failed.every((f) => f.error instanceof UnavailableError)
+    && JSON.stringify(e.ids) === JSON.stringify(batches[1].map((x) => x.id)));
+  assert.equal(background, 5);
+  await b.close();
+});
+
+test("runUnderHold: charges what the job reports, settles on success, error and abort", async () => {
+  const routes = (url, init) => {
+    const path = new URL(url).pathname;
+    if (path === "/v1/holds") return json(201, { id: "hold_1", key: "job", feature: "tokens", amount: 100, used: 0, status: "RUNNING", leaseExpiresAt: "2026-11-30T00:00:00Z" })();
+    if (path.endsWith("/charges")) {
+      const amount = JSON.parse(init.body).amount;
+      return json(200, { charged: amount, capped: false, used: amount, amount: 100, status: "RUNNING", leaseExpiresAt: "2026-11-30T00:00:00Z" })();
+    }
+    return json(200, { id: "hold_1", status: "SETTLED", charged: 40, released: 60 })();
+  };
+  const paths = (s) => s.requests.map((r) => new URL(r.url).pathname);
+
+  let s = scripted(routes);
+  const st = await client(s.fetch).runUnderHold({ key: "job", feature: "tokens", amount: 100 }, async () => 40);
+  assert.equal(st.status, "SETTLED");
+  assert.deepEqual(paths(s), ["/v1/holds", "/v1/holds/hold_1/charges", "/v1/holds/hold_1/settle"]);
+
+  s = scripted(routes);
+  await assert.rejects(client(s.fetch).runUnderHold({ key: "job", feature: "tokens", amount: 100 }, async () => { throw new Error("model crashed"); }), /model crashed/);
+  assert.deepEqual(paths(s), ["/v1/holds", "/v1/holds/hold_1/settle"]);
+
+  s = scripted(routes);
+  const ac = new AbortController();
+  await assert.rejects(client(s.fetch).runUnderHold({ key: "job", feature: "tokens", amount: 100 }, async (job) => {
+    await job.charge("step-1", 40);
+    ac.abort(new Error("cancelled"));
+    throw job.signal.reason;
+  }, { signal: ac.signal }), /cancelled/);
+  assert.deepEqual(paths(s), ["/v1/holds", "/v1/holds/hold_1/charges", "/v1/holds/hold_1/settle"]);
+
+  s = scripted(problem(402, "limit-reached", { remaining: 5, needed: 100 }));
+  let ran = false;
+  await assert.rejects(client(s.fetch).runUnderHold({ key: "job", feature: "tokens", amount: 100 }, async () => { ran = true; return 0; }),
+    (e) => e instanceof LimitReachedError && e.remaining === 5);
+  assert.equal(ran, false);
+});
+
+test("webhooks: signatures made by the Standard Webhooks library verify; tampering does not", () => {
+  const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  const signer = new Webhook(secret);
+  const body = JSON.stringify({ type: "usage.threshold", data: { account: "acct_1", percent: 80 } });
+  const sign = (at, payload) => ({ "webhook-id": "msg_1", "webhook-timestamp": String(Math.floor(at.getTime() / 1000)), "webhook-signature": signer.sign("msg_1", at, payload) });
+  const v = new WebhookVerifier(secret);
+  assert.deepEqual(v.verify(body, sign(new Date(), body)), JSON.parse(body));
+  assert.deepEqual(v.verify(body, new Headers(sign(new Date(), body))), JSON.parse(body));
+  assert.throws(() => v.verify(body.replace("acct_1", "acct_2"), sign(new Date(), body)));
+  assert.throws(() => v.verify(body, sign(new Date(Date.now() - 10 * 60_000), body)));
+  assert.throws(() => new WebhookVerifier("whsec_c2VjcmV0LW9mLWFub3RoZXItZW5kcG9pbnQ=").verify(body, sign(new Date(), body)));
+  assert.throws(() => new WebhookVerifier(""));
+});
+
+test("the library's version is the API's", () => {
+  const spec = readFileSync(new URL("../../../api/openapi.yaml", import.meta.url), "utf8");
+  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+  assert.equal(spec.match(/^  version: (\S+)$/m)[1], VERSION);
+  assert.equal(pkg.version, VERSION);
+});
+
+test("the library imports no Node.js built-in (it runs in browsers too)", () => {
+  const dist = new URL("../dist/", import.meta.url);
+  for (const name of readdirSync(dist).filter((f) => f.endsWith(".js"))) {
+    const code = readFileSync(new URL(name, dist), "utf8");
+    const imports = [...code.matchAll(/(?:from|import)\s*\(?\s*["']([^"']+)["']/g)].map((m) => m[1]);
+    for (const spec of imports) {
+      assert.ok(spec.startsWith("./") || spec === "standardwebhooks", `${name} imports ${spec}`);
+    }
+    assert.doesNotMatch(code, /\brequire\(|\bprocess\.|\bBuffer\b/, name);
+  }
+});
