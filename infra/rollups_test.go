@@ -12,7 +12,8 @@ import (
 
 // The rollups as deployed: minute items expire by their TTL attribute, hour items (which carry
 // none) are kept, the table has point-in-time recovery like every table of usage, and the api
-// function, which answers the usage query, reads it and cannot write it.
+// function, which answers the usage query, reads it and cannot write it; the worker, whose claims
+// carry the rollup writes, reads and writes it.
 func TestRollups_DeployedAsTheDefinitionsSay(t *testing.T) {
 	s := synthStage(t, prod)
 	if resources.RollupMinuteRetention < 31*24*time.Hour {
@@ -39,6 +40,14 @@ func TestRollups_DeployedAsTheDefinitionsSay(t *testing.T) {
 	for _, a := range actions {
 		if strings.Contains(a, "Put") || strings.Contains(a, "Update") || strings.Contains(a, "Delete") || strings.Contains(a, "Write") {
 			t.Errorf("the api function may %s the rollups; it only reads them", a)
+		}
+	}
+	// The worker's claim reads the rollup items it plans from and writes them in its transaction.
+	worker := refs(props(s.json["Resources"].(object)[functionID(t, s, resources.FunctionWorker)].(object))["Role"])[0]
+	workerActions := actionsOn(s.roleStatements(worker), rollups)
+	for _, want := range []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"} {
+		if !contains(workerActions, want) {
+			t.Errorf("the worker's actions on the rollups: %v; want %s among them", workerActions, want)
 		}
 	}
 }
