@@ -116,7 +116,7 @@ def main():
             FERRY_CONTRACT_ACCOUNT_ID=account_id,
             FERRY_CONTRACT_STRIPE_SECRET=stripe_secret,
             PYTHONPATH=HERE,
-            FERRY_CONTRACT_CATALOG=os.path.join(ROOT, "internal", "plans", "plans.json"),
+            FERRY_CONTRACT_CATALOG=os.path.join(ROOT, "internal", "accounts", "plans", "plans.json"),
         )
         seed = os.environ.get("FERRY_CONTRACT_SEED", "20261201")
         cmd = [
