@@ -53,6 +53,33 @@ func (e AccountStatus) Valid() bool {
 	}
 }
 
+// Defines values for Aggregation.
+const (
+	COUNT       Aggregation = "COUNT"
+	LATEST      Aggregation = "LATEST"
+	MAX         Aggregation = "MAX"
+	SUM         Aggregation = "SUM"
+	UNIQUECOUNT Aggregation = "UNIQUE_COUNT"
+)
+
+// Valid indicates whether the value is a known member of the Aggregation enum.
+func (e Aggregation) Valid() bool {
+	switch e {
+	case COUNT:
+		return true
+	case LATEST:
+		return true
+	case MAX:
+		return true
+	case SUM:
+		return true
+	case UNIQUECOUNT:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BatchItemResultStatus.
 const (
 	Duplicate BatchItemResultStatus = "duplicate"
@@ -471,6 +498,9 @@ type AccountWithKey struct {
 	StripeCustomerId *LinkedID     `json:"stripeCustomerId"`
 }
 
+// Aggregation How a meter combines the values of a cycle.
+type Aggregation string
+
 // BatchAccepted defines model for BatchAccepted.
 type BatchAccepted struct {
 	Results []BatchItemResult `json:"results"`
@@ -760,7 +790,16 @@ type EventStatus struct {
 	Cycle CycleLabel `json:"cycle"`
 	Id    string     `json:"id"`
 
-	// Reason Why a REJECTED or UNINSERTABLE event stopped.
+	// Meters What a billed event gave each meter it matched (the built-in events count included).
+	// A counted plan's and a capped plan's meters moved by these values; an internal
+	// account's consumed nothing.
+	Meters *[]MeterValue `json:"meters,omitempty"`
+
+	// Reason Why a REJECTED or UNINSERTABLE event stopped: the account's status, a cap
+	// ("monthly limit reached: tokens limit is 100000 (meter tokens has 99000 committed;
+	// this event needs 1532)"), or a value one of its meters could not read ("bad meter
+	// value: meter tokens: /tokens is 1.5, not an integer"). A REJECTED event moved none of
+	// its meters.
 	Reason *string `json:"reason,omitempty"`
 
 	// ReceivedAt When Ferry accepted the event.
@@ -888,6 +927,30 @@ type Limits map[string]*Limit
 // customer). Each id names at most one account: linking one that another account holds
 // is a 409.
 type LinkedID = string
+
+// MeterValue defines model for MeterValue.
+type MeterValue struct {
+	// Aggregation How a meter combines the values of a cycle.
+	Aggregation *Aggregation `json:"aggregation,omitempty"`
+
+	// Counted A UNIQUE_COUNT sighting counted by this event (the value's first in the cycle).
+	Counted *bool `json:"counted,omitempty"`
+
+	// Dimensions The meter's dimension values, by name; a dimension the event lacked is "".
+	Dimensions *map[string]string `json:"dimensions,omitempty"`
+
+	// Distinct A UNIQUE_COUNT meter's value, as rendered (a string as sent, an integer in decimal).
+	Distinct *string `json:"distinct,omitempty"`
+
+	// Feature The feature the meter moves (absent for a meter the plans no longer define).
+	Feature *string `json:"feature,omitempty"`
+
+	// Meter The meter's name in the plans file.
+	Meter string `json:"meter"`
+
+	// Value The event's value (SUM, MAX, LATEST), or 1 (COUNT, and a UNIQUE_COUNT sighting).
+	Value int `json:"value"`
+}
 
 // Page defines model for Page.
 type Page struct {
@@ -1150,6 +1213,11 @@ type UpdateAccountRequest struct {
 
 // Usage defines model for Usage.
 type Usage struct {
+	// Aggregation The meter's aggregation, which says what `used` is: the sum of the values (SUM), the
+	// number of events (COUNT), the largest value (MAX), the number of distinct values
+	// (UNIQUE_COUNT) or the latest value (LATEST).
+	Aggregation *Aggregation `json:"aggregation,omitempty"`
+
 	// Corrections The sum of the cycle's correction rows (±); the provider's meter holds used + corrections.
 	Corrections int `json:"corrections"`
 
@@ -1165,6 +1233,9 @@ type Usage struct {
 
 	// Limit The cycle's limit; for an allowance feature (credits), the sum of `grants`.
 	Limit *Limit `json:"limit"`
+
+	// Meter The meter that moves the feature, if one does (a feature only holds move has none).
+	Meter *string `json:"meter,omitempty"`
 
 	// Remaining What is left after used and held; null is unlimited.
 	Remaining *int `json:"remaining"`

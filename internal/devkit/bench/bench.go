@@ -62,7 +62,11 @@ const benchOperatorKey = "bench"
 // composeAll composes every Ferry function on names, by its builder from its entry, for a
 // benchmark to drive directly.
 func composeAll(names resources.Names, clients cloud.Clients, log *slog.Logger) (map[string]*compose.Function, error) {
-	cfg := compose.DefaultConfig()
+	return composeAllWith(compose.DefaultConfig(), names, clients, log)
+}
+
+// composeAllWith is composeAll on the catalog of cfg.
+func composeAllWith(cfg compose.Config, names resources.Names, clients cloud.Clients, log *slog.Logger) (map[string]*compose.Function, error) {
 	cfg.OperatorKey = benchOperatorKey
 	built, err := functions.Definitions().BuildAll(compose.Env{
 		Names: names, Clients: clients, Config: cfg, Log: log, Metrics: metrics.NewCounter(), Now: time.Now,

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/operator/figures"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
+	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
@@ -69,6 +71,9 @@ type phase struct {
 	invocation int
 	// once: no event is sent twice in this column, whatever the run's share of duplicates.
 	once bool
+	// meters: the events are LLM calls that move three meters (events, and two token sums with
+	// two dimensions each) on the bench's meters catalog, instead of the events count alone.
+	meters bool
 }
 
 // benchInvocation is the event source's batch in batch mode, as the CDK app configures it.
@@ -77,13 +82,15 @@ const benchInvocation = event.MaxPackedEvents
 // pipelinePhases are the run's columns, side by side on the same emulators: Ferry's per-event
 // design on the batch route and on the single-event route, batch mode on the batch route (100
 // events a request) and at 10 events a request (the figure the hot-account ceiling is measured
-// at), batch mode on the single-event route again with every event sent once (API Gateway, Lambda
+// at), batch mode on the batch route again with events that move three meters (the cost of
+// meters beside the events count), batch mode on the single-event route again with every event sent once (API Gateway, Lambda
 // and SQS bill every resend, so the route's floor depends on how often clients retry), and the
 // naive worker.
 var pipelinePhases = []phase{
 	{name: "per-event", request: benchIngestBatch, invocation: devstack.DefaultBatchSize},
 	{name: "batch", request: benchIngestBatch, pack: true, coalesce: true, invocation: benchInvocation},
 	{name: "batch/10", request: 10, pack: true, coalesce: true, invocation: benchInvocation},
+	{name: "batch/meters", request: benchIngestBatch, pack: true, coalesce: true, invocation: benchInvocation, meters: true},
 	{name: "single", request: 1, invocation: devstack.DefaultBatchSize},
 	{name: "single/batch", request: 1, pack: true, coalesce: true, invocation: benchInvocation},
 	{name: "single/once", request: 1, pack: true, coalesce: true, invocation: benchInvocation, once: true},
@@ -187,7 +194,13 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	}
 	defer func() { _ = devstack.Teardown(context.Background(), clients, names) }()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fns, err := composeAll(names, clients, log)
+	cfg := compose.DefaultConfig()
+	if ph.meters {
+		if cfg.Catalog, err = plans.Parse([]byte(benchMetersCatalog)); err != nil {
+			return res, fmt.Errorf("the bench's meters catalog: %w", err)
+		}
+	}
+	fns, err := composeAllWith(cfg, names, clients, log)
 	if err != nil {
 		return res, err
 	}
@@ -198,6 +211,10 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	}
 	ferry.Coalesce = ph.coalesce
 	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
+	if ph.meters {
+		// Capped, as the events count is, so the token meters' writes are the capped ones.
+		limits[benchTokensIn], limits[benchTokensOut] = plans.Max(benchTokenLimit), plans.Max(benchTokenLimit)
+	}
 	if _, _, err := api.Accounts.Create(ctx, accounts.CreateInput{ID: benchAccountID, Plan: plan, Limits: limits}); err != nil {
 		return res, err
 	}
@@ -236,14 +253,14 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 		batch := sends[start:min(start+ph.request, len(sends))]
 		res.requests++
 		if ph.request == 1 {
-			body, _ := json.Marshal(benchEvents(batch)[0])
+			body, _ := json.Marshal(benchEvents(batch, ph.meters)[0])
 			if _, err := ingest.Accept(ctx, acct, body); err != nil {
 				return res, fmt.Errorf("ingest: %w", err)
 			}
 			res.messages++
 			continue
 		}
-		body, _ := json.Marshal(benchEvents(batch))
+		body, _ := json.Marshal(benchEvents(batch, ph.meters))
 		if _, err := ingest.AcceptBatch(ctx, acct, body); err != nil {
 			return res, fmt.Errorf("ingest: %w", err)
 		}
@@ -297,7 +314,38 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	}
 	// What the pipeline did; the read-back below is the benchmark's own and is not counted.
 	res.calls, res.units, res.budgetTx, res.invoked = calls.Snapshot(), units.Snapshot(), int(budgetTx.Load()), int(invoked.Load())
-	return res, measureOutcome(ctx, &res, api, clients, names, ids)
+	if err := measureOutcome(ctx, &res, api, clients, names, ids); err != nil {
+		return res, err
+	}
+	if ph.meters {
+		return res, checkTokens(ctx, api, distinct)
+	}
+	return res, nil
+}
+
+// checkTokens holds the meters column to its events: each token meter must be the sum of the
+// distinct events' values, every resend moving nothing, or its figures measure a wrong pipeline.
+func checkTokens(ctx context.Context, api *apifn.Parts, distinct int) error {
+	want := map[string]int64{}
+	ids := make([]string, distinct)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("evt_%06d", i)
+	}
+	for _, ev := range benchEvents(ids, true) {
+		usage := ev["data"].(map[string]any)["usage"].(map[string]any)
+		want[benchTokensIn] += int64(usage["input_tokens"].(int))
+		want[benchTokensOut] += int64(usage["output_tokens"].(int))
+	}
+	for feature, w := range want {
+		tot, err := api.Usage.Read(ctx, benchAccountID, feature, time.Now().UTC().Format("2006-01"))
+		if err != nil {
+			return err
+		}
+		if tot.Used != w {
+			return fmt.Errorf("%s after the run is %d; the distinct events carry %d", feature, tot.Used, w)
+		}
+	}
+	return nil
 }
 
 // measureOutcome reads back what the phase left: the meter, ledger statuses, archive objects,
@@ -372,16 +420,56 @@ func budgetTransactions(n *atomic.Int64) func(*dynamodb.Options) {
 	}
 }
 
-func benchEvents(ids []string) []map[string]any {
+// benchEvents are the events of ids: plain API calls, or, for the meters column, LLM calls whose
+// token counts and model vary with the event (derived from its id, so a resend carries the same).
+func benchEvents(ids []string, meters bool) []map[string]any {
 	out := make([]map[string]any, len(ids))
 	for i, id := range ids {
 		out[i] = map[string]any{
 			"specversion": "1.0", "id": id, "source": "/bench", "type": "api.call", "time": "2026-11-30T12:00:00Z",
 			"data": map[string]any{"route": "/v1/things", "status": 200, "region": "eu-west-1"},
 		}
+		if meters {
+			n := benchEventNumber(id)
+			out[i]["type"], out[i]["source"] = "llm.call", "/api/chat"
+			out[i]["data"] = map[string]any{"model": benchModels[n%len(benchModels)], "region": "eu-west-1",
+				"usage": map[string]any{"input_tokens": 1000 + n%997, "output_tokens": 200 + n%97}}
+		}
 	}
 	return out
 }
+
+// The meters column's catalog: the events count, and input and output tokens summed by model and
+// region, on a capped plan.
+const (
+	benchTokensIn      = "tokens_in"
+	benchTokensOut     = "tokens_out"
+	benchTokenLimit    = 1 << 40
+	benchMetersCatalog = `{
+  "default": "free",
+  "features": { "events": {}, "tokens_in": {}, "tokens_out": {} },
+  "meters": {
+    "events": { "feature": "events", "aggregation": "COUNT" },
+    "tokens_in": { "match": { "type": "llm.call" }, "feature": "tokens_in", "value": "/usage/input_tokens",
+      "aggregation": "SUM", "dimensions": { "model": "/model", "region": "/region" } },
+    "tokens_out": { "match": { "type": "llm.call" }, "feature": "tokens_out", "value": "/usage/output_tokens",
+      "aggregation": "SUM", "dimensions": { "model": "/model", "region": "/region" } }
+  },
+  "plans": {
+    "free": { "tier": "capped", "monthlyMicros": 0,
+      "features": { "events": { "limit": 1000 }, "tokens_in": { "limit": 100000 }, "tokens_out": { "limit": 100000 } } }
+  }
+}`
+)
+
+// benchEventNumber is the number in a bench event's id (evt_000042 → 42).
+func benchEventNumber(id string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "evt_"))
+	return n
+}
+
+// benchModels are the model names the meters column's events carry.
+var benchModels = []string{"gpt-4", "small", "large"}
 
 // naiveWorker applies each delivery as it arrives: it moves the meter, archives and writes the
 // row, with no claim and no checkpoint. It is what Ferry is measured against: cheaper per

@@ -42,9 +42,7 @@ type MeterValue struct {
 // implicitEvents reports whether a reading is the built-in events count with no dimensions: every
 // billed entry moved it, so entries leave it out (the entry stays as small as before meters) and
 // readers add it back (Entry.MeterValues).
-func implicitEvents(r meter.Reading) bool {
-	return r.Meter == meter.EventsMeter && r.Feature == meter.FeatureEvents && r.Value == 1 && len(r.Group) == 0
-}
+func implicitEvents(r meter.Reading) bool { return r.BareCount() }
 
 // MeterValues are the values the entry's billed event gave its meters, the built-in events count
 // included (see implicitEvents); whether they moved a counter is the tier's (internal traffic

@@ -46,6 +46,12 @@ type Reading struct {
 	OrderKey string
 }
 
+// BareCount reports whether r is the built-in events count with no dimensions: the one reading
+// every billed event gives, which the per-event pipeline's counter moves by one without a unit.
+func (r Reading) BareCount() bool {
+	return r.Meter == EventsMeter && r.Feature == FeatureEvents && r.Aggregation == Count && r.Value == 1 && len(r.Group) == 0
+}
+
 // DistinctHash is the identity of a UNIQUE_COUNT reading's value within its meter: the key of
 // its marker.
 func (r Reading) DistinctHash() string { return DistinctHash(r.Distinct) }

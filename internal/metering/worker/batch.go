@@ -111,12 +111,12 @@ func unitID(msgs []queued) string {
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-// processBatch runs a packed message outside coalescing. A pack whose claim does not fit one
-// transaction (packed before units were bounded, or under a catalog whose meters, rollups
-// included, needed fewer items) runs in parts, as coalescing runs it (splitOversize); the message
-// is finished when every part is.
-func (w *Worker) processBatch(ctx context.Context, m event.Message, redelivered bool) (Result, error) {
-	q := queued{msg: m, raw: m.Raw, redelivered: redelivered}
+// processBatch runs message m alone as a unit, raw being the bytes its identity derives from. A
+// pack whose claim does not fit one transaction (packed before units were bounded, or under a
+// catalog whose meters, rollups included, needed fewer items) runs in parts, as coalescing runs
+// it (splitOversize); the message is finished when every part is.
+func (w *Worker) processBatch(ctx context.Context, m event.Message, raw []byte, redelivered bool) (Result, error) {
+	q := queued{msg: m, raw: raw, redelivered: redelivered}
 	for i, ev := range m.Events {
 		rs, _ := w.readings(ev, m.Envelopes[i])
 		q.reads = append(q.reads, rs)

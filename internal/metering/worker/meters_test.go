@@ -645,3 +645,34 @@ func TestMeters_UnitsBoundedByTheItemsTheirClaimNeeds(t *testing.T) {
 		t.Errorf("the redelivery made %d claim transactions", got)
 	}
 }
+
+// Without batch mode each single-event message runs alone; one whose event gives its meters more
+// than the events count runs as a unit of one, so its values move (or it is REJECTED with its
+// reason) exactly as in batch mode, and a redelivery moves nothing again.
+func TestMeters_PerEventMode_MeteredEventRunsAsAUnitOfOne(t *testing.T) {
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t)})
+	w := h.Worker().Worker
+	h.CreateAccount(t, "acct_pe", "free", nil)
+	ctx := context.Background()
+	good := single(t, h, "acct_pe", llmCall("evt_llm", 1532, 210))
+	for delivery := 0; delivery < 2; delivery++ {
+		if res, err := w.Process(ctx, good); err != nil || res.Final != ledger.Inserted {
+			t.Fatalf("delivery %d: %+v %v", delivery, res, err)
+		}
+	}
+	bad := single(t, h, "acct_pe", ev{id: "evt_bad", typ: "storage.sampled", data: map[string]any{"gb": 1.5}})
+	if res, err := w.Process(ctx, bad); err != nil || res.Final != ledger.Rejected {
+		t.Fatalf("bad value: %+v %v", res, err)
+	}
+	if e := entry(t, h, "acct_pe", "evt_bad"); !strings.Contains(e.Reason, "meter storage_gb: /gb is 1.5, not an integer") {
+		t.Fatalf("bad value's reason %q", e.Reason)
+	}
+	plain := single(t, h, "acct_pe", ev{id: "evt_plain", typ: "api.call", data: map[string]any{"kind": ""}})
+	if res, err := w.Process(ctx, plain); err != nil || res.Final != ledger.Inserted {
+		t.Fatalf("plain event: %+v %v", res, err)
+	}
+	want := map[string]int64{"events": 2, "tokens_in": 1532, "tokens_out": 210, "storage_gb": 0, "active_users": 0, "seats": 0}
+	if got := figures(t, h, "acct_pe"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("figures %v, want %v", got, want)
+	}
+}

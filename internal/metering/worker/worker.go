@@ -185,9 +185,31 @@ func (w *Worker) process(ctx context.Context, body string, redelivered bool) (Re
 		return Result{}, err
 	}
 	if m.Packed {
-		return w.processBatch(ctx, m, redelivered)
+		return w.processBatch(ctx, m, m.Raw, redelivered)
+	}
+	if w.metersBeyondCount(m) {
+		// A unit of one single message is named by the message's body, as in batch mode.
+		return w.processBatch(ctx, m, []byte(body), redelivered)
 	}
 	return w.processOne(ctx, m.Envelopes[0], m.Events[0], accounts.Account{}, nil)
+}
+
+// metersBeyondCount reports whether a single event gives its meters more than the built-in events
+// count — a value, a dimension, another meter — or a value that refuses it. The per-event
+// pipeline moves the events count alone, so such an event runs as a unit of one through the
+// batch pipeline, whose claim moves every meter (or rejects the event with its reason) in one
+// transaction; a redelivery reads the same event and takes the same path.
+func (w *Worker) metersBeyondCount(m event.Message) bool {
+	rs, err := w.readings(m.Events[0], m.Envelopes[0])
+	if err != nil {
+		return true
+	}
+	for _, r := range rs {
+		if !r.BareCount() {
+			return true
+		}
+	}
+	return false
 }
 
 // processOne runs one event through the per-event pipeline. acct is the account when the

@@ -880,9 +880,43 @@ export interface components {
              * @description When the event's usage was accepted by the meter (its billing checkpoint).
              */
             billingAcceptedAt?: string;
-            /** @description Why a REJECTED or UNINSERTABLE event stopped. */
+            /**
+             * @description Why a REJECTED or UNINSERTABLE event stopped: the account's status, a cap
+             *     ("monthly limit reached: tokens limit is 100000 (meter tokens has 99000 committed;
+             *     this event needs 1532)"), or a value one of its meters could not read ("bad meter
+             *     value: meter tokens: /tokens is 1.5, not an integer"). A REJECTED event moved none of
+             *     its meters.
+             */
             reason?: string;
+            /**
+             * @description What a billed event gave each meter it matched (the built-in events count included).
+             *     A counted plan's and a capped plan's meters moved by these values; an internal
+             *     account's consumed nothing.
+             */
+            meters?: components["schemas"]["MeterValue"][];
         };
+        MeterValue: {
+            /** @description The meter's name in the plans file. */
+            meter: string;
+            /** @description The feature the meter moves (absent for a meter the plans no longer define). */
+            feature?: string;
+            aggregation?: components["schemas"]["Aggregation"];
+            /** @description The event's value (SUM, MAX, LATEST), or 1 (COUNT, and a UNIQUE_COUNT sighting). */
+            value: number;
+            /** @description The meter's dimension values, by name; a dimension the event lacked is "". */
+            dimensions?: {
+                [key: string]: string;
+            };
+            /** @description A UNIQUE_COUNT meter's value, as rendered (a string as sent, an integer in decimal). */
+            distinct?: string;
+            /** @description A UNIQUE_COUNT sighting counted by this event (the value's first in the cycle). */
+            counted?: boolean;
+        };
+        /**
+         * @description How a meter combines the values of a cycle.
+         * @enum {string}
+         */
+        Aggregation: "SUM" | "COUNT" | "MAX" | "UNIQUE_COUNT" | "LATEST";
         /**
          * @description A billing cycle, named by the month it starts in.
          * @example 2026-11
@@ -890,6 +924,14 @@ export interface components {
         CycleLabel: string;
         Usage: {
             feature: string;
+            /** @description The meter that moves the feature, if one does (a feature only holds move has none). */
+            meter?: string;
+            /**
+             * @description The meter's aggregation, which says what `used` is: the sum of the values (SUM), the
+             *     number of events (COUNT), the largest value (MAX), the number of distinct values
+             *     (UNIQUE_COUNT) or the latest value (LATEST).
+             */
+            aggregation?: components["schemas"]["Aggregation"];
             cycle: components["schemas"]["CycleLabel"];
             /** @description The cycle's limit; for an allowance feature (credits), the sum of `grants`. */
             limit: components["schemas"]["Limit"];

@@ -307,6 +307,10 @@ class BatchAccepted(BaseModel):
     results: list[BatchItemResult]
 
 
+class Dimensions(RootModel[str]):
+    root: str = Field(..., max_length=64)
+
+
 class Grant(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
@@ -930,25 +934,35 @@ class AccountInactiveProblem(Problem):
     )
 
 
-class EventStatus(BaseModel):
+class MeterValue(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
     )
-    id: str
-    status: Literal["INSERTING", "INSERTED", "REJECTED", "UNINSERTABLE"]
-    cycle: str = Field(
-        ...,
-        description="A billing cycle, named by the month it starts in.",
-        examples=["2026-11"],
-        pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
-    )
-    receivedAt: AwareDatetime = Field(..., description="When Ferry accepted the event.")
-    billingAcceptedAt: AwareDatetime | None = Field(
+    meter: str = Field(..., description="The meter's name in the plans file.")
+    feature: str | None = Field(
         None,
-        description="When the event's usage was accepted by the meter (its billing checkpoint).",
+        description="The feature the meter moves (absent for a meter the plans no longer define).",
     )
-    reason: str | None = Field(
-        None, description="Why a REJECTED or UNINSERTABLE event stopped."
+    aggregation: Literal["SUM", "COUNT", "MAX", "UNIQUE_COUNT", "LATEST"] | None = (
+        Field(None, description="How a meter combines the values of a cycle.")
+    )
+    value: int = Field(
+        ...,
+        description="The event's value (SUM, MAX, LATEST), or 1 (COUNT, and a UNIQUE_COUNT sighting).",
+        ge=0,
+        le=9007199254740991,
+    )
+    dimensions: dict[str, Dimensions] | None = Field(
+        None,
+        description='The meter\'s dimension values, by name; a dimension the event lacked is "".',
+    )
+    distinct: str | None = Field(
+        None,
+        description="A UNIQUE_COUNT meter's value, as rendered (a string as sent, an integer in decimal).",
+    )
+    counted: bool | None = Field(
+        None,
+        description="A UNIQUE_COUNT sighting counted by this event (the value's first in the cycle).",
     )
 
 
@@ -957,6 +971,16 @@ class Usage(BaseModel):
         extra="ignore",
     )
     feature: str
+    meter: str | None = Field(
+        None,
+        description="The meter that moves the feature, if one does (a feature only holds move has none).",
+    )
+    aggregation: Literal["SUM", "COUNT", "MAX", "UNIQUE_COUNT", "LATEST"] | None = (
+        Field(
+            None,
+            description="The meter's aggregation, which says what `used` is: the sum of the values (SUM), the\nnumber of events (COUNT), the largest value (MAX), the number of distinct values\n(UNIQUE_COUNT) or the latest value (LATEST).\n",
+        )
+    )
     cycle: str = Field(
         ...,
         description="A billing cycle, named by the month it starts in.",
@@ -981,4 +1005,31 @@ class Usage(BaseModel):
     grants: list[Grant] | None = Field(
         None,
         description="An allowance feature's grant rows in the cycle, one per plan: the cycle's opening\n(the plan the account was on when the cycle was first needed) and a top-up for each\nplan entered or paid for. Each is written once, whoever writes it first.\n",
+    )
+
+
+class EventStatus(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    id: str
+    status: Literal["INSERTING", "INSERTED", "REJECTED", "UNINSERTABLE"]
+    cycle: str = Field(
+        ...,
+        description="A billing cycle, named by the month it starts in.",
+        examples=["2026-11"],
+        pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
+    )
+    receivedAt: AwareDatetime = Field(..., description="When Ferry accepted the event.")
+    billingAcceptedAt: AwareDatetime | None = Field(
+        None,
+        description="When the event's usage was accepted by the meter (its billing checkpoint).",
+    )
+    reason: str | None = Field(
+        None,
+        description='Why a REJECTED or UNINSERTABLE event stopped: the account\'s status, a cap\n("monthly limit reached: tokens limit is 100000 (meter tokens has 99000 committed;\nthis event needs 1532)"), or a value one of its meters could not read ("bad meter\nvalue: meter tokens: /tokens is 1.5, not an integer"). A REJECTED event moved none of\nits meters.\n',
+    )
+    meters: list[MeterValue] | None = Field(
+        None,
+        description="What a billed event gave each meter it matched (the built-in events count included).\nA counted plan's and a capped plan's meters moved by these values; an internal\naccount's consumed nothing.\n",
     )
