@@ -34,6 +34,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/corrections"
 	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
@@ -121,6 +122,87 @@ func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
 	}
 }
 
+// Every quantity a request takes is bounded in the document as the decoder bounds it: at most
+// 2^53−1 in magnitude (jsonbody.MaxInteger), or the field's own smaller bound. A schema-valid
+// number is never refused for its size, and a larger one is refused by both. (The webhook routes
+// take the providers' documents, which are not Ferry's quantities.)
+func TestOpenAPI_EveryQuantityARequestTakesIsBoundedAsTheDecoderBoundsIt(t *testing.T) {
+	doc := loadDoc(t)
+	limit := doc.Components.Schemas["Limit"].Value
+	if limit.Max == nil || *limit.Max != float64(plans.MaxLimit) || plans.MaxLimit != jsonbody.MaxInteger {
+		t.Errorf("Limit maximum %v, want %d", limit.Max, int64(plans.MaxLimit))
+	}
+	checked := 0
+	for _, r := range resources.Routes {
+		op := operation(doc, r.Method, r.Path)
+		if op == nil || op.RequestBody == nil || r.Auth == resources.WebhookSignature {
+			continue
+		}
+		for mt, content := range op.RequestBody.Value.Content {
+			walkIntegers(content.Schema, r.Key()+" "+mt, map[*openapi3.Schema]bool{}, func(where string, s *openapi3.Schema) {
+				checked++
+				if s.Max == nil || *s.Max > jsonbody.MaxInteger || s.Min == nil || *s.Min < -jsonbody.MaxInteger {
+					t.Errorf("%s: an integer from %v to %v; want both bounds within ±%d", where, s.Min, s.Max, int64(jsonbody.MaxInteger))
+				}
+			})
+		}
+	}
+	if checked < 8 {
+		t.Errorf("only %d integer fields found in request bodies", checked)
+	}
+}
+
+// walkIntegers calls f for every integer schema under ref.
+func walkIntegers(ref *openapi3.SchemaRef, where string, seen map[*openapi3.Schema]bool, f func(string, *openapi3.Schema)) {
+	if ref == nil || ref.Value == nil || seen[ref.Value] {
+		return
+	}
+	s := ref.Value
+	seen[s] = true
+	if s.Type != nil && s.Type.Includes(openapi3.TypeInteger) {
+		f(where, s)
+	}
+	for name, p := range s.Properties {
+		walkIntegers(p, where+"."+name, seen, f)
+	}
+	if s.AdditionalProperties.Schema != nil {
+		walkIntegers(s.AdditionalProperties.Schema, where+".*", seen, f)
+	}
+	walkIntegers(s.Items, where+"[]", seen, f)
+	for _, group := range [][]*openapi3.SchemaRef{s.AllOf, s.AnyOf, s.OneOf} {
+		for _, sub := range group {
+			walkIntegers(sub, where, seen, f)
+		}
+	}
+}
+
+// The rules on input that no schema keyword states, and the content coding rule, are stated
+// where a client reads them; every route that may take a body documents the 415, and the 415
+// says which codings are taken.
+func TestOpenAPI_StatesEmptyStringsTheIntegerBoundAndContentCodings(t *testing.T) {
+	doc := loadDoc(t)
+	for _, want := range []string{
+		`an empty string is never "not given"`, "9007199254740991 (2^53−1)", "`Accept-Encoding: identity`",
+		"more than 5 minutes in the future", "a Kinde token without `event_id` or `type`",
+	} {
+		if !strings.Contains(doc.Info.Description, want) {
+			t.Errorf("the description does not say %q", want)
+		}
+	}
+	resp := doc.Components.Responses["UnsupportedMediaType"].Value
+	if h := resp.Headers["Accept-Encoding"]; h == nil || h.Value.Schema.Value.Const != "identity" {
+		t.Error("the 415 answer does not document Accept-Encoding: identity")
+	}
+	for _, r := range resources.Routes {
+		if r.Method == http.MethodGet {
+			continue
+		}
+		if op := operation(doc, r.Method, r.Path); op == nil || op.Responses.Status(http.StatusUnsupportedMediaType) == nil {
+			t.Errorf("%s does not document 415", r.Key())
+		}
+	}
+}
+
 // A correction's reason is refused by the document exactly when the handler refuses it: blank
 // (Go's white space, the Unicode set) or holding a control character other than the line feed.
 func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
@@ -138,6 +220,32 @@ func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
 		handler := in.Validate(plans.Default()) == nil
 		if document := pattern.MatchString(text); document != handler {
 			t.Errorf("reason %q: the document accepts it %v, the handler %v", text, document, handler)
+		}
+	}
+}
+
+// A CloudEvent's id, type and subject are refused by the document exactly when the parser
+// refuses them for their characters: a control character anywhere, white space at either end
+// (Go's white space, the Unicode set), which the CloudEvents SDK would trim.
+func TestOpenAPI_StatesTheEventAttributeRuleOfTheCode(t *testing.T) {
+	doc := loadDoc(t)
+	props := doc.Components.Schemas["CloudEvent"].Value.Properties
+	candidates := []string{"ok", "a b", "\ufeffx", "x\ufeff", "é", "evt_1"}
+	for r := rune(0); r <= 0x3000; r++ {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			candidates = append(candidates, "x"+string(r), string(r)+"x", "x"+string(r)+"x")
+		}
+	}
+	for _, attr := range []string{"id", "type", "subject"} {
+		pattern := regexp.MustCompile(props[attr].Value.Pattern)
+		for _, text := range candidates {
+			ev := map[string]string{"specversion": "1.0", "id": "e", "source": "/s", "type": "t"}
+			ev[attr] = text
+			body, _ := json.Marshal(ev)
+			_, err := event.Parse(body)
+			if document, parser := pattern.MatchString(text), err == nil; document != parser {
+				t.Errorf("%s %q: the document accepts it %v, the parser %v (%v)", attr, text, document, parser, err)
+			}
 		}
 	}
 }
@@ -469,6 +577,14 @@ func wantKind(kind string) func(t *testing.T, c *conformanceRun, r exchangeResul
 	}
 }
 
+// wantCodingRefused checks the answer to a coded body: 415, saying which codings are taken.
+func wantCodingRefused(t *testing.T, c *conformanceRun, r exchangeResult) {
+	wantKind("unsupported-media-type")(t, c, r)
+	if got := r.header.Get("Accept-Encoding"); got != "identity" {
+		t.Errorf("Accept-Encoding %q, want identity", got)
+	}
+}
+
 func captureKey(id string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
 	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
 		var body struct{ APIKey string }
@@ -516,6 +632,16 @@ func conformanceTable() []exchange {
 			body: `{"id":"acct_9"}`, status: 401},
 		{name: "create, an invalid Idempotency-Key", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
 			idemKey: strings.Repeat("k", 256), body: `{"id":"acct_9"}`, status: 400, invalidRequest: true},
+		{name: "create, as text", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			contentType: "text/plain", body: `{"id":"acct_9"}`, status: 415, invalidRequest: true, after: wantKind("unsupported-media-type")},
+		{name: "create, gzip", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			header: http.Header{"Content-Encoding": {"gzip"}}, body: `{"id":"acct_9"}`, status: 415, after: wantCodingRefused},
+		{name: "create, an empty status", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_9","status":""}`, status: 400, invalidRequest: true},
+		{name: "create, a limit of 2^53", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_9","limits":{"tokens":9007199254740992}}`, status: 400, invalidRequest: true},
+		{name: "create, the largest limit", route: "POST /v1/accounts", path: "/v1/accounts", as: "operator",
+			body: `{"id":"acct_max","limits":{"tokens":9007199254740991}}`, status: 201},
 		{name: "read", route: "GET /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator", status: 200},
 		{name: "read, unknown", route: "GET /v1/accounts/{id}", path: "/v1/accounts/nobody", as: "operator", status: 404},
 		{name: "update", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator", idemKey: "patch-1",
@@ -526,6 +652,10 @@ func conformanceTable() []exchange {
 			body: `{"status":"inactive"}`, status: 404},
 		{name: "update, nothing to change", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
 			body: `{}`, status: 400, invalidRequest: true},
+		{name: "update, as text", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
+			contentType: "text/plain", body: `{"status":"inactive"}`, status: 415, invalidRequest: true},
+		{name: "update, an empty plan", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
+			body: `{"plan":""}`, status: 400, invalidRequest: true},
 
 		// Events.
 		{name: "event", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-1",

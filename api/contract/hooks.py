@@ -12,9 +12,9 @@
 
 Rules of the document that OpenAPI cannot state shape what is sent: plan and feature names
 are the catalog's, whole numbers are integer literals, an event uses one content mode, a list's
-cursor is one a list returned, a correction's cycle has started, and the reporting routes name
-the run's account (any other is a 404). Each operation gets the keys its `security` names, both
-in turn where it takes either, and a real key of the other kind must be a 401.
+cursor is one a list returned, a correction's cycle is one the account has had, and the reporting
+routes name the run's account (any other is a 404). Each operation gets the keys its `security`
+names, both in turn where it takes either, and a real key of the other kind must be a 401.
 
 The run (api/contract/run.py) passes the stack's address and both keys in the environment, and
 runs one worker so that the before-and-after reads see no other request's effect.
@@ -88,14 +88,14 @@ def _route(response):
 CATALOG = os.environ.get("FERRY_CONTRACT_CATALOG")
 
 
-def _cycles_until(now):
-    """A pattern of the cycle labels YYYY-MM from 0000-01 up to now's month."""
-    year, month = f"{now.tm_year:04d}", now.tm_mon
-    earlier = [year[:i] + f"[0-{int(year[i]) - 1}]" + "[0-9]" * (3 - i) for i in range(4) if year[i] != "0"]
-    months = "|".join(f"{m:02d}" for m in range(1, month + 1))
-    years = f"({'|'.join(earlier)})-(0[1-9]|1[0-2])" if earlier else None
-    this = f"{year}-({months})"
-    return "^(" + (years + "|" if years else "") + this + ")$"
+def _cycles_of_the_run(now):
+    """A pattern of the one cycle label YYYY-MM a correction of the run's account may name.
+
+    The run makes its account moments before the document is loaded, so the account's first
+    cycle is now's month: a correction for an earlier cycle is refused (the cycle ended before
+    the account existed), and one for a later cycle has not started.
+    """
+    return f"^{now.tm_year:04d}-{now.tm_mon:02d}$"
 
 
 @schemathesis.hook
@@ -120,9 +120,10 @@ def before_load_schema(context, raw_schema):
     schemas["Limits"]["propertyNames"] = {"enum": limited}
     schemas["CreateHoldRequest"]["properties"]["feature"]["enum"] = features
     schemas["CorrectionRequest"]["properties"]["feature"]["enum"] = features
-    # A correction's cycle must have started ("only usage that happened can be corrected"), which
-    # a schema cannot say of a clock: under test, the cycles up to the current month are written out.
-    schemas["CorrectionRequest"]["properties"]["cycle"] = {"type": "string", "pattern": _cycles_until(time.gmtime())}
+    # A correction's cycle must have started ("only usage that happened can be corrected") and must
+    # not have ended before the account existed, which a schema cannot say of a clock or of an
+    # account: under test, the one cycle the run's account has had is written out.
+    schemas["CorrectionRequest"]["properties"]["cycle"] = {"type": "string", "pattern": _cycles_of_the_run(time.gmtime())}
     # The reporting routes name an account in the body or the query; valid data names the
     # account the run made (any other valid id is a 404, as the document says, and stops there).
     schemas["CorrectionRequest"]["properties"]["account"] = {"enum": [ACCOUNT_ID]}
@@ -417,12 +418,17 @@ def _one_content_mode(case):
     the body). A JSON body is generated as the event, so its request is structured and loses any
     ce-* headers (binary mode would make the body the data, which the schema does not describe);
     a body of any other type is binary and gets the missing required attributes (a fresh id each
-    time).
+    time). Schemathesis also sends a body it generated from the `*/*` schema (binary mode's data:
+    `false`, `[]`) as application/json; a valid body that is no JSON object cannot be a
+    structured event, so it is binary too.
     """
     headers = case.headers if case.headers is not None else {}
     ce = [name for name in list(headers) if name.lower().startswith("ce-")]
     media = (case.media_type or "").split(";")[0].strip().lower()
-    if media in ("application/json", "application/cloudevents+json"):
+    meta = getattr(case, "meta", None)
+    negative_body = meta is not None and meta.is_negative_at(ParameterLocation.BODY)
+    structured = isinstance(case.body, dict) or negative_body
+    if media in ("application/json", "application/cloudevents+json") and structured:
         if ce:
             for name in ce:
                 del headers[name]

@@ -506,9 +506,6 @@ func (a *routes) redriveEvent(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.StrictQuery(r, nil); err != nil {
 		return err
 	}
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req redriveRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err

@@ -31,9 +31,6 @@ type reserveRequest struct {
 
 // reserveHold is POST /v1/holds: 201 for a new hold, 200 for the hold a repeated key names.
 func (a *routes) reserveHold(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req reserveRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
@@ -78,9 +75,6 @@ type chargeBody struct {
 
 // chargeHold is POST /v1/holds/{id}/charges.
 func (a *routes) chargeHold(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req chargeRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
@@ -110,9 +104,6 @@ type settleBody struct {
 
 // settleHold is POST /v1/holds/{id}/settle; the body is optional.
 func (a *routes) settleHold(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req settleRequest
 	if err := httpapi.DecodeOptionalJSON(r, &req); err != nil {
 		return err

@@ -60,9 +60,6 @@ type correctionBody struct {
 
 // postCorrection is POST /v1/usage/corrections: an append-only ± row in the corrected cycle.
 func (a *routes) postCorrection(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req correctionRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
@@ -101,9 +98,6 @@ type drainBody struct {
 
 // postReport is POST /v1/report: run the reporter now, then drain the Stripe outbox once.
 func (a *routes) postReport(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	if err := httpapi.DecodeOptionalEmpty(r); err != nil {
 		return err
 	}
@@ -145,9 +139,6 @@ type reconcileBody struct {
 // postReconcile is POST /v1/reconcile: reconcile one account (and cycle) now, or one page of
 // every account.
 func (a *routes) postReconcile(w http.ResponseWriter, r *http.Request) error {
-	if err := httpapi.CheckJSON(r); err != nil {
-		return err
-	}
 	var req reconcileRequest
 	if err := httpapi.DecodeOptionalJSON(r, &req); err != nil {
 		return err

@@ -91,15 +91,16 @@ func TestSendEvent_RetriesAfterLostAnswers_SameIDAndKeyEveryTime(t *testing.T) {
 		problemAnswer(503, "unavailable", "", "Retry-After", "0"),
 		problemAnswer(500, "internal", ""),
 		problemAnswer(409, "idempotency-in-flight", "", "Retry-After", "0"),
+		problemAnswer(408, "request-timeout", ""),
 		jsonAnswer(202, `{"id":"x","status":"queued"}`),
 	}}
-	c := newTestClient(t, s, Config{MaxAttempts: 6})
+	c := newTestClient(t, s, Config{MaxAttempts: 7})
 	if _, err := c.SendEvent(context.Background(), CloudEvent{Source: "/t", Type: "api.call"}); err != nil {
 		t.Fatal(err)
 	}
 	reqs := s.recorded()
-	if len(reqs) != 6 {
-		t.Fatalf("%d attempts, want 6", len(reqs))
+	if len(reqs) != 7 {
+		t.Fatalf("%d attempts, want 7", len(reqs))
 	}
 	var first CloudEvent
 	if err := json.Unmarshal(reqs[0].body, &first); err != nil || !strings.HasPrefix(first.Id, "evt_") {

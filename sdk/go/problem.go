@@ -41,6 +41,7 @@ const (
 	KindForbidden            Kind = "forbidden"
 	KindUnsupported          Kind = "unsupported"
 	KindBusy                 Kind = "busy"
+	KindRequestTimeout       Kind = "request-timeout"
 )
 
 // ProblemError is an RFC 9457 problem document Ferry answered, as an error. Every kind this client
@@ -167,6 +168,9 @@ type (
 	UnsupportedError struct{ *ProblemError }
 	// BusyError: as many runs as may run at once are running.
 	BusyError struct{ *ProblemError }
+	// RequestTimeoutError: the request's body did not arrive within the server's bound; nothing
+	// was done, and the client sends it again.
+	RequestTimeoutError struct{ *ProblemError }
 )
 
 // kinds maps each known kind to its error type.
@@ -217,6 +221,7 @@ var kinds = map[Kind]func(p *ProblemError) error{
 	KindForbidden:        func(p *ProblemError) error { return &ForbiddenError{p} },
 	KindUnsupported:      func(p *ProblemError) error { return &UnsupportedError{p} },
 	KindBusy:             func(p *ProblemError) error { return &BusyError{p} },
+	KindRequestTimeout:   func(p *ProblemError) error { return &RequestTimeoutError{p} },
 }
 
 // problemFromAnswer turns a non-2xx answer into the error of its kind. An answer that is not a

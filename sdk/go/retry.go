@@ -34,7 +34,8 @@ type decision struct {
 // a pure function of its inputs but for the jitter.
 //
 // Retried: no answer at all (a refused or reset connection, a timeout: the effect may or may not
-// have happened, and the call's identity makes sending it again safe); 429; every 5xx, 502
+// have happened, and the call's identity makes sending it again safe); 408 request-timeout (the
+// body did not reach the server in time, so nothing was done); 429; every 5xx, 502
 // outcome-unknown included; and 409 idempotency-in-flight, which is this call's own earlier
 // attempt still running under its key. Never retried: any other 4xx, which a retry would only
 // repeat.
@@ -47,6 +48,8 @@ func (p retryPolicy) decide(attempt int, o outcome) decision {
 	switch {
 	case errors.As(o.err, &netErr):
 		reason = "no answer"
+	case o.status == http.StatusRequestTimeout:
+		reason = "408"
 	case o.status == http.StatusTooManyRequests:
 		reason = "429"
 	case o.status >= 500:

@@ -270,6 +270,7 @@ func (e Provider) Valid() bool {
 const (
 	ReviewListEntriesReasonClosedCycleChanged      ReviewListEntriesReason = "closed_cycle_changed"
 	ReviewListEntriesReasonClosedCycleDrift        ReviewListEntriesReason = "closed_cycle_drift"
+	ReviewListEntriesReasonNegativeLedger          ReviewListEntriesReason = "negative_ledger"
 	ReviewListEntriesReasonOutboxRowAfterClose     ReviewListEntriesReason = "outbox_row_after_close"
 	ReviewListEntriesReasonOverBilledUncancellable ReviewListEntriesReason = "over_billed_uncancellable"
 )
@@ -280,6 +281,8 @@ func (e ReviewListEntriesReason) Valid() bool {
 	case ReviewListEntriesReasonClosedCycleChanged:
 		return true
 	case ReviewListEntriesReasonClosedCycleDrift:
+		return true
+	case ReviewListEntriesReasonNegativeLedger:
 		return true
 	case ReviewListEntriesReasonOutboxRowAfterClose:
 		return true
@@ -630,13 +633,13 @@ type CloudEvent struct {
 	Dataschema      *string `json:"dataschema,omitempty"`
 
 	// Id Unique per event for the account; sending it again moves nothing. At most 256 bytes
-	// of UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters),
-	// stored and answered exactly as sent.
+	// of UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters), no
+	// white space at either end, stored and answered exactly as sent.
 	Id          string      `json:"id"`
 	Source      string      `json:"source"`
 	Specversion interface{} `json:"specversion"`
 
-	// Subject If present, not empty.
+	// Subject If present, not empty, and no white space at either end.
 	Subject              *string                                    `json:"subject,omitempty"`
 	Time                 *time.Time                                 `json:"time,omitempty"`
 	Type                 string                                     `json:"type"`
@@ -844,7 +847,9 @@ type HoldStatus string
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
-// Limit A monthly maximum; null is unlimited.
+// Limit A monthly maximum; null is unlimited. At most 9007199254740991 (2^53−1), the largest
+// integer every store keeps exactly: a larger one is refused, never stored as another
+// number.
 type Limit = int
 
 // LimitReachedProblem defines model for LimitReachedProblem.
@@ -988,16 +993,22 @@ type ReconcileRequest struct {
 
 // ReconcileResult defines model for ReconcileResult.
 type ReconcileResult struct {
-	Account     AccountID        `json:"account"`
-	Checks      []ReconcileCheck `json:"checks"`
-	Corrections int              `json:"corrections"`
-	Counters    int              `json:"counters"`
+	Account AccountID        `json:"account"`
+	Checks  []ReconcileCheck `json:"checks"`
+
+	// Corrections The sum of the cycle's corrections; null when not measured.
+	Corrections *int `json:"corrections"`
+
+	// Counters What the usage counters hold; null when not measured.
+	Counters *int `json:"counters"`
 
 	// Cycle A billing cycle, named by the month it starts in.
 	Cycle   CycleLabel `json:"cycle"`
 	Error   *string    `json:"error,omitempty"`
 	Feature string     `json:"feature"`
-	Ledger  int        `json:"ledger"`
+
+	// Ledger The ledger's total for the cycle; null when the run did not measure it (`error` says why).
+	Ledger *int `json:"ledger"`
 
 	// Rebuilt Counter rows rebuilt from the ledger before comparing.
 	Rebuilt int `json:"rebuilt"`

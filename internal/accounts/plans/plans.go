@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 )
 
 //go:embed plans.json
@@ -50,18 +52,23 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 	return strconv.AppendInt(nil, l.Max, 10), nil
 }
 
-// UnmarshalJSON reads a non-negative integer or null.
+// MaxLimit is the largest finite limit: 2^53−1, the largest integer every store and JSON reader
+// keeps exactly (jsonbody.MaxInteger). A larger one would be stored or read back as another
+// number (2^53+1 as 2^53); an account that needs more is unlimited (null).
+const MaxLimit = jsonbody.MaxInteger
+
+// errLimit says what a limit may be, wherever one is read (a request, the plans file).
+var errLimit = fmt.Errorf("a limit is an integer from 0 to %d, or null (unlimited)", int64(MaxLimit))
+
+// UnmarshalJSON reads an integer from 0 to MaxLimit, or null.
 func (l *Limit) UnmarshalJSON(data []byte) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		*l = Unlimited
 		return nil
 	}
 	var n int64
-	if err := json.Unmarshal(data, &n); err != nil {
-		return errors.New("a limit is a non-negative integer or null")
-	}
-	if n < 0 {
-		return errors.New("a limit is a non-negative integer or null")
+	if err := json.Unmarshal(data, &n); err != nil || n < 0 || n > MaxLimit {
+		return errLimit
 	}
 	*l = Max(n)
 	return nil

@@ -33,6 +33,7 @@ func TestParse_RefusesInvalidCatalogs(t *testing.T) {
 		"no events":        `{"default":"a","plans":{"a":{"tier":"capped","features":{}}}}`,
 		"unknown field":    `{"default":"a","plans":{"a":{"tier":"capped","price":3,"features":{"events":{"limit":1}}}}}`,
 		"fractional limit": `{"default":"a","plans":{"a":{"tier":"capped","features":{"events":{"limit":1.5}}}}}`,
+		"a limit of 2^53":  `{"default":"a","plans":{"a":{"tier":"capped","features":{"events":{"limit":9007199254740992}}}}}`,
 	} {
 		if _, err := Parse([]byte(in)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -40,8 +41,26 @@ func TestParse_RefusesInvalidCatalogs(t *testing.T) {
 	}
 }
 
+// A finite limit is at most 2^53−1, the largest integer every store keeps exactly: one more
+// would be read back as another number.
+func TestLimit_AtMostTheLargestExactInteger(t *testing.T) {
+	if MaxLimit != 1<<53-1 {
+		t.Errorf("MaxLimit is %d, want 2^53−1", int64(MaxLimit))
+	}
+	for raw, ok := range map[string]bool{"9007199254740991": true, "9007199254740992": false, "9007199254740993": false, "9223372036854775807": false, "-1": false} {
+		var l Limit
+		err := json.Unmarshal([]byte(raw), &l)
+		if (err == nil) != ok {
+			t.Errorf("limit %s: err %v, want accepted %v", raw, err, ok)
+		}
+		if err != nil && err.Error() != "a limit is an integer from 0 to 9007199254740991, or null (unlimited)" {
+			t.Errorf("limit %s refused as %q", raw, err)
+		}
+	}
+}
+
 func TestLimit_JSONRoundTrip(t *testing.T) {
-	for _, l := range []Limit{Unlimited, Max(0), Max(40)} {
+	for _, l := range []Limit{Unlimited, Max(0), Max(40), Max(MaxLimit)} {
 		data, _ := json.Marshal(l)
 		var back Limit
 		if err := json.Unmarshal(data, &back); err != nil || back != l {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,29 @@ import (
 
 // maxGatewayBodyBytes is API Gateway's payload limit.
 const maxGatewayBodyBytes = 10 << 20
+
+// Bounds of ferry dev's HTTP servers (the gateway and the local stand-ins), so that no client
+// holds a connection for as long as it likes.
+const (
+	// RequestHeaderTimeout bounds the arrival of a request's head.
+	RequestHeaderTimeout = 10 * time.Second
+	// RequestReadTimeout bounds the arrival of a whole request, head and body: a client that
+	// sends its headers and then stalls the body is answered 408 when it runs out. A minute
+	// takes the largest body any route reads (a 1 MiB batch) over a link of 140 kbit/s, and the
+	// gateway's payload limit (10 MiB, API Gateway's) over 1.4 Mbit/s; locally, bodies arrive
+	// over loopback in milliseconds.
+	RequestReadTimeout = time.Minute
+	// IdleTimeout bounds how long a kept-alive connection waits for its next request.
+	IdleTimeout = 2 * time.Minute
+)
+
+// NewServer is ferry dev's HTTP server for h, with every read bounded: the head, the whole
+// request, and the wait between requests on a kept-alive connection.
+func NewServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler: h, ReadHeaderTimeout: RequestHeaderTimeout, ReadTimeout: RequestReadTimeout, IdleTimeout: IdleTimeout,
+	}
+}
 
 // Gateway plays API Gateway (HTTP API, payload format 2.0) in front of Lambda handlers: it routes
 // each request by the route table to its function, hands the function the same
@@ -88,7 +112,17 @@ func pathParams(path string) []string {
 func (g *Gateway) invoke(routeKey string, params []string, h httpapi.LambdaHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxGatewayBodyBytes+1))
-		if err != nil || len(body) > maxGatewayBodyBytes {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &netErr) && netErr.Timeout():
+			// The server's read bound (RequestReadTimeout) ran out while the body was still
+			// arriving: a client that sent its headers and then stalled.
+			writeProblem(w, httpapi.GatewayProblem(http.StatusRequestTimeout))
+			return
+		case err != nil:
+			writeProblem(w, httpapi.GatewayProblem(http.StatusBadRequest))
+			return
+		case len(body) > maxGatewayBodyBytes:
 			writeProblem(w, httpapi.GatewayProblem(http.StatusRequestEntityTooLarge))
 			return
 		}

@@ -140,3 +140,65 @@ func TestGateway_ItsOwnAnswersAreProblems(t *testing.T) {
 		t.Errorf("over the payload limit: %d %v %s", r.StatusCode, r.Header, data)
 	}
 }
+
+// Every read of ferry dev's servers is bounded: the head (as before), the whole request, and the
+// wait for the next request on a kept-alive connection. Before, a client could send its headers
+// and then hold the connection for as long as it liked by never finishing its body.
+func TestNewServer_BoundsEveryRead(t *testing.T) {
+	srv := devstack.NewServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout != 10*time.Second || srv.ReadTimeout != time.Minute || srv.IdleTimeout != 2*time.Minute {
+		t.Errorf("head %s, request %s, idle %s; want 10s, 1m, 2m", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.IdleTimeout)
+	}
+	if srv.ReadTimeout != devstack.RequestReadTimeout || srv.ReadHeaderTimeout != devstack.RequestHeaderTimeout || srv.IdleTimeout != devstack.IdleTimeout {
+		t.Error("the server does not use the named bounds")
+	}
+}
+
+// A client that sends its headers and part of its body, then stalls, is answered 408 (a problem
+// document) once the request's read bound runs out, and its connection is closed; the function
+// never runs. The bound is shortened here so that the test does not wait a minute.
+func TestGateway_ABodyThatStalls_Is408_TheFunctionNeverRuns(t *testing.T) {
+	handlers := map[string]httpapi.LambdaHandler{}
+	for _, f := range resources.Functions {
+		handlers[f.Name] = unreachable(t)
+	}
+	gw, err := devstack.NewGateway(resources.Routes, handlers, slogDiscard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 300 * time.Millisecond
+	srv := httptest.NewUnstartedServer(gw)
+	srv.Config = devstack.NewServer(gw)
+	srv.Config.ReadTimeout = bound
+	srv.Listener = devstack.ProblemListener(srv.Listener)
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	conn, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	// The headers promise 1,000 bytes; 10 arrive, then nothing.
+	if _, err := io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"specver"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != httpapi.ProblemContentType || !bytes.Contains(body, []byte("request-timeout")) {
+		t.Errorf("answered %d %q %s; want a 408 request-timeout problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if waited := time.Since(start); waited < bound {
+		t.Errorf("answered after %s, before the bound of %s ran out", waited, bound)
+	}
+	// The connection is closed: the rest of the body is never awaited.
+	if n, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the connection stayed open (read %d bytes)", n)
+	}
+}

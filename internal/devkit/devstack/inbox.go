@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/devkit/inboxfault"
 	signer "github.com/ferrymeter/ferry/internal/devkit/kindesigner"
@@ -55,7 +54,7 @@ func NewInboxDev(env compose.Settings, log *slog.Logger) (*InboxDev, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start the local Kinde signer: %w", err)
 		}
-		d.signer = &http.Server{Handler: sign.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		d.signer = NewServer(sign.Handler())
 		go func() { _ = d.signer.Serve(l) }()
 		url := "http://" + l.Addr().String()
 		d.Settings[resources.EnvKindeWebhookJWKSURL] = url + signer.JWKSPath

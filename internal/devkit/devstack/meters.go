@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	kindestandin "github.com/ferrymeter/ferry/internal/devkit/standin/kinde"
@@ -101,7 +100,7 @@ func serveLoopback(h http.Handler) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("start a stand-in: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := NewServer(h)
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), nil
 }

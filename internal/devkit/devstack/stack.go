@@ -184,7 +184,7 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.schedule(runCtx, sch) }()
 	}
-	s.server = &http.Server{Handler: RefuseUncleanPaths(s.Routes), ReadHeaderTimeout: 10 * time.Second}
+	s.server = NewServer(RefuseUncleanPaths(s.Routes))
 	s.URL = "http://" + listener.Addr().String()
 	s.wg.Add(1)
 	go func() {

@@ -63,17 +63,18 @@ func invalid(format string, args ...any) error {
 // wire is a CloudEvent in its JSON format, as the strict decoder reads it. Every other member is
 // an extension attribute.
 type wire struct {
-	SpecVersion     string                    `json:"specversion" jsonbody:"required"`
-	ID              string                    `json:"id" jsonbody:"required"`
-	Source          string                    `json:"source" jsonbody:"required"`
-	Type            string                    `json:"type" jsonbody:"required"`
-	Subject         *string                   `json:"subject"`
-	Time            *string                   `json:"time"`
-	DataContentType *string                   `json:"datacontenttype"`
-	DataSchema      *string                   `json:"dataschema"`
-	Data            jsontext.Value            `json:"data"`
-	DataBase64      *string                   `json:"data_base64"`
-	Extensions      map[string]jsontext.Value `json:",embed"`
+	SpecVersion     string         `json:"specversion" jsonbody:"required"`
+	ID              string         `json:"id" jsonbody:"required"`
+	Source          string         `json:"source" jsonbody:"required"`
+	Type            string         `json:"type" jsonbody:"required"`
+	Subject         *string        `json:"subject"`
+	Time            *string        `json:"time"`
+	DataContentType *string        `json:"datacontenttype"`
+	DataSchema      *string        `json:"dataschema"`
+	Data            jsontext.Value `json:"data"`
+	// An empty data_base64 is an event whose data is zero bytes, a value of its own.
+	DataBase64 *string                   `json:"data_base64" jsonbody:"empty"`
+	Extensions map[string]jsontext.Value `json:",embed"`
 }
 
 // Parse validates one event in its JSON format (structured mode).
@@ -267,6 +268,9 @@ func validExtensionName(name string) error {
 
 // checkString applies CloudEvents' String type: no control characters (U+0000–U+001F,
 // U+007F–U+009F) and no Unicode noncharacters. Surrogates and invalid UTF-8 never get this far.
+// A context attribute (required: it must not be empty) must not start or end with white space
+// either: the CloudEvents SDK trims id, type, subject and datacontenttype as it sets them, so
+// " evt_1" would be recorded and answered as "evt_1" — another value than was sent.
 func checkString(name, s string, required bool) error {
 	if required && s == "" {
 		return invalid("%s must be a non-empty string", name)
@@ -278,6 +282,9 @@ func checkString(name, s string, required bool) error {
 		if unicode.IsControl(r) || isNoncharacter(r) {
 			return invalid("%s must not contain control characters or Unicode noncharacters", name)
 		}
+	}
+	if required && strings.TrimSpace(s) != s {
+		return invalid("%s must not start or end with white space (it would be read as another value)", name)
 	}
 	return nil
 }

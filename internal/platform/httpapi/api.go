@@ -172,6 +172,9 @@ func (s *Server) dispatch(methods map[string]HandlerFunc, allowed []string) http
 			return Failure(problem.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path)).
 				Header("Allow", strings.Join(allowed, ", "))
 		}
+		if err := checkContentEncoding(r); err != nil {
+			return err
+		}
 		return h(w, r)
 	})
 }
@@ -183,6 +186,32 @@ func (s *Server) serve(h HandlerFunc) http.Handler {
 			writeProblem(w, r, s.log, err)
 		}
 	})
+}
+
+// maxCodingBytes bounds how much of a client's content coding a refusal repeats.
+const maxCodingBytes = 32
+
+// checkContentEncoding refuses a body in a content coding (gzip, br, deflate…): Ferry reads
+// bodies as sent and decodes none, so a coded body would be read as if it were plain bytes — or
+// its signature checked over bytes the provider never meant as the payload. It is answered 415
+// with Accept-Encoding: identity, the codings that are taken (RFC 9110 §15.5.16, RFC 7694 §3),
+// before anything reads the body: authentication by signature, the Idempotency-Key's claim, the
+// route. Neither Kinde nor Stripe codes the deliveries it sends.
+func checkContentEncoding(r *http.Request) error {
+	for _, value := range r.Header.Values("Content-Encoding") {
+		for _, coding := range strings.Split(value, ",") {
+			coding = strings.TrimSpace(coding)
+			if coding == "" || strings.EqualFold(coding, "identity") {
+				continue
+			}
+			if len(coding) > maxCodingBytes {
+				coding = coding[:maxCodingBytes] + "…"
+			}
+			return Failure(problem.UnsupportedMediaType, fmt.Sprintf("The body is sent in the content coding %q; Ferry reads bodies as sent (identity) and decodes none. Send it uncoded; nothing was done.", coding)).
+				Header("Accept-Encoding", "identity")
+		}
+	}
+	return nil
 }
 
 // covers reports what the authentication lacks to serve route.
@@ -363,10 +392,16 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
-// DecodeJSON reads a JSON object body with Ferry's one strict decoder (package jsonbody): exact
-// field names, no duplicate members, no unknown fields, required fields present and not null,
-// integers where the contract says integer, valid UTF-8. A refusal is a 400 that names the field.
+// DecodeJSON reads a JSON object body with Ferry's one strict decoder (package jsonbody): a body
+// declared as JSON (or not declared), exact field names, no duplicate members, no unknown fields,
+// required fields present and not null, no empty strings, integers where the contract says
+// integer and none above 2^53−1, valid UTF-8. A body declared as something else is a 415 (the
+// check lives here, where every JSON body is read, so no route can miss it); a refused body is a
+// 400 that names the field.
 func DecodeJSON(r *http.Request, into any) error {
+	if err := CheckJSON(r); err != nil {
+		return err
+	}
 	body, err := ReadBody(r, MaxJSONBodyBytes)
 	if err != nil {
 		return err

@@ -37,13 +37,18 @@ func RequestHeadProblem(status int) *Problem {
 }
 
 // GatewayProblem is an answer the gateway gives on its own: 404 for a path no route can have,
-// 413 for a body over API Gateway's payload limit, 500 for a function that failed to answer.
+// 408 for a body that did not arrive in time, 413 for a body over API Gateway's payload limit,
+// 400 for a body that could not be read otherwise, 500 for a function that failed to answer.
 func GatewayProblem(status int) *Problem {
 	switch status {
 	case http.StatusNotFound:
 		return NotFound("No route has this path: it is not in its clean form (no empty, . or .. segments).")
+	case http.StatusRequestTimeout:
+		return Failure(problem.RequestTimeout, "The request's body did not arrive in time: it stalled, or came too slowly. Nothing was done; send it again.")
 	case http.StatusRequestEntityTooLarge:
 		return Failure(problem.TooLarge, "The body is over the gateway's payload limit.")
+	case http.StatusBadRequest:
+		return Failure(problem.Invalid, "The request's body could not be read to its end (the connection broke, or the body is shorter than its Content-Length). Nothing was done.")
 	}
 	return Failure(problem.Internal, "")
 }

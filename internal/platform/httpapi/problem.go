@@ -81,6 +81,8 @@ var answers = map[problem.Kind]answer{
 	problem.Unsupported: {slug: "unsupported", title: "Not supported here", status: http.StatusNotImplemented},
 	// As many runs as may run at once are running (the console's labs).
 	problem.Busy: {slug: "busy", title: "Too many at once", status: http.StatusTooManyRequests, retryAfter: retryAfterBusy},
+	// A body that stalled past the server's bound (ferry dev's server; API Gateway in AWS).
+	problem.RequestTimeout: {slug: "request-timeout", title: "Request timeout", status: http.StatusRequestTimeout},
 }
 
 // internalDetail is the whole detail of a 500: its cause is logged, never shown.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
+	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 )
 
@@ -76,6 +78,16 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 		{"account inactive", fmt.Errorf("reserve: %w", accounts.ErrInactive)},
 		{"ingest outcome unknown", fmt.Errorf("%w: %v", ingest.ErrOutcomeUnknown, errors.New("checksum mismatch"))},
 		{"strict body", BadRequest(`"amount" is required`)},
+		{"strict body, a route without fields", strictRefusal(`{"all":true}`, &struct{}{})},
+		{"strict body, an empty string", strictRefusal(`{"cycle":""}`, &struct {
+			Cycle string `json:"cycle"`
+		}{})},
+		{"strict body, above 2^53-1", strictRefusal(`{"amount":9007199254740992}`, &struct {
+			Amount int64 `json:"amount"`
+		}{})},
+		{"content coding", checkContentEncoding(&http.Request{Header: http.Header{"Content-Encoding": {"gzip"}}})},
+		{"gateway request timeout", GatewayProblem(408)},
+		{"gateway body unreadable", GatewayProblem(400)},
 		{"request head", RequestHeadProblem(400)},
 		{"request head too large", RequestHeadProblem(431)},
 	}
@@ -109,6 +121,11 @@ func TestProblems_EveryKindAnswersAsTheGoldenFileSays(t *testing.T) {
 			t.Errorf("line %d:\n got %s\nwant %s", i+1, g, w)
 		}
 	}
+}
+
+// strictRefusal is the answer decodeJSON gives to a body the strict decoder refuses.
+func strictRefusal(body string, into any) error {
+	return BadRequest(jsonbody.Decode([]byte(body), into).Error())
 }
 
 // The table answers every kind, and no two kinds share a problem type unless they mean the same

@@ -93,8 +93,12 @@ func CheckJSON(r *http.Request) error {
 	return nil
 }
 
-// DecodeOptionalJSON is decodeJSON for a route whose body may be empty.
+// DecodeOptionalJSON is DecodeJSON for a route whose body may be left out: a body of nothing but
+// JSON's whitespace is no body. A body declared as something other than JSON is a 415 either way.
 func DecodeOptionalJSON(r *http.Request, into any) error {
+	if err := CheckJSON(r); err != nil {
+		return err
+	}
 	body, err := ReadBody(r, MaxJSONBodyBytes)
 	if err != nil {
 		return err

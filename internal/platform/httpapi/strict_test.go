@@ -158,6 +158,12 @@ func TestStrictDecoder_EveryRoute(t *testing.T) {
 			// a name in another case would be.)
 			cases = append(cases, struct{ name, body, want string }{"an unknown member", withMember(rt.valid, `"colour":"red"`), `"colour" is not a field of this request`})
 		}
+		if strings.HasPrefix(firstValue(t, rt.valid, rt.first), `"`) {
+			cases = append(cases, struct{ name, body, want string }{"an empty string", replaced(t, rt.valid, rt.first, `""`), "empty"})
+		}
+		if rt.integer != "" {
+			cases = append(cases, struct{ name, body, want string }{rt.integer + " 2^53", replaced(t, rt.valid, rt.integer, "9007199254740992"), "at most 9007199254740991"})
+		}
 		for _, req := range rt.required {
 			cases = append(cases, struct{ name, body, want string }{"without " + req, without(t, rt.valid, req), fmt.Sprintf("%q is required", req)})
 		}

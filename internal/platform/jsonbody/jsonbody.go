@@ -9,7 +9,16 @@
 //   - a member that is not a field of the request is refused, not ignored;
 //   - a field marked required must be present, and null is never taken for a value unless the
 //     field says so;
-//   - an integer field takes an integer literal only (not 7.5, 1e3 or "7").
+//   - an empty string is never taken for "not given": a string field that is sent must hold
+//     something (as a query parameter sent empty is refused), unless the field says "" is a
+//     value of its own;
+//   - an integer field takes an integer literal only (not 7.5, 1e3 or "7"), and no number in a
+//     request is larger in magnitude than MaxInteger (2^53−1), the largest integer every JSON
+//     reader and every store Ferry runs on keeps exactly (I-JSON, RFC 7493 §2.2).
+//
+// The last two rules apply at any depth of the request's own fields; they do not reach into a
+// field that keeps raw JSON (a CloudEvent's data, its extensions), whose values are the
+// client's data, not Ferry's fields.
 //
 // A refusal is an *Error whose message says, in Ferry's words, which field is wrong and how —
 // never the parser's internals or a slice of the body.
@@ -21,9 +30,11 @@ package jsonbody
 
 import (
 	"bytes"
+	jsonv1 "encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -39,7 +50,16 @@ const (
 	TagRequired = "required"
 	// TagNullable marks a field that may be null (its type decides what null means).
 	TagNullable = "nullable"
+	// TagEmpty marks a string field for which "" is a value of its own (base64 of no bytes),
+	// never "not given". Every other string field refuses "".
+	TagEmpty = "empty"
 )
+
+// MaxInteger is the largest magnitude of a number in a request: 2^53−1. Above it a JSON number
+// is no longer an exact integer for readers that hold numbers as IEEE 754 doubles (JavaScript,
+// the local DynamoDB emulator), so a quantity above it would be stored or shown as another
+// value (2^53+1 read back as 2^53). RFC 7493 (I-JSON) §2.2 sets the same bound.
+const MaxInteger = 1<<53 - 1
 
 // maxNameBytes bounds how much of a client's member name an error message repeats.
 const maxNameBytes = 64
@@ -92,18 +112,24 @@ func Decode(body []byte, v any) error {
 	if trimSpace(body)[0] != '{' {
 		return &Error{Reason: "the body must be a JSON object"}
 	}
-	fields, collects := fieldsOf(t.Elem())
-	if err := json.Unmarshal(body, v, json.RejectUnknownMembers(!collects)); err != nil {
+	fields, collector := fieldsOf(t.Elem())
+	if err := json.Unmarshal(body, v, json.RejectUnknownMembers(collector == nil)); err != nil {
 		return semanticProblem(err, fields)
 	}
-	return checkPresence(body, fields)
+	if err := checkPresence(body, fields); err != nil {
+		return err
+	}
+	return checkValues(body, t.Elem())
 }
 
 // field is what the decoder knows of one struct field.
 type field struct {
 	name     string
+	typ      reflect.Type
 	required bool
 	nullable bool
+	// empty: "" is a value of this field (TagEmpty).
+	empty bool
 }
 
 // fields are a request struct's fields in declaration order.
@@ -126,8 +152,9 @@ func (fs fields) names() string {
 	return strings.Join(names, ", ")
 }
 
-// fieldsOf lists a struct's fields; collects reports a field that collects the other members.
-func fieldsOf(t reflect.Type) (out fields, collects bool) {
+// fieldsOf lists a struct's fields, and the type of the field that collects the members no
+// other field names (nil if none: such members are refused).
+func fieldsOf(t reflect.Type) (out fields, collector reflect.Type) {
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		if !sf.IsExported() {
@@ -135,7 +162,10 @@ func fieldsOf(t reflect.Type) (out fields, collects bool) {
 		}
 		name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		if strings.Contains(","+opts+",", ",embed,") && (sf.Type.Kind() == reflect.Map || sf.Type == jsontextValue) {
-			collects = true
+			collector = sf.Type
+			if sf.Type.Kind() == reflect.Map {
+				collector = sf.Type.Elem()
+			}
 			continue
 		}
 		if name == "-" && opts == "" {
@@ -144,13 +174,15 @@ func fieldsOf(t reflect.Type) (out fields, collects bool) {
 		if name == "" {
 			name = sf.Name
 		}
-		f := field{name: name}
+		f := field{name: name, typ: sf.Type}
 		for _, opt := range strings.Split(sf.Tag.Get("jsonbody"), ",") {
 			switch opt {
 			case TagRequired:
 				f.required = true
 			case TagNullable:
 				f.nullable = true
+			case TagEmpty:
+				f.empty = true
 			case "":
 			default:
 				panic(fmt.Sprintf("jsonbody: field %s has an unknown option %q", sf.Name, opt)) // a programming error
@@ -158,7 +190,7 @@ func fieldsOf(t reflect.Type) (out fields, collects bool) {
 		}
 		out = append(out, f)
 	}
-	return out, collects
+	return out, collector
 }
 
 // checkPresence refuses a missing required field and a null where null is not a value. The
@@ -203,6 +235,115 @@ func checkPresence(body []byte, fs fields) error {
 	}
 }
 
+// checkValues applies the rules on values the Go types cannot state: no empty string where a
+// string field is sent, no number above MaxInteger in magnitude. It walks the body beside the
+// type it was decoded into, so that it knows, at every depth, which field a value is for and
+// skips what a field keeps as raw JSON. The body has passed Check and Unmarshal, so reading it
+// cannot fail.
+func checkValues(body []byte, t reflect.Type) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	return walkValue(dec, t, field{})
+}
+
+// walkValue checks the next value of dec, which is decoded into type t (nil when no Go type
+// says what it is, as inside a type that decodes itself: every rule applies there) for field f.
+func walkValue(dec *jsontext.Decoder, t reflect.Type, f field) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == jsontextValue || t == rawMessageV1 {
+		return dec.SkipValue() // the client's own data, kept as sent
+	}
+	switch dec.PeekKind() {
+	case '"':
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if tok.String() == "" && !f.empty {
+			return emptyString(pathOf(dec.StackPointer()), f)
+		}
+		return nil
+	case '0':
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		if n, _ := strconv.ParseFloat(string(raw), 64); math.Abs(n) > MaxInteger {
+			return outOfRange(pathOf(dec.StackPointer()))
+		}
+		return nil
+	case '{':
+		return walkObject(dec, t)
+	case '[':
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		for dec.PeekKind() != ']' {
+			if err := walkValue(dec, elem, field{}); err != nil {
+				return err
+			}
+		}
+		_, err := dec.ReadToken()
+		return err
+	}
+	return dec.SkipValue()
+}
+
+// walkObject checks an object's members, each for the field (or map element) it decodes into.
+func walkObject(dec *jsontext.Decoder, t reflect.Type) error {
+	var (
+		fs        fields
+		collector reflect.Type
+		elem      reflect.Type
+	)
+	switch {
+	case t != nil && t.Kind() == reflect.Struct:
+		fs, collector = fieldsOf(t)
+	case t != nil && t.Kind() == reflect.Map:
+		elem = t.Elem()
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		vt, vf := elem, field{}
+		if t != nil && t.Kind() == reflect.Struct {
+			if f, ok := fs.byName(tok.String()); ok {
+				vt, vf = f.typ, f
+			} else {
+				vt = collector
+			}
+		}
+		if err := walkValue(dec, vt, vf); err != nil {
+			return err
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
+}
+
+// emptyString refuses "" for a field that is sent: "" is never "not given".
+func emptyString(path string, f field) error {
+	if f.required {
+		return &Error{Field: path, Reason: fmt.Sprintf("%s is required and cannot be empty", quote(path))}
+	}
+	return &Error{Field: path, Reason: fmt.Sprintf("%s is empty; leave it out instead", quote(path))}
+}
+
+// outOfRange refuses a number above MaxInteger in magnitude.
+func outOfRange(path string) error {
+	return &Error{Field: path, Reason: fmt.Sprintf("%s is out of range: a number here is at most %d (2^53−1) in magnitude, the largest integer every JSON reader and store keeps exactly", quote(path), MaxInteger)}
+}
+
 // syntaxProblem explains a syntactic refusal.
 func syntaxProblem(err error, body []byte) error {
 	var se *jsontext.SyntacticError
@@ -235,6 +376,7 @@ func syntaxProblem(err error, body []byte) error {
 
 var (
 	jsontextValue = reflect.TypeFor[jsontext.Value]()
+	rawMessageV1  = reflect.TypeFor[jsonv1.RawMessage]()
 	unmarshalerV1 = reflect.TypeFor[json.Unmarshaler]()
 	unmarshalerV2 = reflect.TypeFor[json.UnmarshalerFrom]()
 )
@@ -248,7 +390,11 @@ func semanticProblem(err error, fs fields) error {
 	path := pathOf(se.JSONPointer)
 	if errors.Is(se.Err, json.ErrUnknownName) {
 		reason := fmt.Sprintf("%s is not a field of this request", quote(path))
-		if se.JSONPointer.Parent() == "" {
+		switch {
+		case se.JSONPointer.Parent() != "":
+		case len(fs) == 0:
+			reason += " (this request takes no fields)"
+		default:
 			reason += fmt.Sprintf(" (its fields are %s; names are case-sensitive)", fs.names())
 		}
 		return &Error{Field: path, Reason: reason}
@@ -261,7 +407,7 @@ func semanticProblem(err error, fs fields) error {
 		return &Error{Field: path, Reason: fmt.Sprintf("%s is not valid: %s", quote(path), se.Err.Error())}
 	}
 	if errors.Is(se.Err, strconv.ErrRange) {
-		return &Error{Field: path, Reason: fmt.Sprintf("%s is out of range for %s", quote(path), kindOf(se.GoType))}
+		return outOfRange(path)
 	}
 	return &Error{Field: path, Reason: fmt.Sprintf("%s must be %s", quote(path), kindOf(se.GoType))}
 }

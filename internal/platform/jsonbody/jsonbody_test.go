@@ -66,7 +66,20 @@ func TestDecode(t *testing.T) {
 		{"a whole fraction", `{"key":"s","amount":7.0}`, "amount", `"amount" must be an integer`},
 		{"an exponent", `{"key":"s","amount":1e3}`, "amount", `"amount" must be an integer`},
 		{"a quoted number", `{"key":"s","amount":"7"}`, "amount", `"amount" must be an integer`},
-		{"out of range", `{"key":"s","amount":99999999999999999999}`, "amount", `"amount" is out of range`},
+		{"out of range", `{"key":"s","amount":99999999999999999999}`, "amount", `"amount" is out of range: a number here is at most 9007199254740991 (2^53−1) in magnitude`},
+		{"the largest exact integer", `{"key":"s","amount":9007199254740991}`, "", ""},
+		{"the smallest exact integer", `{"key":"s","amount":-9007199254740991}`, "", ""},
+		{"2^53", `{"key":"s","amount":9007199254740992}`, "amount", `"amount" is out of range: a number here is at most 9007199254740991`},
+		{"2^53+1", `{"key":"s","amount":9007199254740993}`, "amount", `"amount" is out of range`},
+		{"below -(2^53-1)", `{"key":"s","amount":-9007199254740992}`, "amount", `"amount" is out of range`},
+		{"2^63-1", `{"key":"s","amount":9223372036854775807}`, "amount", `"amount" is out of range`},
+		{"a limit above 2^53-1, in a type that reads itself", `{"key":"s","amount":1,"limits":{"tokens":9007199254740993}}`, "limits.tokens", `"limits.tokens" is out of range`},
+		{"an empty required string", `{"key":"","amount":1}`, "key", `"key" is required and cannot be empty`},
+		{"an empty optional string", `{"key":"s","amount":1,"note":""}`, "note", `"note" is empty; leave it out instead`},
+		{"an empty nullable string", `{"key":"s","amount":1,"cleared":""}`, "cleared", `"cleared" is empty; leave it out instead`},
+		{"an empty nested string", `{"key":"s","amount":1,"nested":{"a":""}}`, "nested.a", `"nested.a" is empty`},
+		{"an empty string in a type that reads itself", `{"key":"s","amount":1,"limits":{"tokens":""}}`, "limits.tokens", `"limits.tokens" is not valid: a limit is a non-negative integer or null`},
+		{"whitespace is not empty", `{"key":" ","amount":1}`, "", ""},
 		{"a number for a string", `{"key":5,"amount":1}`, "key", `"key" must be a string`},
 		{"an array for an object", `{"key":"s","amount":1,"limits":[]}`, "limits", `"limits" must be an object`},
 		{"a type's own words", `{"key":"s","amount":1,"limits":{"events":-1}}`, "limits.events", `"limits.events" is not valid: a limit is a non-negative integer or null`},
@@ -114,11 +127,53 @@ func TestDecode(t *testing.T) {
 
 func TestDecode_KeepsValuesAsSent(t *testing.T) {
 	var r request
-	if err := jsonbody.Decode([]byte(`{"key":"caf\u00e9 😀 \ud83d\ude00","amount":9007199254740993}`), &r); err != nil {
+	if err := jsonbody.Decode([]byte(`{"key":"caf\u00e9 😀 \ud83d\ude00","amount":9007199254740991}`), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Key != "café 😀 😀" || r.Amount != 9007199254740993 {
+	if r.Key != "café 😀 😀" || r.Amount != 9007199254740991 {
 		t.Errorf("decoded %q %d", r.Key, r.Amount)
+	}
+}
+
+// The bound is 2^53−1 exactly: the largest integer an IEEE 754 double holds with every integer
+// below it.
+func TestMaxInteger_IsTheLargestExactDouble(t *testing.T) {
+	if jsonbody.MaxInteger != 9007199254740991 {
+		t.Errorf("MaxInteger is %d, want 2^53−1", jsonbody.MaxInteger)
+	}
+	if f := float64(jsonbody.MaxInteger); int64(f) != jsonbody.MaxInteger || int64(f+1) != jsonbody.MaxInteger+1 || int64(f+2) == jsonbody.MaxInteger+2 {
+		t.Error("2^53−1 and 2^53 are exact doubles and 2^53+1 is not; the bound is not where doubles stop being exact")
+	}
+}
+
+// A field that keeps raw JSON is the client's data: "" and large numbers there are values, and
+// a field tagged empty takes "" as a value of its own.
+func TestDecode_RawFieldsAndTheEmptyTagKeepTheirValues(t *testing.T) {
+	var ev struct {
+		ID         string                    `json:"id" jsonbody:"required"`
+		Data       jsontext.Value            `json:"data"`
+		DataBase64 *string                   `json:"data_base64" jsonbody:"empty"`
+		Other      map[string]jsontext.Value `json:",embed"`
+	}
+	body := `{"id":"a","data":{"s":"","n":99999999999999999999,"l":[""]},"data_base64":"","ext":""}`
+	if err := jsonbody.Decode([]byte(body), &ev); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if ev.DataBase64 == nil || *ev.DataBase64 != "" || string(ev.Other["ext"]) != `""` {
+		t.Errorf("decoded %+v", ev)
+	}
+	if err := jsonbody.Decode([]byte(`{"id":""}`), &ev); err == nil {
+		t.Error("an empty id was accepted beside a raw field")
+	}
+}
+
+// A request that takes no fields says so, instead of listing none.
+func TestDecode_ARequestWithoutFields(t *testing.T) {
+	var none struct{}
+	err := jsonbody.Decode([]byte(`{"all":true}`), &none)
+	var je *jsonbody.Error
+	if !errors.As(err, &je) || je.Reason != `"all" is not a field of this request (this request takes no fields)` {
+		t.Errorf("refused with %v", err)
 	}
 }
 

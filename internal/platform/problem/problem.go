@@ -72,6 +72,9 @@ const (
 	// Busy: the operation is bounded in how many may run at once, and that many are running;
 	// nothing was done, and a retry later can run.
 	Busy
+	// RequestTimeout: the request's body did not arrive within the server's bound; nothing was
+	// done. Send it again.
+	RequestTimeout
 
 	numKinds
 )
@@ -92,7 +95,7 @@ var kindNames = [numKinds]string{
 	LimitUnknown: "limit-unknown", RateLimited: "rate-limited", Unavailable: "unavailable", InFlight: "in-flight",
 	IdempotencyKeyReused: "idempotency-key-reused", HoldNotRunning: "hold-not-running", KeyReused: "key-reused",
 	AccountInactive: "account-inactive", OutcomeUnknown: "outcome-unknown", InvalidHeader: "invalid-header", SignatureInvalid: "signature-invalid",
-	Forbidden: "forbidden", Unsupported: "unsupported", Busy: "busy",
+	Forbidden: "forbidden", Unsupported: "unsupported", Busy: "busy", RequestTimeout: "request-timeout",
 }
 
 func (k Kind) String() string {

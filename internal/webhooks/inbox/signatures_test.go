@@ -86,8 +86,7 @@ func TestKindeWebhook_UnverifiableStoresNothing(t *testing.T) {
 		{"sent in the future", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("timestamp", kindeTime(now.Add(time.Hour)))), "future"},
 		{"no timestamp", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("timestamp", nil)), "timestamp"},
 		{"a timestamp it can only read by rounding", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("timestamp", "2026-11-15T12:00:00.1234567891Z")), "timestamp"},
-		{"no event_id", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("event_id", nil)), "event_id"},
-		{"no type", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("type", nil)), "type"},
+		{"no event_id, and sent 72 hours ago: the replay is what is refused", forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with2(with, "event_id", nil, "timestamp", kindeTime(now.Add(-73*time.Hour)))), "replays"},
 		{"not a JWT", "this is not a token", "well-formed"},
 		{"two segments", parts[0] + "." + parts[1], "well-formed"},
 		{"an empty body", "", "empty"},
@@ -107,6 +106,57 @@ func TestKindeWebhook_UnverifiableStoresNothing(t *testing.T) {
 	late := forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), kid, with("timestamp", kindeTime(now.Add(-71*time.Hour))))
 	if r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(late), "Content-Type", "application/jwt"); r.Status != http.StatusOK {
 		t.Errorf("a 71-hour-old token: %d %s; want 200", r.Status, r.Body)
+	}
+}
+
+// with2 changes two claims.
+func with2(with func(string, any) map[string]any, k1 string, v1 any, k2 string, v2 any) map[string]any {
+	c := with(k1, v1)
+	if v2 == nil {
+		delete(c, k2)
+	} else {
+		c[k2] = v2
+	}
+	return c
+}
+
+// A token Kinde signed, sent now, that is not an event Ferry can store — no event_id (its dedupe
+// key), an empty one or one that is no id, no type — is answered 400, as Stripe's route answers a signed
+// event without an id: the signature verified, so it is not a 401. Nothing is stored, and it is
+// not counted as a refused signature.
+func TestKindeWebhook_SignedWithoutEventIDOrTypeIs400(t *testing.T) {
+	h := newHarness(t)
+	h.account(t, "acct_1", "customer_1", "")
+	sign := h.Signer(t)
+	now := h.Clock.Now()
+	e := kindeEvent{id: "event_1", typ: "customer.plan_changed", at: now.Add(-time.Minute), customer: "customer_1", plan: "customer_pro_plan"}
+	for _, c := range []struct {
+		name, claim string
+		value       any
+		reason      string
+	}{
+		{"no event_id", "event_id", nil, "no usable event_id"},
+		{"an empty event_id", "event_id", "", "no usable event_id"},
+		{"an event_id that is no id", "event_id", "event 1\n", "no usable event_id"},
+		{"no type", "type", nil, "no type claim"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			claims := e.claims(now)
+			if c.value == nil {
+				delete(claims, c.claim)
+			} else {
+				claims[c.claim] = c.value
+			}
+			r := h.send(t, http.MethodPost, "/v1/webhooks/kinde", []byte(forge(t, jwt.SigningMethodRS256, sign.PrivateKey(), sign.KeyID(), claims)), "Content-Type", "application/jwt")
+			if r.Status != http.StatusBadRequest || r.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(string(r.Body), "invalid-request") || !strings.Contains(string(r.Body), c.reason) {
+				t.Errorf("%d %s; want 400 invalid-request saying %q", r.Status, r.Body, c.reason)
+			}
+		})
+	}
+	h.assertNothingStored(t)
+	if got := h.Counter.Get(metrics.WebhooksRefused); got != 0 {
+		t.Errorf("WebhooksRefused %d: a signed token was counted as a refused signature", got)
 	}
 }
 
@@ -154,6 +204,8 @@ func TestStripeWebhook_UnverifiableStoresNothing(t *testing.T) {
 		{"a malformed header", "t=not-a-time,v1=abc", "malformed"},
 		{"another endpoint's secret", stripewebhook.Sign(body, "whsec_other", now), "no v1 signature"},
 		{"a stale timestamp", stripewebhook.Sign(body, apptest.StripeSecret, now.Add(-6*time.Minute)), "more than 5m0s old"},
+		{"a timestamp an hour ahead", stripewebhook.Sign(body, apptest.StripeSecret, now.Add(time.Hour)), "in the future"},
+		{"a timestamp a year ahead", stripewebhook.Sign(body, apptest.StripeSecret, now.AddDate(1, 0, 0)), "in the future"},
 		{"a v0 signature only", "t=" + itoa(now.Unix()) + ",v0=" + strings.Repeat("ab", 32), "no v1 signature"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -86,6 +86,22 @@ func (e *AmbiguousClaimsError) Public() problem.Public {
 	return problem.Public{Detail: "The delivery was not stored: the token's claims are not strict JSON (" + e.Reason + ")."}
 }
 
+// NotAnEventError is a correctly signed, current token that is not a Kinde event Ferry can store:
+// it has no usable event_id (the dedupe key) or no type. The signature verified, so this is not
+// a 401: it is answered 400, as Stripe's route answers a signed event without an id, and nothing
+// is stored.
+type NotAnEventError struct{ Reason string }
+
+func (e *NotAnEventError) Error() string { return "Kinde token that is not an event: " + e.Reason }
+
+// Kind implements problem.Error.
+func (e *NotAnEventError) Kind() problem.Kind { return problem.Invalid }
+
+// Public implements problem.Describer.
+func (e *NotAnEventError) Public() problem.Public {
+	return problem.Public{Detail: "The delivery was not stored: it is not a Kinde event Ferry stores (" + e.Reason + ")."}
+}
+
 // ErrKeysUnavailable: Kinde's keys could not be fetched at all, so no delivery can be verified
 // now. It is answered 503: Ferry's failure, which Kinde's retries cover.
 var ErrKeysUnavailable = problem.New(problem.Unavailable, "the Kinde signing keys cannot be fetched",
@@ -214,8 +230,9 @@ type Verified struct {
 }
 
 // Verify checks a token: well formed, RS256, signed by a key of the JWKS, within its exp and
-// nbf if it has them, with an event id and type, and a timestamp no older than ReplayWindow and
-// not in the future.
+// nbf if it has them, and a timestamp no older than ReplayWindow and not more than MaxClockSkew
+// in the future (else *UnverifiableError, 401); then claims that are strict JSON with an event
+// id and a type (else *AmbiguousClaimsError or *NotAnEventError, 400).
 func (v *Verifier) Verify(ctx context.Context, body []byte) (Verified, error) {
 	raw := strings.TrimSpace(string(body))
 	if raw == "" {
@@ -236,12 +253,8 @@ func (v *Verifier) Verify(ctx context.Context, body []byte) (Verified, error) {
 		return Verified{}, &AmbiguousClaimsError{Reason: err.Error()}
 	}
 	kid, _ := token.Header["kid"].(string)
-	if !inbox.ValidEventID(c.EventID) {
-		return Verified{}, &UnverifiableError{Reason: "the token has no usable event_id claim"}
-	}
-	if c.Type == "" {
-		return Verified{}, &UnverifiableError{Reason: "the token has no type claim"}
-	}
+	// The token's age is part of verifying it (a replay is refused as unverifiable, 401); what
+	// it says is judged only once it verified (400, as for a Stripe event).
 	sent, err := inbox.ParseTime(c.Timestamp)
 	if err != nil {
 		return Verified{}, &UnverifiableError{Reason: "the token's timestamp claim cannot be read, so its age cannot be checked: " + err.Error()}
@@ -252,6 +265,12 @@ func (v *Verifier) Verify(ctx context.Context, body []byte) (Verified, error) {
 		return Verified{}, &UnverifiableError{Reason: fmt.Sprintf("the token was sent %s ago; tokens older than %s are refused as replays", age.Truncate(time.Minute), ReplayWindow)}
 	case -age > MaxClockSkew:
 		return Verified{}, &UnverifiableError{Reason: "the token's timestamp is in the future"}
+	}
+	if !inbox.ValidEventID(c.EventID) {
+		return Verified{}, &NotAnEventError{Reason: "the token has no usable event_id claim"}
+	}
+	if c.Type == "" {
+		return Verified{}, &NotAnEventError{Reason: "the token has no type claim"}
 	}
 	out := Verified{EventID: c.EventID, Type: c.Type, SentAt: sent, Payload: payload, KeyID: kid}
 	if t, ok := occurredAt(c.EventTimestamp, sent); ok {

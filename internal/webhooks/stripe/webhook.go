@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v85/webhook"
@@ -25,8 +27,16 @@ import (
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
-// Tolerance is how old a signature's timestamp may be.
-const Tolerance = webhook.DefaultTolerance
+// Limits of verification, with their units.
+const (
+	// Tolerance is how old a signature's timestamp may be (stripe-go checks it).
+	Tolerance = webhook.DefaultTolerance
+	// MaxClockSkew is how far in the future a signature's timestamp may be: clocks differ. It is
+	// Kinde's bound for a token's timestamp, so both providers' deliveries are dated alike.
+	// stripe-go checks only the past (time.Since(t) > Tolerance), so a signature dated days
+	// ahead would otherwise pass, and stay "fresh" for as long as its date lies ahead.
+	MaxClockSkew = 5 * time.Minute
+)
 
 // UnverifiableError is a delivery whose signature does not verify: answered 401, nothing stored.
 type UnverifiableError struct{ Reason string }
@@ -71,6 +81,9 @@ func (e *NotAnEventError) Public() problem.Public {
 type Verifier struct {
 	// Secret is the endpoint's signing secret (whsec_…).
 	Secret string
+	// Now is the clock a signature's timestamp is judged by (default time.Now, the clock
+	// stripe-go judges the past by).
+	Now func() time.Time
 }
 
 // Verified is a verified event: the fields the inbox stores it by, and the body as signed.
@@ -99,7 +112,17 @@ func (v Verifier) Verify(body []byte, signature string) (Verified, error) {
 		return Verified{}, &UnverifiableError{Reason: fmt.Sprintf("the signature's timestamp is more than %s old", Tolerance)}
 	case errors.Is(err, webhook.ErrNoValidSignature):
 		return Verified{}, &UnverifiableError{Reason: "no v1 signature in the Stripe-Signature header verifies"}
-	case err != nil:
+	}
+	// The signature verified, so its timestamp is Stripe's: one dated ahead of the clock by more
+	// than clocks differ is refused, as a Kinde token's is.
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	if signatureTime(signature).Sub(now()) > MaxClockSkew {
+		return Verified{}, &UnverifiableError{Reason: "the signature's timestamp is in the future"}
+	}
+	if err != nil {
 		// The signature verified (stripe-go checks it first); the body is not an event. The
 		// parser's message names Go types and offsets: it goes to the log, never the answer.
 		if cerr := jsonbody.Check(body); cerr != nil {
@@ -119,6 +142,21 @@ func (v Verifier) Verify(body []byte, signature string) (Verified, error) {
 		out.Created = t
 	}
 	return out, nil
+}
+
+// signatureTime reads the timestamp of a Stripe-Signature header as stripe-go reads it when it
+// verifies the signature (webhook.parseSignatureHeader, which is not exported): comma-separated
+// key=value pairs, the last t= wins, in seconds. It is called only for a header whose signature
+// verified, which stripe-go could read: this is the exact timestamp the verified HMAC covers.
+func signatureTime(header string) time.Time {
+	var at time.Time
+	for _, pair := range strings.Split(header, ",") {
+		if k, v, _ := strings.Cut(pair, "="); k == "t" {
+			secs, _ := strconv.ParseInt(v, 10, 64)
+			at = time.Unix(secs, 0)
+		}
+	}
+	return at
 }
 
 // Sign returns the Stripe-Signature header Stripe would send for body under secret at t: the

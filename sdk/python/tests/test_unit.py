@@ -53,9 +53,10 @@ def client(script, **options):
 
 def test_send_event_retries_lost_answers_with_the_same_id_and_key():
     s = Script(hang_up, problem(502, "outcome-unknown", headers={"retry-after": "0"}), problem(503, "unavailable", headers={"retry-after": "0"}),
-               problem(500, "internal"), problem(409, "idempotency-in-flight", headers={"retry-after": "0"}), answer(202, {"id": "x", "status": "queued"}))
-    client(s).send_event({"source": "/t", "type": "api.call"})
-    assert len(s.requests) == 6
+               problem(500, "internal"), problem(409, "idempotency-in-flight", headers={"retry-after": "0"}), problem(408, "request-timeout"),
+               answer(202, {"id": "x", "status": "queued"}))
+    client(s, max_attempts=7).send_event({"source": "/t", "type": "api.call"})
+    assert len(s.requests) == 7
     first = json.loads(s.requests[0].content)
     assert re.fullmatch(r"evt_[a-z2-7]{26}", first["id"]) and first["specversion"] == "1.0" and "data" not in first
     for r in s.requests:

@@ -117,6 +117,8 @@ export class ForbiddenError extends ProblemError {}
 export class UnsupportedError extends ProblemError {}
 /** As many runs as may run at once are running. */
 export class BusyError extends ProblemError {}
+/** The request's body did not arrive within the server's bound; nothing was done, and the client sends it again. */
+export class RequestTimeoutError extends ProblemError {}
 
 /** Each kind Ferry answers (its problem table), with its error class. */
 export const PROBLEM_KINDS: Readonly<Record<string, new (doc: ProblemDocument) => ProblemError>> = {
@@ -144,6 +146,7 @@ export const PROBLEM_KINDS: Readonly<Record<string, new (doc: ProblemDocument) =
   forbidden: ForbiddenError,
   unsupported: UnsupportedError,
   busy: BusyError,
+  "request-timeout": RequestTimeoutError,
 };
 
 /** A request that got no complete answer: refused, reset, timed out. Its effect is unknown. */

@@ -21,7 +21,8 @@ export interface Decision {
  * The retry decision after attempt number `attempt` (1 for the first) ended in `outcome`.
  *
  * Retried: no answer (a refused or reset connection, a timeout: the effect may or may not have
- * happened, and the call's identity makes sending it again safe); 429; every 5xx, 502
+ * happened, and the call's identity makes sending it again safe); 408 request-timeout (the body did
+ * not reach the server in time, so nothing was done); 429; every 5xx, 502
  * outcome-unknown included; 409 idempotency-in-flight, which is this call's own earlier attempt
  * still running. Never retried: any other 4xx, which a retry would only repeat.
  */
@@ -29,6 +30,7 @@ export function decide(policy: RetryPolicy, attempt: number, outcome: Outcome, r
   if (attempt >= policy.maxAttempts) return { retry: false, waitMs: 0, reason: "attempts exhausted" };
   let reason: string;
   if (outcome instanceof NetworkError) reason = "no answer";
+  else if (outcome.status === 408) reason = "408";
   else if (outcome.status === 429) reason = "429";
   else if (outcome.status >= 500) reason = String(outcome.status);
   else if (outcome.status === 409 && outcome.kind === "idempotency-in-flight") reason = "in flight";

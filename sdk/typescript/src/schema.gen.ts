@@ -254,8 +254,14 @@ export interface paths {
          *     to the providers like any other change. `Idempotency-Key` is required: it names the
          *     correction, so a retry finds the row it wrote. A correction for a closed cycle is stored,
          *     but no provider is written for a closed cycle: it goes to the review list
-         *     (`closedCycle: true`). A cycle that has not started yet is refused (400): only usage that
-         *     happened can be corrected.
+         *     (`closedCycle: true`). Refused with a 400, nothing stored: a cycle that has not started
+         *     (only usage that happened can be corrected); a cycle that ended before the account was
+         *     created (the problem's `earliestCycle` names the account's first cycle, the one its
+         *     creation falls in under its agreement day); and a negative correction larger than the
+         *     cycle's usage — the ledger's total for the account, feature and cycle, used plus every
+         *     earlier correction, may not go below zero (the problem carries `usage`, `used` and
+         *     `corrections`). Concurrent corrections of one cycle are decided one after another, so
+         *     two that each fit cannot take it below zero together.
          */
         post: operations["createCorrection"];
         delete?: never;
@@ -305,7 +311,12 @@ export interface paths {
          *     `confirmed` is true only when the read-back equals the ledger. Evidence is stored: one
          *     row per distinct (ledger, sent, meter, verdict). Without `account`, one page of 50
          *     accounts is reconciled; send `after: next` for the next page. `ok` is false when a
-         *     cycle could not be compared or a repair was not confirmed.
+         *     cycle could not be compared or measured, or a repair was called for and not confirmed
+         *     (its read-back differs, or it could not be made and went to the review list). A ledger
+         *     below zero is never sent to a provider: it is listed for review (`negative_ledger`). A
+         *     cycle whose lease another run holds (the reporter, or another reconciliation) is not
+         *     measured: its `ledger`, `corrections` and `counters` are null and `error` names the
+         *     holder.
          */
         post: operations["runReconcile"];
         delete?: never;
@@ -735,7 +746,11 @@ export interface components {
          * @example cus_NffrFeUfNV2Hib
          */
         LinkedID: string;
-        /** @description A monthly maximum; null is unlimited. */
+        /**
+         * @description A monthly maximum; null is unlimited. At most 9007199254740991 (2^53−1), the largest
+         *     integer every store keeps exactly: a larger one is refused, never stored as another
+         *     number.
+         */
         Limit: number | null;
         /** @description Limits by feature (events, tokens…). */
         Limits: {
@@ -807,8 +822,8 @@ export interface components {
             specversion: "1.0";
             /**
              * @description Unique per event for the account; sending it again moves nothing. At most 256 bytes
-             *     of UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters),
-             *     stored and answered exactly as sent.
+             *     of UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters), no
+             *     white space at either end, stored and answered exactly as sent.
              */
             id: string;
             /** Format: uri-reference */
@@ -816,7 +831,7 @@ export interface components {
             type: string;
             /** Format: date-time */
             time?: string;
-            /** @description If present, not empty. */
+            /** @description If present, not empty, and no white space at either end. */
             subject?: string;
             /** @description A media type (RFC 2046), like `application/json`. */
             datacontenttype?: string;
@@ -1145,9 +1160,12 @@ export interface components {
             account: components["schemas"]["AccountID"];
             feature: string;
             cycle: components["schemas"]["CycleLabel"];
-            ledger: number;
-            corrections: number;
-            counters: number;
+            /** @description The ledger's total for the cycle; null when the run did not measure it (`error` says why). */
+            ledger: number | null;
+            /** @description The sum of the cycle's corrections; null when not measured. */
+            corrections: number | null;
+            /** @description What the usage counters hold; null when not measured. */
+            counters: number | null;
             /** @description Counter rows rebuilt from the ledger before comparing. */
             rebuilt: number;
             checks: components["schemas"]["ReconcileCheck"][];
@@ -1189,7 +1207,7 @@ export interface components {
                 /** @description The provider concerned; empty when the entry concerns the cycle as a whole. */
                 provider: string;
                 /** @enum {string} */
-                reason: "closed_cycle_changed" | "closed_cycle_drift" | "over_billed_uncancellable" | "outbox_row_after_close";
+                reason: "closed_cycle_changed" | "closed_cycle_drift" | "over_billed_uncancellable" | "outbox_row_after_close" | "negative_ledger";
                 ledger: number;
                 sent: number;
                 meter: number | null;
@@ -1264,8 +1282,8 @@ export interface components {
         /**
          * @description The delivery's signature cannot be verified (`invalid-signature`): a bad signature, a key
          *     Kinde does not publish, an algorithm other than RS256, an expired token or a stale
-         *     timestamp, a token older than the 72-hour replay window, a malformed token or header.
-         *     Nothing was stored.
+         *     timestamp, a token older than the 72-hour replay window, a timestamp more than 5 minutes
+         *     in the future, a malformed token or header. Nothing was stored.
          */
         InvalidSignature: {
             headers: {
@@ -1278,7 +1296,7 @@ export interface components {
         /**
          * @description The delivery is correctly signed but Ferry does not store it (`invalid-request`, with what
          *     is wrong in `detail`): it is not a billing event Ferry stores (a thin event notification,
-         *     an event without an id), or its signed bytes are not strict JSON (a member named twice,
+         *     a Stripe event without an id, a Kinde token without `event_id` or `type`), or its signed bytes are not strict JSON (a member named twice,
          *     invalid UTF-8, an escaped lone surrogate), so they could be read two ways. Nothing was
          *     stored.
          */
@@ -1378,10 +1396,17 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The body is declared as another media type than the route takes (`unsupported-media-type`) — JSON, or application/jwt for Kinde's webhooks. */
+        /**
+         * @description The body is declared as another media type than the route takes
+         *     (`unsupported-media-type`) — JSON, or application/jwt for Kinde's webhooks — or is sent in
+         *     a content coding (`Content-Encoding` other than `identity`), which Ferry never decodes:
+         *     that answer carries `Accept-Encoding: identity`. Nothing was done.
+         */
         UnsupportedMediaType: {
             headers: {
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                /** @description The content codings a body may be sent in (RFC 7694); sent when the body was coded. */
+                "Accept-Encoding"?: "identity";
                 [name: string]: unknown;
             };
             content: {
@@ -1543,6 +1568,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1612,6 +1638,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1886,6 +1913,7 @@ export interface operations {
             402: components["responses"]["PaymentRequired"];
             409: components["responses"]["IdempotencyInFlight"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -1957,6 +1985,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -2002,6 +2031,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["IdempotencyInFlight"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -2406,6 +2436,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["IdempotencyInFlight"];
             413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -2548,6 +2579,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
         };
     };
@@ -2593,6 +2625,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
         };
     };
@@ -2641,6 +2674,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["IdempotencyInFlight"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["ProblemAnswer"];
             500: components["responses"]["Internal"];

@@ -29,11 +29,12 @@ function scripted(...answers) {
 
 const client = (fetch, extra = {}) => new FerryClient({ baseUrl: "http://ferry.test", apiKey: "fk_test", fetch, baseWaitMs: 1, ...extra });
 
-test("sendEvent: retries lost answers, 502, 503, 500 and in-flight with the same id and key", async () => {
+test("sendEvent: retries lost answers, 502, 503, 500, in-flight and 408 with the same id and key", async () => {
   const s = scripted(hangUp, problem(502, "outcome-unknown", {}, { "retry-after": "0" }), problem(503, "unavailable", {}, { "retry-after": "0" }),
-    problem(500, "internal"), problem(409, "idempotency-in-flight", {}, { "retry-after": "0" }), json(202, { id: "x", status: "queued" }));
-  await client(s.fetch).sendEvent({ source: "/t", type: "api.call" });
-  assert.equal(s.requests.length, 6);
+    problem(500, "internal"), problem(409, "idempotency-in-flight", {}, { "retry-after": "0" }), problem(408, "request-timeout"),
+    json(202, { id: "x", status: "queued" }));
+  await client(s.fetch, { maxAttempts: 7 }).sendEvent({ source: "/t", type: "api.call" });
+  assert.equal(s.requests.length, 7);
   const first = JSON.parse(s.requests[0].body);
   assert.match(first.id, /^evt_[a-z2-7]{26}$/);
   assert.equal(first.specversion, "1.0");

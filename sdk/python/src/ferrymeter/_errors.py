@@ -165,6 +165,10 @@ class BusyError(ProblemError):
     """As many runs as may run at once are running."""
 
 
+class RequestTimeoutError(ProblemError):
+    """The request's body did not arrive within the server's bound; nothing was done, and the client sends it again."""
+
+
 #: Each kind Ferry answers (its problem table), with its exception class.
 PROBLEM_KINDS: dict[str, type[ProblemError]] = {
     "internal": InternalError,
@@ -191,6 +195,7 @@ PROBLEM_KINDS: dict[str, type[ProblemError]] = {
     "forbidden": ForbiddenError,
     "unsupported": UnsupportedError,
     "busy": BusyError,
+    "request-timeout": RequestTimeoutError,
 }
 
 

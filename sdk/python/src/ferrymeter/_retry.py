@@ -32,7 +32,8 @@ def decide(policy: RetryPolicy, attempt: int, outcome: NetworkError | ProblemErr
     """The retry decision after attempt number ``attempt`` (1 for the first) ended in ``outcome``.
 
     Retried: no answer (a refused or reset connection, a timeout: the effect may or may not have
-    happened, and the call's identity makes sending it again safe); 429; every 5xx, 502
+    happened, and the call's identity makes sending it again safe); 408 request-timeout (the body
+    did not reach the server in time, so nothing was done); 429; every 5xx, 502
     outcome-unknown included; 409 idempotency-in-flight, which is this call's own earlier attempt
     still running. Never retried: any other 4xx, which a retry would only repeat.
     """
@@ -40,6 +41,8 @@ def decide(policy: RetryPolicy, attempt: int, outcome: NetworkError | ProblemErr
         return Decision(False, 0, "attempts exhausted")
     if isinstance(outcome, NetworkError):
         reason = "no answer"
+    elif outcome.status == 408:
+        reason = "408"
     elif outcome.status == 429:
         reason = "429"
     elif outcome.status >= 500:

@@ -59,9 +59,9 @@ class LinkedID(RootModel[str]):
 class Limit(RootModel[int | None]):
     root: int | None = Field(
         ...,
-        description="A monthly maximum; null is unlimited.",
+        description="A monthly maximum; null is unlimited. At most 9007199254740991 (2^53−1), the largest\ninteger every store keeps exactly: a larger one is refused, never stored as another\nnumber.\n",
         ge=0,
-        le=9223372036854775807,
+        le=9007199254740991,
     )
 
 
@@ -76,6 +76,7 @@ class CreateAccountRequest(BaseModel):
         None,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] | None = Field(
         None,
@@ -113,6 +114,7 @@ class UpdateAccountRequest(BaseModel):
         None,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] | None = Field(
         None,
@@ -150,6 +152,7 @@ class AccountFields(BaseModel):
         ...,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     status: Literal["active", "past_due", "inactive"] = Field(
         ...,
@@ -226,19 +229,23 @@ class CloudEvent(BaseModel):
     specversion: Literal["1.0"]
     id: str = Field(
         ...,
-        description="Unique per event for the account; sending it again moves nothing. At most 256 bytes\nof UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters),\nstored and answered exactly as sent.\n",
+        description="Unique per event for the account; sending it again moves nothing. At most 256 bytes\nof UTF-8 (CloudEvents' String: no control characters, no Unicode noncharacters), no\nwhite space at either end, stored and answered exactly as sent.\n",
         max_length=256,
         min_length=1,
-        pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
     )
     source: str = Field(..., min_length=1, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$")
-    type: str = Field(..., min_length=1, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$")
+    type: str = Field(
+        ...,
+        min_length=1,
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
+    )
     time: AwareDatetime | None = None
     subject: str | None = Field(
         None,
-        description="If present, not empty.",
+        description="If present, not empty, and no white space at either end.",
         min_length=1,
-        pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
+        pattern="^[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]([^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?$",
     )
     datacontenttype: str | None = Field(
         None,
@@ -308,6 +315,7 @@ class Grant(BaseModel):
         ...,
         description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
         examples=["free"],
+        min_length=1,
     )
     amount: int = Field(..., ge=0)
     reason: Literal["opening", "plan entered", "payment"]
@@ -489,7 +497,7 @@ class CreateHoldRequest(BaseModel):
         min_length=1,
         pattern="^[^\\x00-\\x1f\\x7f-\\x9f]+$",
     )
-    feature: str = Field(..., examples=["tokens"])
+    feature: str = Field(..., examples=["tokens"], min_length=1)
     amount: int = Field(
         ...,
         description="How much to hold, in the feature's units.",
@@ -588,7 +596,7 @@ class CorrectionRequest(BaseModel):
     account: str = Field(
         ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
     )
-    feature: str
+    feature: str = Field(..., min_length=1)
     units: int = Field(
         ...,
         description="The signed correction, a non-zero integer (−1 takes one unit off), at most 10^12 either way.",
@@ -742,9 +750,16 @@ class ReconcileResult(BaseModel):
         examples=["2026-11"],
         pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
     )
-    ledger: int
-    corrections: int
-    counters: int
+    ledger: int | None = Field(
+        ...,
+        description="The ledger's total for the cycle; null when the run did not measure it (`error` says why).",
+    )
+    corrections: int | None = Field(
+        ..., description="The sum of the cycle's corrections; null when not measured."
+    )
+    counters: int | None = Field(
+        ..., description="What the usage counters hold; null when not measured."
+    )
     rebuilt: int = Field(
         ..., description="Counter rows rebuilt from the ledger before comparing.", ge=0
     )
@@ -825,6 +840,7 @@ class Entry(BaseModel):
         "closed_cycle_drift",
         "over_billed_uncancellable",
         "outbox_row_after_close",
+        "negative_ledger",
     ]
     ledger: int
     sent: int
@@ -951,7 +967,7 @@ class Usage(BaseModel):
         ...,
         description="The cycle's limit; for an allowance feature (credits), the sum of `grants`.",
         ge=0,
-        le=9223372036854775807,
+        le=9007199254740991,
     )
     used: int = Field(..., ge=0)
     held: int = Field(..., ge=0)
