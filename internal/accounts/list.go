@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -85,31 +83,11 @@ func (s *DynamoStore) List(ctx context.Context, prefix, cursor string, limit int
 		cond += " AND begins_with(#id, :prefix)"
 		values[":prefix"] = dynamo.S(prefix)
 	}
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(s.AccountsTable),
-		IndexName:                 aws.String(resources.IndexAccountsList),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeNames:  dynamo.Names(cond),
-		ExpressionAttributeValues: values,
-		Limit:                     aws.Int32(int32(limit)),
-	}
-	if cursor != "" {
-		after, err := decodeCursor(cursor)
-		if err != nil {
-			return Page{}, problem.Input("cursor is not one this API returned")
-		}
-		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			resources.IndexAccountsListKey: dynamo.S(resources.AccountsListValue), "id": dynamo.S(after),
-		}
-	}
-	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "id")
+	items, next, err := listIndex(s.AccountsTable).Page(ctx, s.DB, cond, values, cursor, limit)
 	if err != nil {
 		return Page{}, fmt.Errorf("list accounts: %w", err)
 	}
-	var page Page
-	if last != nil {
-		page.Next = base64.RawURLEncoding.EncodeToString([]byte(dynamo.Str(last, "id")))
-	}
+	page := Page{Next: next}
 	for _, item := range items {
 		var it accountItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
@@ -118,6 +96,25 @@ func (s *DynamoStore) List(ctx context.Context, prefix, cursor string, limit int
 		page.Accounts = append(page.Accounts, it.account())
 	}
 	return page, nil
+}
+
+// listIndex is the list index of the accounts table: keys only, every account in id order.
+func listIndex(table string) dynamo.IndexList {
+	return dynamo.IndexList{
+		Table: table, Index: resources.IndexAccountsList, KeyAttrs: []string{"id"},
+		Start: func(cursor string) (map[string]types.AttributeValue, error) {
+			after, err := decodeCursor(cursor)
+			if err != nil {
+				return nil, problem.Input("cursor is not one this API returned")
+			}
+			return map[string]types.AttributeValue{
+				resources.IndexAccountsListKey: dynamo.S(resources.AccountsListValue), "id": dynamo.S(after),
+			}, nil
+		},
+		Cursor: func(last map[string]types.AttributeValue) string {
+			return base64.RawURLEncoding.EncodeToString([]byte(dynamo.Str(last, "id")))
+		},
+	}
 }
 
 // A cursor is the id of a page's last account, base64url-encoded; it always continues the list

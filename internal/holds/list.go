@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -49,36 +47,18 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 	if limit < 1 || limit > MaxPageSize {
 		return Page{}, problem.Input(fmt.Sprintf("limit must be 1–%d", MaxPageSize))
 	}
-	part := AccountStatusKey(accountID, status)
-	const cond = "#accountStatus = :k"
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(s.Table),
-		IndexName:                 aws.String(resources.IndexHoldsByAccount),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeNames:  dynamo.Names(cond),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": dynamo.S(part)},
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(int32(limit)),
+	byAccount := dynamo.TimeIndex{
+		Table: s.Table, Index: resources.IndexHoldsByAccount, PartitionAttr: resources.IndexHoldsAccountStatus,
+		TimeAttr: resources.IndexHoldsCreatedAt, KeyAttrs: []string{"pk", "sk"}, Cursor: pageCursor, ID: holdIDOf,
+		Key: func(holdID string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"pk": dynamo.S(partition(accountID, holdID)), "sk": dynamo.S(holdSK)}
+		},
 	}
-	if cursor != "" {
-		atMs, holdID, err := pageCursor.Decode(cursor)
-		if err != nil {
-			return Page{}, err
-		}
-		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			resources.IndexHoldsAccountStatus: dynamo.S(part), resources.IndexHoldsCreatedAt: dynamo.N(atMs),
-			"pk": dynamo.S(partition(accountID, holdID)), "sk": dynamo.S(holdSK),
-		}
-	}
-	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "pk", "sk")
+	items, next, err := byAccount.Page(ctx, s.DB, AccountStatusKey(accountID, status), cursor, limit)
 	if err != nil {
 		return Page{}, fmt.Errorf("list %s holds of %s: %w", status, accountID, err)
 	}
-	var page Page
-	if last != nil {
-		_, holdID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
-		page.Next = pageCursor.Encode(dynamo.Int(last, resources.IndexHoldsCreatedAt), holdID)
-	}
+	page := Page{Next: next}
 	for _, item := range items {
 		h, err := decodeHold(item)
 		if err != nil {
@@ -93,3 +73,9 @@ func (s *DynamoStore) List(ctx context.Context, accountID string, status Status,
 
 // pageCursor is the cursor of a page of this list.
 var pageCursor = dynamo.NewTimeCursor(`hold_[a-z2-7]{26}`)
+
+// holdIDOf reads a hold's id from its key ("<account>#<hold>").
+func holdIDOf(key map[string]types.AttributeValue) string {
+	_, holdID, _ := strings.Cut(dynamo.Str(key, "pk"), "#")
+	return holdID
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	signer "github.com/ferrymeter/ferry/internal/devkit/kindesigner"
+	"github.com/ferrymeter/ferry/internal/devkit/testclock"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
@@ -42,36 +43,6 @@ import (
 
 // AdminKey is the operator key of every harness.
 const AdminKey = "test-admin-key"
-
-// Clock is a settable clock, safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock starts a clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// Set moves the clock to t.
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // Options adjust a harness.
 type Options struct {
@@ -106,7 +77,7 @@ type Harness struct {
 	Env         *testenv.Env
 	Definitions compose.Definitions
 	Functions   []*compose.Function
-	Clock       *Clock
+	Clock       *testclock.Clock
 	Counter     *metrics.Counter
 	Server      *httptest.Server
 	// Sources are the consumers' event sources; Source is the first (the worker's).
@@ -156,7 +127,7 @@ func New(t testing.TB, opts ...Options) *Harness {
 		resources.EnvBatchMode:           strconv.FormatBool(o.BatchMode),
 	}.With(o.Settings)
 	h := &Harness{
-		Env: env, Definitions: defs, Clock: NewClock(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
+		Env: env, Definitions: defs, Clock: testclock.New(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),
 		config: cfg, settings: settings, opts: o, kinde: &kindeSigner{},
 	}
 	h.Of = h.Fn

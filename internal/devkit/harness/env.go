@@ -19,6 +19,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
 	"github.com/ferrymeter/ferry/internal/devkit/fnparts"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/testclock"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
@@ -55,7 +56,7 @@ type Env struct {
 	Names resources.Names
 	// Admin are the harness's own clients: never parked, never faulted.
 	Admin   cloud.Clients
-	Clock   *Clock
+	Clock   *testclock.Clock
 	Metrics *metrics.Counter
 	Log     *slog.Logger
 
@@ -95,7 +96,7 @@ func newEnv(ctx context.Context, endpoints cloud.Endpoints, transport cloud.Opti
 	names, err := devstack.Provision(pctx, admin, pfx, devstack.ProvisionOptions{
 		Tables: defs.Tables, Queues: defs.Queues, Buckets: defs.Buckets,
 	})
-	e := &Env{Names: names, Admin: admin, Clock: &Clock{t: startTime}, Metrics: metrics.NewCounter(), Log: log,
+	e := &Env{Names: names, Admin: admin, Clock: testclock.New(startTime), Metrics: metrics.NewCounter(), Log: log,
 		functions: map[string]*compose.Function{}, endpoints: endpoints, prefix: pfx, inProcess: ip}
 	e.Of = e.Function
 	if err != nil {

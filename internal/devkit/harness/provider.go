@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	stripestandin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
+	"github.com/ferrymeter/ferry/internal/devkit/testclock"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/platform/stripe"
@@ -71,7 +72,7 @@ func providerFaults(c Call) []Fault {
 // and is served in process by the schedule's Stripe stand-in (no socket). Requests sent outside
 // any actor (the harness reading the meter back at the end) pass untouched.
 type providerWire struct {
-	clock *Clock
+	clock *testclock.Clock
 
 	mu     sync.Mutex
 	stripe *stripestandin.Server
@@ -82,7 +83,7 @@ type providerWire struct {
 	retryAfter int
 }
 
-func newProviderWire(clock *Clock) *providerWire {
+func newProviderWire(clock *testclock.Clock) *providerWire {
 	p := &providerWire{clock: clock}
 	p.fresh(plans.Default())
 	return p

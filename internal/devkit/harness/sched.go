@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/devkit/testclock"
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
@@ -23,32 +24,6 @@ const (
 	// instant (Ferry reads the clock once per unit of work).
 	stepTick = time.Millisecond
 )
-
-// Clock is a schedule's clock: it moves only when the scheduler moves it.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *Clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // Actor is one logical thread of the system under test: a worker handling one delivery, a job
 // calling the holds, a client sending one keyed request, a sweeper run. Its calls to DynamoDB,
@@ -139,7 +114,7 @@ type actorEvent struct {
 type Scheduler struct {
 	seed   uint64
 	rng    *rand.Rand
-	clock  *Clock
+	clock  *testclock.Clock
 	base   context.Context
 	events chan actorEvent
 	// decide draws the fault for a released call (nil: none).
@@ -164,7 +139,7 @@ type Scheduler struct {
 	trace   []Step
 }
 
-func newScheduler(base context.Context, seed uint64, clock *Clock, stepLimit int) *Scheduler {
+func newScheduler(base context.Context, seed uint64, clock *testclock.Clock, stepLimit int) *Scheduler {
 	return &Scheduler{
 		seed: seed, rng: rand.New(rand.NewPCG(seed, streamScheduler)), clock: clock, base: base,
 		events: make(chan actorEvent, 64), limit: stepLimit,

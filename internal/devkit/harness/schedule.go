@@ -172,7 +172,7 @@ var startTime = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
 // runSchedule runs one schedule of p on env.
 func runSchedule(ctx context.Context, env *Env, seed uint64, p Pipeline, ablate []dynamo.Guard) Result {
-	env.Clock.set(startTime)
+	env.Clock.Set(startTime)
 	s := &Schedule{
 		Scheduler: newScheduler(ctx, seed, env.Clock, stepLimit),
 		Seed:      seed, Env: env, Pipeline: p,

@@ -384,11 +384,7 @@ func (s *DynamoStore) MarkBatchDone(ctx context.Context, accountID, batch string
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.Table), Item: item,
-		ConditionExpression: aws.String(claimCondition), ExpressionAttributeNames: dynamo.Names(claimCondition),
-	})
-	if err != nil && !dynamo.IsConditionFailed(err) {
+	if _, err := dynamo.PutNew(ctx, s.DB, s.Table, item); err != nil {
 		return fmt.Errorf("mark batch %s done: %w", batch, err)
 	}
 	return nil

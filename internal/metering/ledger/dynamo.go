@@ -21,7 +21,7 @@ import (
 // past the cap, and the checkpoint's condition keeps an already billed event from moving the
 // meter again. That second condition is the whole double-charge defence.
 const (
-	claimCondition      = "attribute_not_exists(#pk)"
+	claimCondition      = dynamo.AbsentCondition
 	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
 	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
@@ -120,17 +120,12 @@ func (s *DynamoStore) Claim(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.Table),
-		Item:                     item,
-		ConditionExpression:      aws.String(claimCondition),
-		ExpressionAttributeNames: dynamo.Names(claimCondition),
-	})
-	if dynamo.IsConditionFailed(err) {
-		return ErrAlreadyClaimed
-	}
+	added, err := dynamo.PutNew(ctx, s.DB, s.Table, item)
 	if err != nil {
 		return fmt.Errorf("claim event %s: %w", e.EventID, err)
+	}
+	if !added {
+		return ErrAlreadyClaimed
 	}
 	return nil
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -46,36 +44,18 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 	if limit < 1 || limit > MaxPageSize {
 		return FailedPage{}, problem.Input(fmt.Sprintf("limit must be 1–%d", MaxPageSize))
 	}
-	part := FailureKey(accountID, status)
-	const cond = "#failureKey = :k"
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(s.Table),
-		IndexName:                 aws.String(resources.IndexLedgerByFailure),
-		KeyConditionExpression:    aws.String(cond),
-		ExpressionAttributeNames:  dynamo.Names(cond),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": dynamo.S(part)},
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(int32(limit)),
+	byFailure := dynamo.TimeIndex{
+		Table: s.Table, Index: resources.IndexLedgerByFailure, PartitionAttr: resources.IndexLedgerFailureKey,
+		TimeAttr: resources.IndexLedgerFailedAt, KeyAttrs: []string{"pk"}, Cursor: failureCursor, ID: eventIDOf,
+		Key: func(eventID string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"pk": dynamo.S(Key(accountID, eventID))}
+		},
 	}
-	if cursor != "" {
-		atMs, eventID, err := failureCursor.Decode(cursor)
-		if err != nil {
-			return FailedPage{}, err
-		}
-		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			resources.IndexLedgerFailureKey: dynamo.S(part), resources.IndexLedgerFailedAt: dynamo.N(atMs),
-			"pk": dynamo.S(Key(accountID, eventID)),
-		}
-	}
-	items, last, err := dynamo.IndexPage(ctx, s.DB, in, "pk")
+	items, next, err := byFailure.Page(ctx, s.DB, FailureKey(accountID, status), cursor, limit)
 	if err != nil {
 		return FailedPage{}, fmt.Errorf("list %s events of %s: %w", status, accountID, err)
 	}
-	var page FailedPage
-	if last != nil {
-		_, eventID, _ := strings.Cut(dynamo.Str(last, "pk"), "#")
-		page.Next = failureCursor.Encode(dynamo.Int(last, resources.IndexLedgerFailedAt), eventID)
-	}
+	page := FailedPage{Next: next}
 	for _, item := range items {
 		var it entryItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
@@ -90,3 +70,9 @@ func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status S
 
 // failureCursor is the cursor of a page of this list.
 var failureCursor = dynamo.NewTimeCursor(`.{1,256}`)
+
+// eventIDOf reads an event's id from its entry's key ("<account>#<event>").
+func eventIDOf(key map[string]types.AttributeValue) string {
+	_, eventID, _ := strings.Cut(dynamo.Str(key, "pk"), "#")
+	return eventID
+}

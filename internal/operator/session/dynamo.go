@@ -30,24 +30,18 @@ func (s *DynamoStore) key(hash string) map[string]types.AttributeValue {
 
 // Put implements Store.
 func (s *DynamoStore) Put(ctx context.Context, sess Session) error {
-	const cond = "attribute_not_exists(#pk)"
-	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.Table),
-		Item: map[string]types.AttributeValue{
-			"pk":                          dynamo.S(keyPrefix + sess.Hash),
-			"csrf":                        dynamo.S(sess.CSRF),
-			"createdAtMs":                 dynamo.N(sess.CreatedAtMs),
-			"expiresAtMs":                 dynamo.N(sess.ExpiresAtMs),
-			resources.ConsoleTTLAttribute: dynamo.N(time.UnixMilli(sess.ExpiresAtMs).Add(time.Second).Unix()),
-		},
-		ConditionExpression:      aws.String(cond),
-		ExpressionAttributeNames: dynamo.Names(cond),
+	added, err := dynamo.PutNew(ctx, s.DB, s.Table, map[string]types.AttributeValue{
+		"pk":                          dynamo.S(keyPrefix + sess.Hash),
+		"csrf":                        dynamo.S(sess.CSRF),
+		"createdAtMs":                 dynamo.N(sess.CreatedAtMs),
+		"expiresAtMs":                 dynamo.N(sess.ExpiresAtMs),
+		resources.ConsoleTTLAttribute: dynamo.N(time.UnixMilli(sess.ExpiresAtMs).Add(time.Second).Unix()),
 	})
-	if dynamo.IsConditionFailed(err) {
-		return errors.New("a session with this token hash exists already")
-	}
 	if err != nil {
 		return fmt.Errorf("put session: %w", err)
+	}
+	if !added {
+		return errors.New("a session with this token hash exists already")
 	}
 	return nil
 }

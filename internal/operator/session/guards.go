@@ -7,6 +7,6 @@ import (
 
 // Guards are the condition clauses the session store's writes carry, each with what it keeps.
 var Guards = []dynamo.Guard{
-	{Name: "session.put.new", Kind: "Put", Table: resources.TableConsole, Clause: "attribute_not_exists(#pk)",
+	{Name: "session.put.new", Kind: "Put", Table: resources.TableConsole, Clause: dynamo.AbsentCondition,
 		Keeps: "a new session never silently replaces another with the same token hash"},
 }

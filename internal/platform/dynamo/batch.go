@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,36 +20,42 @@ const (
 	maxBatchGetRounds = 5
 )
 
+// errUnprocessed is a BatchGetItem answer that left keys unprocessed (DynamoDB's own load
+// shedding).
+var errUnprocessed = errors.New("keys left unprocessed")
+
 // BatchGet reads up to MaxBatchGetKeys items of one table by key, strongly consistent, in as
-// few rounds as DynamoDB allows: keys it leaves unprocessed (its own load shedding) are read
-// again after the contended policy's backoff, at most maxBatchGetRounds rounds in all. Items that
-// do not exist are simply absent from the answer; the order is DynamoDB's.
+// few rounds as DynamoDB allows: keys it leaves unprocessed (its own load shedding), and a
+// throttled call, are read again after the contended policy's backoff, at most
+// maxBatchGetRounds rounds in all. Items that do not exist are simply absent from the answer; the
+// order is DynamoDB's.
 func BatchGet(ctx context.Context, db *dynamodb.Client, table string, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
 	if len(keys) > MaxBatchGetKeys {
 		return nil, fmt.Errorf("batch get of %d keys: at most %d", len(keys), MaxBatchGetKeys)
 	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
 	var items []map[string]types.AttributeValue
 	pending := keys
-	for round := range maxBatchGetRounds {
-		if len(pending) == 0 {
-			return items, nil
-		}
+	_, err := retry.Do(ctx, retry.Contended.WithTries(maxBatchGetRounds), func(ctx context.Context, _ retry.Lap) (struct{}, error) {
 		out, err := db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 			table: {Keys: pending, ConsistentRead: aws.Bool(true)},
 		}})
 		if err != nil {
-			return nil, err
+			return struct{}{}, err
 		}
 		items = append(items, out.Responses[table]...)
-		pending = out.UnprocessedKeys[table].Keys
-		if len(pending) > 0 && round < maxBatchGetRounds-1 {
-			if err := retry.Sleep(ctx, retry.Contended.Backoff(round)); err != nil {
-				return nil, err
-			}
+		if pending = out.UnprocessedKeys[table].Keys; len(pending) > 0 {
+			return struct{}{}, retry.Again(errUnprocessed)
 		}
+		return struct{}{}, nil
+	})
+	if errors.Is(err, retry.ErrExhausted) {
+		return nil, fmt.Errorf("%d keys still unprocessed after %d rounds: %w", len(pending), maxBatchGetRounds, err)
 	}
-	if len(pending) > 0 {
-		return nil, fmt.Errorf("%d keys still unprocessed after %d rounds", len(pending), maxBatchGetRounds)
+	if err != nil {
+		return nil, err
 	}
 	return items, nil
 }

@@ -31,7 +31,7 @@ const (
 
 // Expressions. Every attribute is written as a #name alias (dynamo.Names derives the map).
 const (
-	claimCondition = "attribute_not_exists(#pk)"
+	claimCondition = dynamo.AbsentCondition
 	// takeOverCondition pins the claim that was read and checks, at the new claim's time, that it
 	// is past its retention or in flight past its lease.
 	takeOverCondition = "#token = :oldToken AND (#expiresAt <= :nowSec OR (#state = :inFlight AND #leaseExpiresAtMs <= :nowMs))"
@@ -51,18 +51,12 @@ type DynamoStore struct {
 
 // Claim implements Store: a conditional insert that exactly one request can win.
 func (s *DynamoStore) Claim(ctx context.Context, rec Record) error {
-	cond := claimCondition
-	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.Table),
-		Item:                     item(rec),
-		ConditionExpression:      aws.String(cond),
-		ExpressionAttributeNames: dynamo.Names(cond),
-	})
-	if dynamo.IsConditionFailed(err) {
-		return ErrClaimed
-	}
+	added, err := dynamo.PutNew(ctx, s.DB, s.Table, item(rec))
 	if err != nil {
 		return fmt.Errorf("claim record %s: %w", rec.ID, err)
+	}
+	if !added {
+		return ErrClaimed
 	}
 	return nil
 }

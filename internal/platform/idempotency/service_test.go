@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/testclock"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -24,13 +24,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type fixture struct {
 	svc   *idempotency.Service
 	store *idempotency.DynamoStore
-	clock *apptest.Clock
+	clock *testclock.Clock
 }
 
 func newFixture(t *testing.T) fixture {
 	t.Helper()
 	env := testenv.New(t)
-	clock := apptest.NewClock(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC))
+	clock := testclock.New(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC))
 	store := &idempotency.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
 	return fixture{svc: &idempotency.Service{Store: store, Now: clock.Now}, store: store, clock: clock}
 }

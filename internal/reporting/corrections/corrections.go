@@ -104,17 +104,39 @@ var ErrContended = problem.New(problem.Unavailable, "the cycle's corrections kep
 
 // BelowZero is the rule for a negative correction, a pure decision: it may take back at most what
 // the cycle holds (its usage plus earlier corrections), so the billed total never goes below
-// zero. It returns the refusal, or nil. A positive correction is never refused by it.
+// zero. It returns the refusal (a *BelowZeroError), or nil. A positive correction is never
+// refused by it.
 func BelowZero(t usage.Totals, cycleLabel, feature string, units int64) error {
 	if units >= 0 || t.Billed()+units >= 0 {
 		return nil
 	}
-	return &problem.InputError{
-		Problems: []string{fmt.Sprintf("a correction of %d would take the %s usage of cycle %s below zero: the cycle holds %d "+
-			"(used %d, corrections %+d), so a negative correction can take back at most %d", units, feature, cycleLabel,
-			t.Billed(), t.Used, t.Corrections, max(t.Billed(), 0))},
-		Facts: map[string]any{"usage": t.Billed(), "used": t.Used, "corrections": t.Corrections},
-	}
+	return &BelowZeroError{Totals: t, Cycle: cycleLabel, Feature: feature, Units: units}
+}
+
+// BelowZeroError refuses a negative correction larger than what its cycle holds. It is a conflict
+// with the cycle's state, not a malformed request: the same correction fits once the cycle holds
+// enough, so it answers 409 (`conflict`) with the cycle's totals as `usage`, `used` and
+// `corrections`.
+type BelowZeroError struct {
+	Totals  usage.Totals
+	Cycle   string
+	Feature string
+	Units   int64
+}
+
+func (e *BelowZeroError) Error() string {
+	return fmt.Sprintf("a correction of %d would take the %s usage of cycle %s below zero: the cycle holds %d "+
+		"(used %d, corrections %+d), so a negative correction can take back at most %d", e.Units, e.Feature, e.Cycle,
+		e.Totals.Billed(), e.Totals.Used, e.Totals.Corrections, max(e.Totals.Billed(), 0))
+}
+
+// Kind is Conflict: the refusal depends on the cycle's totals, not on the request's shape.
+func (e *BelowZeroError) Kind() problem.Kind { return problem.Conflict }
+
+// Public names the cycle's totals so the caller can correct by what it holds.
+func (e *BelowZeroError) Public() problem.Public {
+	return problem.Public{Detail: e.Error(), Facts: map[string]any{
+		"usage": e.Totals.Billed(), "used": e.Totals.Used, "corrections": e.Totals.Corrections}}
 }
 
 // Earliest is the first cycle of the account that a correction may name: the cycle, under its

@@ -141,10 +141,10 @@ func TestApply_NegativePastTheCycleUsage_RefusedNothingStored(t *testing.T) {
 	}
 	// 6 left: 7 is refused, although the events alone (10) would cover it.
 	_, _, err := apply(t, h, corrections.Input{Account: "acct_neg", Feature: "events", Units: -7, Reason: "more", IdempotencyKey: "second"})
-	var ie *problem.InputError
-	if !errors.As(err, &ie) || ie.Facts["usage"] != int64(6) || ie.Facts["used"] != int64(10) || ie.Facts["corrections"] != int64(-4) ||
+	kind, pub := problem.Describe(err)
+	if kind != problem.Conflict || pub.Facts["usage"] != int64(6) || pub.Facts["used"] != int64(10) || pub.Facts["corrections"] != int64(-4) ||
 		!strings.Contains(err.Error(), "below zero") {
-		t.Fatalf("a correction past the cycle's usage: %v (%+v)", err, ie)
+		t.Fatalf("a correction past the cycle's usage: %v (%v, %+v)", err, kind, pub)
 	}
 	if tot := totals(t, h, "acct_neg", "2026-11"); tot.Billed() != 6 || tot.Corrections != -4 {
 		t.Errorf("after the refusal: %+v", tot)
@@ -163,7 +163,8 @@ func TestApply_NegativePastTheCycleUsage_RefusedNothingStored(t *testing.T) {
 	}
 }
 
-// Through the route: a 400 problem document with the cycle's usage as extension members.
+// Through the route: a 409 conflict (the cycle's state refuses it, not the request's shape) with
+// the cycle's usage as extension members.
 func TestRoute_NegativePastTheCycleUsage_ProblemCarriesTheUsage(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_np", "plus", nil)
@@ -171,8 +172,8 @@ func TestRoute_NegativePastTheCycleUsage_ProblemCarriesTheUsage(t *testing.T) {
 	resp := h.Do(t, http.MethodPost, "/v1/usage/corrections", apptest.AdminKey,
 		map[string]any{"account": "acct_np", "feature": "events", "units": -5, "reason": "refund"}, "Idempotency-Key", "np-1")
 	body := resp.JSON(t)
-	if resp.Status != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
-		body["usage"] != float64(3) || body["used"] != float64(3) || body["corrections"] != float64(0) {
+	if resp.Status != http.StatusConflict || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		body["type"] != "tag:ferrymeter.dev,2026:problem:conflict" || body["usage"] != float64(3) || body["used"] != float64(3) || body["corrections"] != float64(0) {
 		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
 	if tot := totals(t, h, "acct_np", "2026-11"); tot.Corrections != 0 {
@@ -255,8 +256,8 @@ func TestApply_ConcurrentNegativeCorrections_NeverBelowZero(t *testing.T) {
 			switch {
 			case err == nil:
 				committed++
-			case !problem.IsInvalid(err):
-				t.Errorf("round %d: a racer failed otherwise than refused: %v", round, err)
+			case problem.KindOf(err) != problem.Conflict:
+				t.Errorf("round %d: a racer failed otherwise than refused below zero: %v", round, err)
 			}
 		}
 		if tot := totals(t, h, "acct_race", "2026-11"); committed != 1 || tot.Billed() != c.left {

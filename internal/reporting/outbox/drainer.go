@@ -2,12 +2,9 @@ package outbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/platform/fanout"
@@ -73,7 +70,7 @@ type Drainer struct {
 	// it to kill the drainer in each crash window; production leaves it nil.
 	Hook func(ctx context.Context, p Point, r Row) error
 
-	ownerOnce sync.Once
+	holder LeaseOwner
 }
 
 // Result counts what one run did.
@@ -85,17 +82,6 @@ type Result struct {
 	Review   int
 	Skipped  int
 	Failed   int
-}
-
-func (d *Drainer) owner() string {
-	d.ownerOnce.Do(func() {
-		if d.Owner == "" {
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			d.Owner = "drainer-" + hex.EncodeToString(b[:])
-		}
-	})
-	return d.Owner
 }
 
 // Run drains up to MaxRowsPerRun due rows, sendConcurrency at a time. It fails when a row could
@@ -154,7 +140,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	if err := d.hook(ctx, BeforeClaim, row); err != nil {
 		return "", err
 	}
-	claimed, err := d.Store.Rewrite(ctx, row.Claimed(d.owner(), nowMs), row.Rev)
+	claimed, err := d.Store.Rewrite(ctx, row.Claimed(d.holder.Name(d.Owner, "drainer"), nowMs), row.Rev)
 	if errors.Is(err, ErrChanged) {
 		return OutcomeSkipped, nil // another drainer claimed it first
 	}

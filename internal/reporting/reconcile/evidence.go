@@ -77,9 +77,6 @@ type recordItem struct {
 
 func evidencePartition(account, cycle string) string { return "evidence#" + account + "#" + cycle }
 
-// addRecordCondition: a record is written once; the same numbers again add nothing.
-const addRecordCondition = "attribute_not_exists(#pk)"
-
 // Add stores a record unless one with the same numbers exists; added says which.
 func (s *EvidenceStore) Add(ctx context.Context, r Record) (added bool, err error) {
 	item, err := attributevalue.MarshalMap(recordItem{
@@ -90,17 +87,12 @@ func (s *EvidenceStore) Add(ctx context.Context, r Record) (added bool, err erro
 	if err != nil {
 		return false, err
 	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.Table), Item: item,
-		ConditionExpression: aws.String(addRecordCondition), ExpressionAttributeNames: dynamo.Names(addRecordCondition),
-	})
-	if dynamo.IsConditionFailed(err) {
-		return false, nil
-	}
+	// A record is written once; the same numbers again add nothing.
+	added, err = dynamo.PutNew(ctx, s.DB, s.Table, item)
 	if err != nil {
 		return false, fmt.Errorf("store the evidence of %s %s: %w", r.Account, r.Cycle, err)
 	}
-	return true, nil
+	return added, nil
 }
 
 // maxEvidencePages bounds one read of a cycle's evidence.

@@ -18,14 +18,11 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,7 +119,7 @@ type Reconciler struct {
 	RecheckWait  time.Duration
 	LeaseWait    time.Duration
 
-	ownerOnce sync.Once
+	holder outbox.LeaseOwner
 	// runs numbers this reconciler's leases: two runs of one process are two holders.
 	runs atomic.Uint64
 }
@@ -185,22 +182,11 @@ var (
 	ErrNotMeasured = errors.New("the cycle was not measured")
 )
 
-func (r *Reconciler) owner() string {
-	r.ownerOnce.Do(func() {
-		if r.Owner == "" {
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			r.Owner = "reconciler-" + hex.EncodeToString(b[:])
-		}
-	})
-	return r.Owner
-}
-
 // leaseOwner names one cycle's run in its lease: the reconciler's name and a serial, so that two
 // runs in one process (two operators' requests to ferry dev) are two holders, and a run whose
 // lease lapsed can never free the lease the other took since.
 func (r *Reconciler) leaseOwner() string {
-	return r.owner() + "/" + strconv.FormatUint(r.runs.Add(1), 10)
+	return r.holder.Name(r.Owner, "reconciler") + "/" + strconv.FormatUint(r.runs.Add(1), 10)
 }
 
 // Run reconciles one account (Input.Account) or one page of accounts after Input.After. Every

@@ -18,8 +18,6 @@ package report
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,7 +119,7 @@ type Reporter struct {
 	// it to kill the reporter in each crash window; production leaves it nil.
 	Hook func(ctx context.Context, p Point, k Key) error
 
-	ownerOnce sync.Once
+	holder outbox.LeaseOwner
 }
 
 // Outcome of one key's report.
@@ -149,17 +147,6 @@ type Result struct {
 	Retrying   int  `json:"retrying"`
 	Failed     int  `json:"failed"`
 	Truncated  bool `json:"truncated"`
-}
-
-func (r *Reporter) owner() string {
-	r.ownerOnce.Do(func() {
-		if r.Owner == "" {
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			r.Owner = "reporter-" + hex.EncodeToString(b[:])
-		}
-	})
-	return r.Owner
 }
 
 // pause is the run's view of the providers' rate-limit pauses.
@@ -252,7 +239,7 @@ func (r *Reporter) Report(ctx context.Context, k Key, p *pause) (Outcome, error)
 
 	now := r.Now()
 	nowMs := now.UnixMilli()
-	owner := r.owner()
+	owner := r.holder.Name(r.Owner, "reporter")
 	leaseUntil := now.Add(LeaseFor).UnixMilli()
 	var st State
 	if toKinde || toStripe {

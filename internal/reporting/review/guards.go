@@ -7,6 +7,6 @@ import (
 
 // Guards are the condition clauses the review list's writes carry, each with what it keeps.
 var Guards = []dynamo.Guard{
-	{Name: "review.add.absent", Kind: "Put", Table: resources.TableReview, Clause: addCondition,
+	{Name: "review.add.absent", Kind: "Put", Table: resources.TableReview, Clause: dynamo.AbsentCondition,
 		Keeps: "an entry is listed once, so its alarm calls a person once"},
 }

@@ -97,9 +97,6 @@ type entryItem struct {
 	AtMs     int64  `dynamodbav:"atMs"`
 }
 
-// addCondition keeps an entry from being listed twice.
-const addCondition = "attribute_not_exists(#pk)"
-
 // Add lists an entry; added is false when the same entry was already listed. A new entry counts
 // ReviewListed, whose alarm calls a person.
 func (s *DynamoStore) Add(ctx context.Context, e Entry) (added bool, err error) {
@@ -110,15 +107,13 @@ func (s *DynamoStore) Add(ctx context.Context, e Entry) (added bool, err error) 
 	if err != nil {
 		return false, err
 	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.Table), Item: item,
-		ConditionExpression: aws.String(addCondition), ExpressionAttributeNames: dynamo.Names(addCondition),
-	})
-	if dynamo.IsConditionFailed(err) {
-		return false, nil
-	}
+	// The put is conditional on the entry's absence, so an entry is listed once.
+	added, err = dynamo.PutNew(ctx, s.DB, s.Table, item)
 	if err != nil {
 		return false, fmt.Errorf("list %s %s %s for review: %w", e.Account, e.Feature, e.Cycle, err)
+	}
+	if !added {
+		return false, nil
 	}
 	if s.Metrics != nil {
 		s.Metrics.Count(metrics.ReviewListed, 1, metrics.Dimension{Name: "Reason", Value: string(e.Reason)})

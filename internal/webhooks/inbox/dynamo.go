@@ -22,7 +22,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
-	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
 // Keys in the inbox table. An event's partition holds the event, its payload and its receipts;
@@ -48,9 +47,8 @@ const (
 
 // Bounds of the adapter's reads.
 const (
-	maxBatchGetRounds = 4
-	maxDuePages       = 5
-	duePageSize       = 100
+	maxDuePages = 5
+	duePageSize = 100
 )
 
 // Conditions. Every attribute name is an alias (see dynamo.Names).
@@ -269,7 +267,7 @@ func (s *DynamoStore) Get(ctx context.Context, id string) (Event, error) {
 
 // Load implements Store: the event and its payload, strongly consistent, in one round trip.
 func (s *DynamoStore) Load(ctx context.Context, id string) (Event, []byte, error) {
-	items, err := s.batchGet(ctx, []map[string]types.AttributeValue{eventKey(id), payloadKey(id)})
+	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, []map[string]types.AttributeValue{eventKey(id), payloadKey(id)})
 	if err != nil {
 		return Event{}, nil, fmt.Errorf("load billing event %s: %w", id, err)
 	}
@@ -298,35 +296,6 @@ func (s *DynamoStore) Load(ctx context.Context, id string) (Event, []byte, error
 		return Event{}, nil, fmt.Errorf("billing event %s has no payload", id)
 	}
 	return e, payload, nil
-}
-
-// batchGet reads items strongly consistent, retrying unprocessed keys a bounded number of times.
-func (s *DynamoStore) batchGet(ctx context.Context, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
-	var items []map[string]types.AttributeValue
-	pending := keys
-	for round := range maxBatchGetRounds {
-		if len(pending) == 0 {
-			return items, nil
-		}
-		out, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
-			s.Table: {Keys: pending, ConsistentRead: aws.Bool(true)},
-		}})
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, out.Responses[s.Table]...)
-		pending = out.UnprocessedKeys[s.Table].Keys
-		if len(pending) > 0 && round < maxBatchGetRounds-1 {
-			// Unprocessed keys are DynamoDB shedding load: back off as the retry policy does.
-			if err := retry.Sleep(ctx, retry.Contended.Backoff(round)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if len(pending) > 0 {
-		return nil, fmt.Errorf("%d keys still unprocessed after %d rounds", len(pending), maxBatchGetRounds)
-	}
-	return items, nil
 }
 
 // transition is the update that moves an event from its state as read (rev) to next: every
@@ -565,7 +534,7 @@ func (s *DynamoStore) List(ctx context.Context, q ListQuery) (Page, error) {
 	for _, item := range out.Items {
 		keys = append(keys, map[string]types.AttributeValue{"pk": item["pk"], "sk": item["sk"]})
 	}
-	items, err := s.batchGet(ctx, keys)
+	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, keys)
 	if err != nil {
 		return Page{}, fmt.Errorf("list billing events: %w", err)
 	}

@@ -362,3 +362,74 @@ def test_async_close_sends_the_adds_waiting_for_room():
         ids = await asyncio.wait_for(asyncio.gather(*adds), 5)
         assert sorted(sent) == sorted(ids) and len(ids) == 6
     asyncio.run(run())
+
+
+def test_batcher_options_refused():
+    c = client(Recorder())
+    for options in ({"buffer": 0}, {"concurrency": 0}, {"max_batch": 101}, {"overflow": "drop"}):
+        with pytest.raises(ValueError):
+            c.batcher(**options)
+
+
+def test_close_sends_the_adds_waiting_for_room():
+    gate = threading.Event()
+    r = Recorder(gate=gate)
+    b = client(r).batcher(max_batch=1, buffer=1, concurrency=1, max_age=3600)
+    ids, lock = [], threading.Lock()
+
+    def add():
+        i = b.add({"source": "/t", "type": "t"})
+        with lock:
+            ids.append(i)
+
+    adders = [threading.Thread(target=add) for _ in range(6)]
+    for t in adders:
+        t.start()
+    deadline = time.monotonic() + 5
+    while b._waiting < 4 and time.monotonic() < deadline:  # one in flight, one buffered, four waiting
+        time.sleep(0.005)
+    closing = threading.Thread(target=b.close)
+    closing.start()
+    time.sleep(0.05)
+    gate.set()
+    closing.join(5)
+    for t in adders:
+        t.join(5)
+    assert not closing.is_alive() and len(ids) == 6 and sorted(r.ids()) == sorted(ids)
+
+
+@pytest.mark.parametrize("hook", ["on_failure", "on_log"])
+def test_batcher_outlives_a_hook_that_raises(hook):
+    def boom(_):
+        raise RuntimeError("the caller's hook failed")
+
+    r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 1 else None)
+    c = client(r, max_attempts=1, **({"on_log": boom} if hook == "on_log" else {}))
+    b = c.batcher(max_batch=5, max_age=3600, concurrency=1, **({"on_failure": boom} if hook == "on_failure" else {}))
+    for _ in range(15):
+        b.add({"source": "/t", "type": "t"})
+    # The first batch failed and its hook raised; the sender lives on and sends the other two,
+    # and close names exactly the first batch's events. Bounded: a sender that died with the hook
+    # would leave close waiting forever.
+    outcome = []
+    closing = threading.Thread(target=lambda: outcome.append(pytest.raises(f.BatchError, b.close)))
+    closing.start()
+    closing.join(5)
+    assert not closing.is_alive(), "close did not return: a sender died with the hook"
+    assert outcome[0].value.ids == [x["id"] for x in r.batches[0]] and len(r.batches) == 3
+
+
+def test_async_batcher_outlives_a_hook_that_raises():
+    def boom(_):
+        raise RuntimeError("the caller's hook failed")
+
+    async def run():
+        r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 1 else None)
+        c = f.AsyncClient("http://ferry.test", "fk_test", max_attempts=1, http_client=httpx.AsyncClient(transport=httpx.MockTransport(r)))
+        b = c.batcher(max_batch=5, max_age=3600, concurrency=1, on_failure=boom)
+        for _ in range(15):
+            await b.add({"source": "/t", "type": "t"})
+        with pytest.raises(f.BatchError) as e:
+            await asyncio.wait_for(b.close(), 5)
+        assert e.value.ids == [x["id"] for x in r.batches[0]] and len(r.batches) == 3
+    asyncio.run(run())

@@ -257,11 +257,12 @@ export interface paths {
          *     (`closedCycle: true`). Refused with a 400, nothing stored: a cycle that has not started
          *     (only usage that happened can be corrected); a cycle that ended before the account was
          *     created (the problem's `earliestCycle` names the account's first cycle, the one its
-         *     creation falls in under its agreement day); and a negative correction larger than the
-         *     cycle's usage — the ledger's total for the account, feature and cycle, used plus every
-         *     earlier correction, may not go below zero (the problem carries `usage`, `used` and
-         *     `corrections`). Concurrent corrections of one cycle are decided one after another, so
-         *     two that each fit cannot take it below zero together.
+         *     creation falls in under its agreement day). Refused with a 409 `conflict`, nothing
+         *     stored: a negative correction larger than the cycle's usage — the ledger's total for the
+         *     account, feature and cycle, used plus every earlier correction, may not go below zero (the
+         *     problem carries `usage`, `used` and `corrections`; the same correction fits once the
+         *     cycle holds enough). Concurrent corrections of one cycle are decided one after another,
+         *     so two that each fit cannot take it below zero together.
          */
         post: operations["createCorrection"];
         delete?: never;
@@ -1395,7 +1396,7 @@ export interface components {
         /**
          * @description The request conflicts with the resource's state (`conflict`: an account with this id
          *     exists; `agreement-locked`: the agreement start is fixed after the first usage; a hold
-         *     that is no longer RUNNING), or a request with this Idempotency-Key is still in flight
+         *     that is no longer RUNNING; a negative correction larger than its cycle's usage), or a request with this Idempotency-Key is still in flight
          *     (`idempotency-in-flight`, with `Retry-After`).
          */
         Conflict: {
