@@ -111,13 +111,37 @@ func unitID(msgs []queued) string {
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
 
-// processBatch runs message m alone as a unit, raw being the bytes its identity derives from.
+// processBatch runs message m alone as a unit, raw being the bytes its identity derives from. A
+// pack whose claim does not fit one transaction (packed before units were bounded, or under a
+// catalog whose meters, rollups included, needed fewer items) runs in parts, as coalescing runs
+// it (splitOversize); the message is finished when every part is.
 func (w *Worker) processBatch(ctx context.Context, m event.Message, raw []byte, redelivered bool) (Result, error) {
-	res, pending, err := w.processUnit(ctx, []queued{{msg: m, raw: raw, redelivered: redelivered}}, accounts.Account{})
-	if err == nil && len(pending) > 0 {
-		err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
+	q := queued{msg: m, raw: raw, redelivered: redelivered}
+	for i, ev := range m.Events {
+		rs, _ := w.readings(ev, m.Envelopes[i])
+		q.reads = append(q.reads, rs)
 	}
-	return res.Result, err
+	var (
+		out  Result
+		errs []error
+	)
+	for k, part := range splitOversize(q) {
+		res, pending, err := w.processUnit(ctx, []queued{part}, accounts.Account{})
+		if err == nil && len(pending) > 0 {
+			err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if k == 0 {
+			out = res.Result
+			continue
+		}
+		for id, r := range res.Events {
+			out.Events[id] = r
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // unitResult is a unit's outcome: each event's result, and the unit's id.
@@ -383,7 +407,7 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledg
 // unitRead is what a unit's claim reads before it plans: its members' entries and record; per
 // feature its members can move, the budget row (when a cap or a MAX or LATEST figure needs it)
 // and the report mark of the counter row the claim moves; the markers of its distinct values;
-// the rollup items its MAX and LATEST meters replace.
+// the rollup items its plan needs (rollup.Keys).
 func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 	rd := ledger.BatchRead{AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, EventIDs: r.ids}
 	moves := r.billing.Kind == ledger.BillCapped || r.billing.Kind == ledger.BillCounted
@@ -399,10 +423,11 @@ func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 				distinct[ledger.DistinctKey(rdg.Feature, rdg.DistinctHash())] = true
 				rd.Distinct = append(rd.Distinct, ledger.Marker{Feature: rdg.Feature, Hash: rdg.DistinctHash()})
 			}
-			if !rdg.Aggregation.Additive() {
-				cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
-					Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
-			}
+			// Every meter's: the rollups decide which items a plan needs read (those of MAX and
+			// LATEST meters, and the hour item of a meter with dimensions, whose groups bound
+			// what the claim may add to it).
+			cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
+				Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
 			if features[rdg.Feature] {
 				continue
 			}

@@ -238,18 +238,18 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 }
 
 // A batch archive written but not all rows. A unit's rows go with its claim, in its rows item,
-// unless its transaction has no item to spare: a pack of 98 events, queued before units were
-// bounded at 97, is claimed with rows of its own written after the claim. The worker dies after
-// the first bulk row write; the redelivery marks the members whose row is there, stores the
-// others, and rewrites the archive object with the very same bytes under the same key.
+// as far as the item's size allows (analytics.MaxUnitRowsBytes); rows past it are written after
+// the claim, in bulk. The worker dies after the first bulk row write; the redelivery marks the
+// members whose row is there, stores the others, and rewrites the archive object with the very
+// same bytes under the same key.
 func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_rows", "free", nil)
 	w := h.Worker().Worker
 	w.RowChunk = 25
 	defer func() { w.RowChunk = 0 }()
-	ids := idsN("evt", event.MaxPackedEvents+1)
-	body := packed(t, h, "acct_rows", map[string]any{"k": "v"}, ids...)
+	ids := idsN("evt", packFitsClaim)
+	body := bigRowsPack(t, h, "acct_rows", ids)
 	w.Hook = killAt(worker.Point{Stage: ledger.StageInsert})
 	if _, err := process(t, h, body); !errors.Is(err, errKilled) {
 		t.Fatalf("not killed: %v", err)
@@ -257,21 +257,28 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	w.Hook = nil
 	first := entry(t, h, "acct_rows", ids[0])
 	before := archived(t, h, first)
+	held := 0
 	for i, id := range ids {
 		e := entry(t, h, "acct_rows", id)
-		row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef())
-		if row != (i < 25) || e.Status != ledger.Inserting || e.RowInUnit {
-			t.Fatalf("after the crash %s: row %v status %s in its unit's item %v", id, row, e.Status, e.RowInUnit)
+		if e.RowInUnit {
+			held++
 		}
+		row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef())
+		if e.RowInUnit != (i < held) || row != (i < held+25) || e.Status != ledger.Inserting {
+			t.Fatalf("after the crash %s: row %v status %s in its unit's item %v (%d in the item)", id, row, e.Status, e.RowInUnit, held)
+		}
+	}
+	if held == 0 || held+25 >= len(ids) {
+		t.Fatalf("%d rows in the unit's item of %d; the test needs some in it and more than a chunk out", held, len(ids))
 	}
 	res, err := process(t, h, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.Events[ids[0]].Scenario; got != "INSERTING, analytics row present: mark only" {
+	if got := res.Events[ids[held]].Scenario; got != "INSERTING, analytics row present: mark only" {
 		t.Errorf("member with its row: %q", got)
 	}
-	if got := res.Events[ids[25]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
+	if got := res.Events[ids[held+25]].Scenario; got != "INSERTING, billed, no row: store then mark, never bill" {
 		t.Errorf("member without its row: %q", got)
 	}
 	if after := archived(t, h, first); !bytes.Equal(after, before) {
@@ -285,19 +292,63 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	}
 }
 
-// Rows that do not fit the unit's rows item: the item holds the first ones in unit order, the
-// others are written after the claim as rows of their own, and every event has exactly one.
-func TestBatch_RowsPastTheItemsBound_WrittenAlone(t *testing.T) {
-	h := apptest.New(t)
-	h.CreateAccount(t, "acct_big", "free", nil)
+// A pack of event.MaxPackedEvents events, queued before a unit's claim carried its rollup items,
+// needs more than a transaction's 100 items (97 entries, the rows item, the events meter's counter
+// row and mark, its rollup minute and hour): outside coalescing it runs in two parts, as
+// coalescing would split it, every event billed once and its message finished. A redelivery
+// makes the same parts and writes nothing.
+func TestBatch_PackPastTheClaimsItems_RunsInParts(t *testing.T) {
+	calls := instrument.NewCallCounter()
+	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
+	h.CreateAccount(t, "acct_parts", "free", nil)
 	ids := idsN("evt", event.MaxPackedEvents)
-	p := event.Packed{AccountID: "acct_big", ReceivedAtMs: h.Clock.Now().UnixMilli()}
+	body := packed(t, h, "acct_parts", map[string]any{"k": "v"}, ids...)
+	calls.Reset()
+	res, err := process(t, h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Snapshot()["DynamoDB TransactWriteItems"]; got != 2 {
+		t.Errorf("%d claim transactions for the oversize pack; want its 2 parts", got)
+	}
+	for _, id := range ids {
+		if e := entry(t, h, "acct_parts", id); e.Status != ledger.Inserted {
+			t.Fatalf("%s: %s", id, e.Status)
+		}
+		if _, ok := res.Events[id]; !ok {
+			t.Fatalf("%s has no result", id)
+		}
+	}
+	if got := used(t, h, "acct_parts"); got != int64(len(ids)) {
+		t.Errorf("meter %d, want %d", got, len(ids))
+	}
+	calls.Reset()
+	if _, err := process(t, h, body); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Snapshot()["DynamoDB TransactWriteItems"]; got != 0 {
+		t.Errorf("the redelivery made %d claim transactions", got)
+	}
+	if got := used(t, h, "acct_parts"); got != int64(len(ids)) {
+		t.Errorf("after the redelivery the meter is %d, want %d", got, len(ids))
+	}
+}
+
+// packFitsClaim is a pack whose claim fits one transaction whole: its entries, the events
+// meter's counter row and mark, its rollup minute and hour, and the rows item.
+const packFitsClaim = 90
+
+// bigRowsPack is a packed message of ids whose rows are about 14 KB each and barely compress, so
+// that the unit's rows item holds only the first third or so.
+func bigRowsPack(t *testing.T, h *apptest.Harness, account string, ids []string) string {
+	t.Helper()
+	p := event.Packed{AccountID: account, ReceivedAtMs: h.Clock.Now().UnixMilli()}
 	for _, id := range ids {
 		data := map[string]any{}
-		for k := range 30 {
+		for k := range 60 {
 			b := make([]byte, 120)
 			_, _ = rand.Read(b)
-			data[fmt.Sprintf("f%02d", k)] = hex.EncodeToString(b) // rows of ~7 KB that barely compress
+			data[fmt.Sprintf("f%02d", k)] = hex.EncodeToString(b)
 		}
 		raw, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": id, "source": "/tests", "type": "api.call", "data": data})
 		p.Events = append(p.Events, raw)
@@ -306,6 +357,16 @@ func TestBatch_RowsPastTheItemsBound_WrittenAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return body
+}
+
+// Rows that do not fit the unit's rows item: the item holds the first ones in unit order, the
+// others are written after the claim as rows of their own, and every event has exactly one.
+func TestBatch_RowsPastTheItemsBound_WrittenAlone(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_big", "free", nil)
+	ids := idsN("evt", packFitsClaim)
+	body := bigRowsPack(t, h, "acct_big", ids)
 	if _, err := process(t, h, body); err != nil {
 		t.Fatal(err)
 	}
