@@ -124,8 +124,9 @@ fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTI
 	done
 
 .PHONY: bench
-bench: tools ## measure the pipeline: request units, round trips and CPU per event, cost per million
+bench: tools ## measure the pipeline (request units, round trips and CPU per event, cost per million) and the usage query
 	$(GO) run ./cmd/ferry bench pipeline
+	$(GO) run ./cmd/ferry bench query
 
 .PHONY: build
 build: ## build every function as an arm64 bootstrap under build/<function>/ (BUILD_ARCH, BUILD_DIR)
@@ -242,6 +243,8 @@ test-sdk: tools sdk-tools ## the SDKs' unit tests, then each end to end against 
 .PHONY: bench-sdk
 bench-sdk: tools sdk-tools ## the batcher's overhead (testing.B) and each SDK's batcher against a bare HTTP client, side by side against ferry dev
 	cd sdk/go && $(GO) test -run '^$$' -bench Batcher_Add -benchmem -count 3 .
+	@# Each side waits for the worker to bill its events before the next side starts. Both sides
+	@# post to the same route of the same stack, so the ratio is the clients' own.
 	scripts/with-stack.sh scripts/bench-sdk.sh
 
 -include infra/infra.mk

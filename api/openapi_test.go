@@ -33,6 +33,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/platform/idempotency"
 	"github.com/ferrymeter/ferry/internal/platform/jsonbody"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -782,6 +784,40 @@ func conformanceTable() []exchange {
 		{name: "usage, malformed cycle", route: "GET /v1/usage", path: "/v1/usage?cycle=2026-13", as: "acct_1", status: 400, invalidRequest: true},
 		{name: "usage, unknown key", route: "GET /v1/usage", path: "/v1/usage", as: "wrong", status: 401},
 
+		// The usage query, over rollups written through the rollup package's own write path, on days
+		// before any event the run sends (whose claims write rollups of their own).
+		{name: "usage query by day", route: "GET /v1/usage/query", as: "acct_1", status: 200,
+			path:   "/v1/usage/query?meter=events&window=DAY&from=2026-11-02T00:00:00Z&to=2026-11-04T00:00:00Z",
+			before: seedRollups("acct_1", "2026-11-02T23:59:00Z", "2026-11-03T10:00:00Z", "2026-11-03T10:00:30Z"),
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				if !strings.Contains(string(r.body), `"rows":[{"windowStart":"2026-11-02T00:00:00Z","windowEnd":"2026-11-03T00:00:00Z","group":{},"value":1},`+
+					`{"windowStart":"2026-11-03T00:00:00Z","windowEnd":"2026-11-04T00:00:00Z","group":{},"value":2}]`) {
+					t.Errorf("the days' rows: %s", r.body)
+				}
+			}},
+		{name: "usage query by day in Kolkata, the operator's", route: "GET /v1/usage/query", as: "operator", status: 200,
+			path: "/v1/usage/query?meter=events&window=DAY&tz=Asia%2FKolkata&from=2026-11-14T18:30:00Z&to=2026-11-15T18:30:00Z&account=acct_1"},
+		{name: "usage query by minute", route: "GET /v1/usage/query", as: "acct_1", status: 200,
+			path: "/v1/usage/query?meter=events&window=MINUTE&from=2026-11-15T10:00:00Z&to=2026-11-15T10:05:00Z"},
+		{name: "usage query by cycle", route: "GET /v1/usage/query", as: "acct_1", status: 200,
+			path: "/v1/usage/query?meter=events&window=CYCLE&from=2026-10-01T00:00:00Z&to=2026-12-01T00:00:00Z"},
+		{name: "usage query, misaligned", route: "GET /v1/usage/query", as: "acct_1", status: 400,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:30:00Z&to=2026-11-15T12:00:00Z"},
+		{name: "usage query, a filter on no dimension", route: "GET /v1/usage/query", as: "acct_1", status: 400,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z&filter%5Bmodel%5D=gpt-4&groupBy=model"},
+		{name: "usage query, an unknown parameter", route: "GET /v1/usage/query", as: "acct_1", status: 400,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z&limit=5"},
+		{name: "usage query, no meter", route: "GET /v1/usage/query", as: "acct_1", status: 400, invalidRequest: true,
+			path: "/v1/usage/query?window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z"},
+		{name: "usage query, the operator without an account", route: "GET /v1/usage/query", as: "operator", status: 400,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z"},
+		{name: "usage query, the operator on no account", route: "GET /v1/usage/query", as: "operator", status: 404,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z&account=acct_nobody"},
+		{name: "usage query, another account's", route: "GET /v1/usage/query", as: "acct_one", status: 404,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z&account=acct_1"},
+		{name: "usage query, unknown key", route: "GET /v1/usage/query", as: "wrong", status: 401,
+			path: "/v1/usage/query?meter=events&window=HOUR&from=2026-11-15T10:00:00Z&to=2026-11-15T12:00:00Z"},
+
 		// Holds (DESIGN §8).
 		{name: "hold", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1", idemKey: "hold-1",
 			body: `{"key":"job-1","feature":"tokens","amount":100}`, status: 201,
@@ -1136,6 +1172,26 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 	for route := range served {
 		if !exercised[route] {
 			t.Errorf("%s is served but the conformance table has no request for it", route)
+		}
+	}
+}
+
+// seedRollups writes one event's count at each instant into account's rollups, through the
+// rollup package's own write path.
+func seedRollups(account string, instants ...string) func(t *testing.T, c *conformanceRun) {
+	return func(t *testing.T, c *conformanceRun) {
+		t.Helper()
+		s := &rollup.Store{DB: c.h.Env.Clients.DynamoDB, Table: c.h.Env.Names.Table(resources.TableRollups)}
+		var cs []rollup.Contribution
+		for _, at := range instants {
+			when, err := time.Parse(time.RFC3339, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
+		}
+		if err := s.Apply(context.Background(), account, cs); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

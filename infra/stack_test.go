@@ -405,12 +405,16 @@ var (
 	wantLogsWrite   = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 )
 
-// roleStatements returns the Allow statements granted to a role, attached or inline.
+// roleStatements returns the Allow statements granted to a role, attached or inline. A role
+// whose policy passes IAM's size limit for one policy gets the rest in an overflow managed
+// policy of the CDK's, attached by its Roles like the default one, and as exact.
 func (s *synthesized) roleStatements(roleID string) []object {
 	var docs []any
-	for _, p := range s.resourcesOfType("AWS::IAM::Policy") {
-		if refersTo(props(p)["Roles"], roleID) {
-			docs = append(docs, props(p)["PolicyDocument"])
+	for _, typ := range []string{"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"} {
+		for _, p := range s.resourcesOfType(typ) {
+			if refersTo(props(p)["Roles"], roleID) {
+				docs = append(docs, props(p)["PolicyDocument"])
+			}
 		}
 	}
 	role := s.json["Resources"].(object)[roleID].(object)

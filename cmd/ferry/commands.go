@@ -18,7 +18,7 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: ferry bench <holds|pipeline|inbox> [flags]")
+		return errors.New("usage: ferry bench <holds|pipeline|inbox|query> [flags]")
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -54,8 +54,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		return bench.Inbox(ctx, o, stdout, stderr)
+	case "query":
+		o := bench.DefaultQuery
+		fs.IntVar(&o.Events, "events", o.Events, "events in the account's month")
+		fs.IntVar(&o.Repeats, "repeats", o.Repeats, "runs of each query (the latency is their median)")
+		fs.Uint64Var(&o.Seed, "seed", o.Seed, "random seed for each event's minute, group and value")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Query(ctx, o, stdout, stderr)
 	}
-	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox)", args[0])
+	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox, query)", args[0])
 }
 
 func runEmulators(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,6 +1,7 @@
 // Command ferry runs Ferry locally and operates it: `ferry dev` starts the whole stack on
 // 127.0.0.1 with embedded emulators, `ferry bench` measures it, `ferry lab` reproduces the
-// reference scenarios, and `ferry inspect` and `ferry redrive` operate a stack. It is a thin CLI:
+// reference scenarios, `ferry inspect` and `ferry redrive` operate a stack, and `ferry usage`
+// reads a meter's usage back. It is a thin CLI:
 // each command parses its flags and calls the package that does the work (devstack, bench, lab,
 // operate).
 package main
@@ -33,6 +34,7 @@ var commands = map[string]command{
 	"reconcile":  {"prove the providers' meters match the ledger, repair and store evidence (--url, --account, --cycle)", runReconcile},
 	"evidence":   {"show the stored evidence of an account's cycle (--url, --account, --cycle)", runEvidence},
 	"faultproxy": {"a fault-injecting proxy in front of a stack, for testing clients: `ferry faultproxy --seed 7 -- <command>`", runFaultProxy},
+	"usage":      {"print a meter's usage by window, grouped and filtered on its dimensions (--url, --account, --meter, --window, --from, --to, --tz, --group-by, --filter)", runUsage},
 	"webhooks":   {"sign and post a billing webhook: `ferry webhooks send kinde|stripe --customer <id> …`", runWebhooks},
 }
 

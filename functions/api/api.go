@@ -1,10 +1,13 @@
 // Package api composes the api function: the operator's account routes, an account's event
-// status, usage, holds and billing events, the operator console with its sessions and labs, and
-// API Gateway's $default route (every path no other function serves).
+// status, usage, the usage query, holds and billing events, the operator console with its
+// sessions and labs, and API Gateway's $default route (every path no other function serves).
 package api
 
 import (
 	"context"
+	// The IANA time zone database, compiled in: the usage query's DAY windows are days of any
+	// zone, and a Lambda runtime (provided.al2023) need not carry the database.
+	_ "time/tzdata"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
@@ -13,6 +16,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
 	"github.com/ferrymeter/ferry/internal/operator/console"
@@ -36,6 +40,7 @@ type Parts struct {
 	Allowances *allowance.Service
 	Inbox      *inbox.DynamoStore
 	Reader     *inbox.Reader
+	Rollups    *rollup.Store
 	HTTP       *httpapi.Server
 }
 
@@ -51,7 +56,10 @@ func build(c *compose.Composer) (*compose.Function, error) {
 				KeysTable: c.Table(resources.TableAPIKeys, resources.ReadWrite), LinksTable: c.Table(resources.TableAccountLinks, resources.ReadWrite)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
-		Usage:   usage.Table{DB: db, Name: c.Table(resources.TableUsage, resources.Read)},
+		Usage: usage.Table{DB: db, Name: c.Table(resources.TableUsage, resources.Read)},
+		// The usage query reads the meters' rollups, eventually consistent: half the read units
+		// of a strong read, for an answer that may miss the last second's claims.
+		Rollups: &rollup.Store{DB: db, Table: c.Table(resources.TableRollups, resources.Read), Now: c.Now},
 		Archive: &archive.S3{Client: c.Clients.S3, Bucket: c.Bucket(resources.BucketArchive, resources.Read)},
 		// GET /v1/usage shows the limit the next admission is held to, from the holds' source,
 		// and an allowance feature's grant rows.
@@ -78,6 +86,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Accounts: p.Accounts, Events: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Now: c.Now,
 		Limits: p.Limits, Allowances: p.Allowances, BillingEvents: p.Reader,
 		FailedEvents: p.Ledger, Redrive: redrive,
+		UsageQuery: p.Rollups, UsageMeters: usageMeters(c),
 		HoldLister: &holds.DynamoStore{DB: db, Table: c.Table(resources.TableHolds, resources.Read)},
 		Console:    newConsoleDeps(c, sessions),
 	}
@@ -104,4 +113,16 @@ func newConsoleDeps(c *compose.Composer, sessions *session.Service) consoleDeps 
 			BaseURL: c.Settings().Get(resources.EnvAPIURL), OperatorKey: c.Config.OperatorKey, Log: c.Log, Now: c.Now,
 		},
 	}
+}
+
+// usageMeters are the meters the usage query answers for: the plans file's, the built-in count
+// of every event among them.
+func usageMeters(c *compose.Composer) rollup.Meters {
+	set := c.Config.Catalog.Meters
+	var ms rollup.Meters
+	for _, name := range set.Names() {
+		d, _ := set.Named(name)
+		ms = append(ms, rollup.Meter{Name: d.Name, Aggregation: d.Aggregation, Dimensions: d.Dimensions.Names()})
+	}
+	return ms
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/meter"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
 	"github.com/ferrymeter/ferry/internal/operator/console"
@@ -45,6 +46,10 @@ type routes struct {
 	// BillingEvents reads and replays stored billing events; HoldLister lists an account's holds.
 	BillingEvents *inbox.Reader
 	HoldLister    *holds.DynamoStore
+	// UsageQuery answers GET /v1/usage/query over the meters the deployment defines
+	// (UsageMeters).
+	UsageQuery  UsageQuerier
+	UsageMeters rollup.Meters
 	// Console serves the operator console's page, its sessions and its labs.
 	Console consoleDeps
 	Now     func() time.Time
@@ -70,6 +75,7 @@ func (a *routes) handlers() httpapi.Handlers {
 		"GET /v1/events":                      a.listEvents,
 		"POST /v1/events/{id}/redrive":        a.redriveEvent,
 		"GET /v1/usage":                       a.getUsage,
+		"GET /v1/usage/query":                 a.getUsageQuery,
 		"GET /v1/holds":                       a.listHolds,
 		"GET /v1/billing-events":              a.listBillingEvents,
 		"GET /v1/billing-events/{id}":         a.getBillingEvent,

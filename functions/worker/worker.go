@@ -7,6 +7,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	eventworker "github.com/ferrymeter/ferry/internal/metering/worker"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
@@ -52,6 +53,8 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Accounts: p.Accounts, Ledger: p.Ledger, Archive: p.Archive, Analytics: p.Analytics,
 		Schema: analytics.DefaultSchema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 		MaxQuarantines: eventworker.DefaultMaxQuarantines,
+		// A unit's claim carries the rollup writes of what it moves: the usage query's items.
+		Rollups: rollup.Claims{Table: c.Table(resources.TableRollups, resources.ReadWrite)},
 	}
 	fn := c.Function(p)
 	fn.Consume = p.Worker.HandleSQS

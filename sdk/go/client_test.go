@@ -27,13 +27,19 @@ type script struct {
 type recorded struct {
 	method, path, idempotencyKey, userAgent string
 	body                                    []byte
+	// rawQuery and header are the request's query string and headers as they arrived.
+	rawQuery string
+	header   http.Header
 }
 
 func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	n := len(s.requests)
-	s.requests = append(s.requests, recorded{r.Method, r.URL.Path, r.Header.Get("Idempotency-Key"), r.Header.Get("User-Agent"), body})
+	s.requests = append(s.requests, recorded{
+		method: r.Method, path: r.URL.Path, idempotencyKey: r.Header.Get("Idempotency-Key"), userAgent: r.Header.Get("User-Agent"),
+		body: body, rawQuery: r.URL.RawQuery, header: r.Header.Clone(),
+	})
 	answer := s.answers[min(n, len(s.answers)-1)]
 	s.mu.Unlock()
 	answer(w, r, body)

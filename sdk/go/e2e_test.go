@@ -127,6 +127,39 @@ func TestE2E_BatcherThroughFaults_UsageExact(t *testing.T) {
 	if u.Used != events {
 		t.Fatalf("usage %d after %d events, want exactly %d", u.Used, events, events)
 	}
+	// The usage query, through the faults too, folds the same events by UTC day: its rows add up
+	// to the ledger's figure (they are written in the claims that billed the events).
+	days, total := queryDays(t, client, start, events)
+	fmt.Printf("go e2e usage query: %d DAY rows totalling %d (want %d)\n", days, total, events)
+	if total != events {
+		t.Fatalf("the usage query's rows total %d, want exactly %d", total, events)
+	}
+}
+
+// queryDays reads the account's events meter by UTC day, from the day of since to the day after
+// now, until its rows total want (or the wait ends: its reads are eventually consistent), and
+// returns how many rows it read and their total.
+func queryDays(t *testing.T, c *Client, since time.Time, want int) (int, int) {
+	t.Helper()
+	const day = 24 * time.Hour
+	from := since.UTC().Truncate(day)
+	deadline := time.Now().Add(e2eSettle)
+	for {
+		q, err := c.QueryUsage(context.Background(), QueryUsageParams{
+			Meter: "events", Window: QueryUsageParamsWindowDAY, From: from, To: time.Now().UTC().Truncate(day).Add(day),
+		})
+		if err != nil {
+			t.Fatalf("query usage: %v", err)
+		}
+		total := 0
+		for _, row := range q.Rows {
+			total += row.Value
+		}
+		if total >= want || time.Now().After(deadline) {
+			return len(q.Rows), total
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func TestE2E_ConcurrentJobsUnderHolds_EndExact(t *testing.T) {

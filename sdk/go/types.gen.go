@@ -55,25 +55,25 @@ func (e AccountStatus) Valid() bool {
 
 // Defines values for Aggregation.
 const (
-	COUNT       Aggregation = "COUNT"
-	LATEST      Aggregation = "LATEST"
-	MAX         Aggregation = "MAX"
-	SUM         Aggregation = "SUM"
-	UNIQUECOUNT Aggregation = "UNIQUE_COUNT"
+	AggregationCOUNT       Aggregation = "COUNT"
+	AggregationLATEST      Aggregation = "LATEST"
+	AggregationMAX         Aggregation = "MAX"
+	AggregationSUM         Aggregation = "SUM"
+	AggregationUNIQUECOUNT Aggregation = "UNIQUE_COUNT"
 )
 
 // Valid indicates whether the value is a known member of the Aggregation enum.
 func (e Aggregation) Valid() bool {
 	switch e {
-	case COUNT:
+	case AggregationCOUNT:
 		return true
-	case LATEST:
+	case AggregationLATEST:
 		return true
-	case MAX:
+	case AggregationMAX:
 		return true
-	case SUM:
+	case AggregationSUM:
 		return true
-	case UNIQUECOUNT:
+	case AggregationUNIQUECOUNT:
 		return true
 	default:
 		return false
@@ -338,6 +338,72 @@ func (e SettlementStatus) Valid() bool {
 	}
 }
 
+// Defines values for UsageQueryAggregation.
+const (
+	UsageQueryAggregationCOUNT       UsageQueryAggregation = "COUNT"
+	UsageQueryAggregationLATEST      UsageQueryAggregation = "LATEST"
+	UsageQueryAggregationMAX         UsageQueryAggregation = "MAX"
+	UsageQueryAggregationSUM         UsageQueryAggregation = "SUM"
+	UsageQueryAggregationUNIQUECOUNT UsageQueryAggregation = "UNIQUE_COUNT"
+)
+
+// Valid indicates whether the value is a known member of the UsageQueryAggregation enum.
+func (e UsageQueryAggregation) Valid() bool {
+	switch e {
+	case UsageQueryAggregationCOUNT:
+		return true
+	case UsageQueryAggregationLATEST:
+		return true
+	case UsageQueryAggregationMAX:
+		return true
+	case UsageQueryAggregationSUM:
+		return true
+	case UsageQueryAggregationUNIQUECOUNT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageQueryWindow.
+const (
+	UsageQueryWindowCYCLE  UsageQueryWindow = "CYCLE"
+	UsageQueryWindowDAY    UsageQueryWindow = "DAY"
+	UsageQueryWindowHOUR   UsageQueryWindow = "HOUR"
+	UsageQueryWindowMINUTE UsageQueryWindow = "MINUTE"
+)
+
+// Valid indicates whether the value is a known member of the UsageQueryWindow enum.
+func (e UsageQueryWindow) Valid() bool {
+	switch e {
+	case UsageQueryWindowCYCLE:
+		return true
+	case UsageQueryWindowDAY:
+		return true
+	case UsageQueryWindowHOUR:
+		return true
+	case UsageQueryWindowMINUTE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageRowOther.
+const (
+	True UsageRowOther = true
+)
+
+// Valid indicates whether the value is a known member of the UsageRowOther enum.
+func (e UsageRowOther) Valid() bool {
+	switch e {
+	case True:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Verdict.
 const (
 	VerdictClosedCycleDrift Verdict = "closed_cycle_drift"
@@ -398,6 +464,30 @@ func (e ListHoldsParamsStatus) Valid() bool {
 	case ListHoldsParamsStatusRUNNING:
 		return true
 	case ListHoldsParamsStatusSETTLED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for QueryUsageParamsWindow.
+const (
+	QueryUsageParamsWindowCYCLE  QueryUsageParamsWindow = "CYCLE"
+	QueryUsageParamsWindowDAY    QueryUsageParamsWindow = "DAY"
+	QueryUsageParamsWindowHOUR   QueryUsageParamsWindow = "HOUR"
+	QueryUsageParamsWindowMINUTE QueryUsageParamsWindow = "MINUTE"
+)
+
+// Valid indicates whether the value is a known member of the QueryUsageParamsWindow enum.
+func (e QueryUsageParamsWindow) Valid() bool {
+	switch e {
+	case QueryUsageParamsWindowCYCLE:
+		return true
+	case QueryUsageParamsWindowDAY:
+		return true
+	case QueryUsageParamsWindowHOUR:
+		return true
+	case QueryUsageParamsWindowMINUTE:
 		return true
 	default:
 		return false
@@ -1242,6 +1332,47 @@ type Usage struct {
 	Used      int  `json:"used"`
 }
 
+// UsageQuery defines model for UsageQuery.
+type UsageQuery struct {
+	Account AccountID `json:"account"`
+
+	// Aggregation How the meter folds its events, and so how a window folds its parts.
+	Aggregation UsageQueryAggregation `json:"aggregation"`
+	Filter      map[string]string     `json:"filter"`
+	From        time.Time             `json:"from"`
+	GroupBy     []string              `json:"groupBy"`
+	Meter       string                `json:"meter"`
+	Rows        []UsageRow            `json:"rows"`
+	To          time.Time             `json:"to"`
+
+	// Tz The time zone of DAY windows, when one was asked for.
+	Tz     *string          `json:"tz,omitempty"`
+	Window UsageQueryWindow `json:"window"`
+}
+
+// UsageQueryAggregation How the meter folds its events, and so how a window folds its parts.
+type UsageQueryAggregation string
+
+// UsageQueryWindow defines model for UsageQuery.Window.
+type UsageQueryWindow string
+
+// UsageRow defines model for UsageRow.
+type UsageRow struct {
+	// Group The values of the groupBy dimensions (a dimension an event lacked is the empty string); empty on an `other` row.
+	Group map[string]string `json:"group"`
+
+	// Other Usage of groups the hour had no room to keep by name; present only when true.
+	Other *UsageRowOther `json:"other,omitempty"`
+
+	// Value The window's value: the sum (SUM, COUNT, UNIQUE_COUNT's first sightings in the cycle), the largest (MAX) or the latest (LATEST).
+	Value       int       `json:"value"`
+	WindowEnd   time.Time `json:"windowEnd"`
+	WindowStart time.Time `json:"windowStart"`
+}
+
+// UsageRowOther Usage of groups the hour had no room to keep by name; present only when true.
+type UsageRowOther bool
+
 // Verdict defines model for Verdict.
 type Verdict string
 
@@ -1566,6 +1697,34 @@ type CreateCorrectionParams struct {
 	// everywhere: see "Idempotency" above.
 	IdempotencyKey IdempotencyKeyRequired `json:"Idempotency-Key"`
 }
+
+// QueryUsageParams defines parameters for QueryUsage.
+type QueryUsageParams struct {
+	// Meter A meter of the deployment's plans file (`events` counts every event).
+	Meter string `form:"meter" json:"meter"`
+
+	// From The range's first instant (RFC 3339), aligned to the window.
+	From time.Time `form:"from" json:"from"`
+
+	// To The instant after the range (RFC 3339), aligned to the window.
+	To     time.Time              `form:"to" json:"to"`
+	Window QueryUsageParamsWindow `form:"window" json:"window"`
+
+	// Tz The IANA time zone of DAY windows (default UTC); no other window takes one.
+	Tz *string `form:"tz,omitempty" json:"tz,omitempty"`
+
+	// GroupBy Dimensions of the meter to group by, comma-separated, each once.
+	GroupBy *string `form:"groupBy,omitempty" json:"groupBy,omitempty"`
+
+	// Filter Keep only the usage whose dimension has this value: `filter[region]=eu`. One value a dimension.
+	Filter *map[string]string `json:"filter,omitempty"`
+
+	// Account The account (the operator must name it; an account key may name only its own)
+	Account *AccountID `form:"account,omitempty" json:"account,omitempty"`
+}
+
+// QueryUsageParamsWindow defines parameters for QueryUsage.
+type QueryUsageParamsWindow string
 
 // ReceiveKindeWebhookParams defines parameters for ReceiveKindeWebhook.
 type ReceiveKindeWebhookParams struct {

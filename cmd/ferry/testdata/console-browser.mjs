@@ -54,7 +54,16 @@ try {
   await open("#/accounts", `[data-account="${account}"]`);
   await shot("accounts");
   await open("#/accounts/" + account, "table.standing");
+  await page.locator("#usage-chart").waitFor();
   await shot("account");
+  // The usage chart draws the usage query's rows: its bars add up to its rows. (This stack runs
+  // the per-event pipeline, whose claims do not write rollups yet, so the rows are not compared
+  // with the standing here.)
+  const usage = await page.evaluate(() => ({
+    chart: [...document.querySelectorAll("#usage-chart rect")].reduce((s, r) => s + Number(r.dataset.value), 0),
+    table: [...document.querySelectorAll("#usage-table tbody td.num")].reduce((s, td) => s + Number(td.textContent), 0),
+  }));
+  expect("usage over time, its bars summed against its rows", usage.chart, usage.table);
 
   step("events: redrive the UNINSERTABLE event");
   await open("#/events?account=" + account, `[data-redrive="${eventId}"]`);

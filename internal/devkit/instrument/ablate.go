@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/rollup"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/operator/console"
 	"github.com/ferrymeter/ferry/internal/operator/session"
@@ -35,7 +36,7 @@ import (
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
 	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards,
-		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards} {
+		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards, rollup.Guards} {
 		all = append(all, g...)
 	}
 	return all

@@ -397,7 +397,7 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledg
 // unitRead is what a unit's claim reads before it plans: its members' entries and record; per
 // feature its members can move, the budget row (when a cap or a MAX or LATEST figure needs it)
 // and the report mark of the counter row the claim moves; the markers of its distinct values;
-// the rollup items its MAX and LATEST meters replace.
+// the rollup items its plan needs (rollup.Keys).
 func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 	rd := ledger.BatchRead{AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, EventIDs: r.ids}
 	moves := r.billing.Kind == ledger.BillCapped || r.billing.Kind == ledger.BillCounted
@@ -413,10 +413,11 @@ func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 				distinct[ledger.DistinctKey(rdg.Feature, rdg.DistinctHash())] = true
 				rd.Distinct = append(rd.Distinct, ledger.Marker{Feature: rdg.Feature, Hash: rdg.DistinctHash()})
 			}
-			if !rdg.Aggregation.Additive() {
-				cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
-					Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
-			}
+			// Every meter's: the rollups decide which items a plan needs read (those of MAX and
+			// LATEST meters, and the hour item of a meter with dimensions, whose groups bound
+			// what the claim may add to it).
+			cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
+				Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
 			if features[rdg.Feature] {
 				continue
 			}

@@ -97,8 +97,10 @@ type Worker struct {
 }
 
 // Rollups plans the rollup items a unit's claim writes (package rollup): the items to read before
-// the claim (those of MAX and LATEST meters, which are replaced from what was read), and the
-// writes of the admitted contributions, planned from what was read.
+// the claim (Keys, given the contributions of every member the unit may admit: those of MAX and
+// LATEST meters, which are replaced from what was read, and the hour items of meters with
+// dimensions, whose groups bound what a claim adds), and the writes of the admitted
+// contributions, planned from what was read.
 type Rollups interface {
 	Keys(accountID string, cs []ledger.Contribution) []ledger.ItemKey
 	Writes(accountID string, cs []ledger.Contribution, read map[string][]map[string]types.AttributeValue) ([]types.TransactWriteItem, error)

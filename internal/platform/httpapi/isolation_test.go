@@ -46,6 +46,7 @@ var isolationBodies = map[string]string{
 	"GET /v1/accounts/{id}":               "",
 	"GET /v1/events/{id}":                 "",
 	"GET /v1/usage":                       "",
+	"GET /v1/usage/query":                 "",
 	"GET /v1/holds/{id}":                  "",
 	"GET /v1/reconcile/evidence":          "",
 	"GET /v1/reconcile/review":            "",
@@ -69,6 +70,7 @@ var isolationBodies = map[string]string{
 // isolationQueries is the query a route needs to get past its own checks.
 var isolationQueries = map[string]string{
 	"GET /v1/usage":              "?feature=events",
+	"GET /v1/usage/query":        "?meter=events&window=DAY&from=2026-11-01T00:00:00Z&to=2026-11-03T00:00:00Z",
 	"GET /v1/reconcile/evidence": "?account=acct_a&cycle=2026-11",
 	"GET /v1/events":             "?status=REJECTED",
 	"GET /v1/holds":              "?status=RUNNING",

@@ -80,8 +80,11 @@ const (
 	TableLedger       = "ledger"
 	TableUsage        = "usage"
 	TableAnalytics    = "analytics"
-	QueueEvents       = "events"
-	BucketArchive     = "archive"
+	// TableRollups holds each meter's usage per minute and per hour, written in the claim
+	// transaction that bills it: what the usage query reads.
+	TableRollups  = "rollups"
+	QueueEvents   = "events"
+	BucketArchive = "archive"
 )
 
 // Logical names of the usage holds' tables.
@@ -239,6 +242,15 @@ var Tables = []Table{
 		SortKey:      &Attribute{"sk", String},
 	},
 	{
+		Logical:      TableRollups,
+		Purpose:      "usage per (account, meter) and minute or hour, one attribute per group of dimension values, written with the claim that bills it; what the usage query reads",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		// Minute items expire RollupMinuteRetention after their minute; hour items carry no
+		// expiry and are kept.
+		TTLAttribute: RollupTTLAttribute,
+	},
+	{
 		Logical:      TableIdempotency,
 		Purpose:      "Idempotency-Key claims and stored answers, one item per (caller, route, key)",
 		PartitionKey: Attribute{"pk", String},
@@ -330,6 +342,15 @@ var Tables = []Table{
 		SortKey:      &Attribute{"sk", String},
 	},
 }
+
+// RollupTTLAttribute is the epoch-seconds attribute DynamoDB expires minute rollup items by;
+// RollupMinuteRetention is how long after its minute a minute item is kept (an hour item is
+// kept for good). A query that needs minute detail older than that is refused, not answered
+// from what is left.
+const (
+	RollupTTLAttribute    = "expiresAt"
+	RollupMinuteRetention = 40 * 24 * time.Hour
+)
 
 // TableIdempotency is the logical name of the table the idempotency middleware claims keys in.
 // Every function that serves a mutating route needs read-write access to it.
@@ -633,7 +654,7 @@ var Functions = []Function{
 	},
 	{
 		Name:    FunctionAPI,
-		Purpose: "accounts, event status and usage routes, the operator console, and every path no route declares",
+		Purpose: "accounts, event status, usage and usage query routes, the operator console, and every path no route declares",
 		// The operator routes check the operator key. GET /v1/usage shows the limit the next
 		// admission is held to, so it reads limits from the same source as the holds.
 		ReadsLimits: true,
@@ -653,6 +674,8 @@ var Functions = []Function{
 			// GET /v1/holds lists an account's holds; the console keeps its sessions and lab
 			// slots.
 			TableHolds: Read, TableConsole: ReadWrite,
+			// GET /v1/usage/query reads the meters' rollups.
+			TableRollups: Read,
 		},
 		// A redrive queues the archived payload again for the worker.
 		Queues:  map[string]Access{QueueInbox: Send, QueueEvents: Send},
@@ -665,6 +688,8 @@ var Functions = []Function{
 		MemoryMB: 512,
 		Tables: map[string]Access{
 			TableAccounts: ReadWrite, TableLedger: ReadWrite, TableUsage: ReadWrite, TableAnalytics: ReadWrite,
+			// A unit's claim reads and writes the rollups of what it moves.
+			TableRollups: ReadWrite,
 		},
 		Queues:  map[string]Access{QueueEvents: Consume},
 		Buckets: map[string]Access{BucketArchive: ReadWrite},

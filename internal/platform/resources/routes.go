@@ -114,6 +114,8 @@ var Routes = []Route{
 	{Method: "POST", Path: "/v1/events/{id}/redrive", Function: FunctionAPI, Auth: Operator,
 		Idempotency: IdempotencyRetention},
 	{Method: "GET", Path: "/v1/usage", Function: FunctionAPI, Auth: Account},
+	// The usage query reads a meter's rollups: an account its own, the operator any account's.
+	{Method: "GET", Path: "/v1/usage/query", Function: FunctionAPI, Auth: AccountOrOperator},
 	{Method: "POST", Path: "/v1/holds", Function: FunctionHolds, Auth: Account,
 		Idempotency: IdempotencyRetention},
 	{Method: "GET", Path: "/v1/holds/{id}", Function: FunctionHolds, Auth: Account},

@@ -11,6 +11,7 @@ import asyncio
 import os
 import secrets
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -51,19 +52,40 @@ def wait_used(direct, feature, want):
         time.sleep(0.25)
 
 
+def query_days(client, since, want):
+    """Reads the account's events meter by UTC day, from the day of ``since`` to the day after
+    now, until its rows total ``want`` (or the wait ends: its reads are eventually consistent);
+    returns how many rows it read and their total."""
+    def day(at):
+        return datetime(at.year, at.month, at.day, tzinfo=timezone.utc)
+
+    deadline = time.monotonic() + SETTLE
+    while True:
+        q = client.query_usage("events", window="DAY", from_=day(since), to=day(datetime.now(timezone.utc)) + timedelta(days=1))
+        total = sum(row.value for row in q.rows)
+        if total >= want or time.monotonic() > deadline:
+            return len(q.rows), total
+        time.sleep(0.25)
+
+
 def test_5000_events_through_the_batcher_with_faults_end_exact():
     events = 5000
     retries = Retries()
     key, options = account("sdk-py-batch", {"events": events * 2}, retries)
     with f.Client(PROXY, key, **options) as through, f.Client(STACK, key, **options) as direct:
-        start = time.monotonic()
+        start, since = time.monotonic(), datetime.now(timezone.utc)
         with through.batcher(max_age=0.2) as b:
             for i in range(events):
                 b.add({"source": "/sdk/python/e2e", "type": "api.call", "data": {"n": i}})
         sent = time.monotonic() - start
         u = wait_used(direct, "events", events)
+        # The usage query, through the faults too, folds the same events by UTC day: its rows
+        # add up to the ledger's figure (they are written in the claims that billed the events).
+        rows, total = query_days(through, since, events)
     print(f"python e2e batcher: {events} events sent in {sent:.1f} s with {retries.n} retries; usage {u.used} (want {events})")
+    print(f"python e2e usage query: {rows} DAY rows totalling {total} (want {events})")
     assert u.used == events
+    assert total == events
 
 
 def test_20_concurrent_jobs_under_holds_end_exact():

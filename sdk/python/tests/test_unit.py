@@ -8,6 +8,7 @@ import pathlib
 import re
 import threading
 import time
+import typing
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -103,6 +104,112 @@ def test_timeout_retried():
     s = Script(slow, answer(200, {"feature": "events", "cycle": "2026-11", "limit": None, "used": 1, "held": 0, "remaining": None, "corrections": 0}))
     u = client(s).usage()
     assert u.used == 1 and u.limit is None
+
+
+USAGE_QUERY_ANSWER = {
+    "account": "acct_1", "meter": "tokens_in", "aggregation": "SUM", "window": "DAY", "from": "2026-10-31T23:00:00Z", "to": "2026-11-01T23:00:00Z",
+    "tz": "Europe/Paris", "groupBy": ["model"], "filter": {"region": "eu"},
+    "rows": [
+        {"windowStart": "2026-10-31T23:00:00Z", "windowEnd": "2026-11-01T23:00:00Z", "group": {"model": "gpt-4"}, "value": 1532},
+        {"windowStart": "2026-10-31T23:00:00Z", "windowEnd": "2026-11-01T23:00:00Z", "group": {}, "other": True, "value": 7},
+    ],
+}
+PARIS = timezone(timedelta(hours=1))
+
+
+def check_usage_query_sent(request):
+    assert request.method == "GET" and request.url.path == "/v1/usage/query"
+    assert request.url.query == (b"meter=tokens_in&window=DAY&from=2026-11-01T00%3A00%3A00%2B01%3A00&to=2026-11-02T00%3A00%3A00%2B01%3A00"
+                                 b"&tz=Europe%2FParis&groupBy=model&account=acct_1&filter%5Bregion%5D=eu")
+    assert request.headers["authorization"] == "Bearer fk_test"
+    assert request.headers["accept"] == "application/json, application/problem+json"
+    assert request.headers["user-agent"].endswith(f"ferrymeter-python/{f.VERSION}")
+    # A read is no mutation: no Idempotency-Key, and no body to declare.
+    assert "idempotency-key" not in request.headers and "content-type" not in request.headers and request.content == b""
+
+
+def check_usage_query_decoded(q):
+    start = datetime(2026, 10, 31, 23, tzinfo=timezone.utc)
+    assert (q.account, q.meter, q.aggregation, q.window, q.tz, q.groupBy, q.filter) == ("acct_1", "tokens_in", "SUM", "DAY", "Europe/Paris", ["model"], {"region": "eu"})
+    assert q.from_ == start and q.to == start + timedelta(days=1)
+    named, other = q.rows
+    assert (named.group, named.value, named.other, named.windowStart, named.windowEnd) == ({"model": "gpt-4"}, 1532, None, start, start + timedelta(days=1))
+    assert (other.group, other.value, other.other) == ({}, 7, True)
+
+
+USAGE_QUERY_ARGS = dict(window="DAY", from_=datetime(2026, 11, 1, tzinfo=PARIS), to=datetime(2026, 11, 2, tzinfo=PARIS), tz="Europe/Paris",
+                        group_by="model", filter={"region": "eu"}, account="acct_1")
+
+
+def test_query_usage_every_parameter_sent_once_and_the_rows_decoded():
+    s = Script(answer(200, USAGE_QUERY_ANSWER))
+    q = client(s).query_usage("tokens_in", **USAGE_QUERY_ARGS)
+    assert len(s.requests) == 1
+    check_usage_query_sent(s.requests[0])
+    check_usage_query_decoded(q)
+
+
+def test_async_query_usage_every_parameter_sent_once_and_the_rows_decoded():
+    async def run():
+        s = Script(answer(200, USAGE_QUERY_ANSWER))
+        async with f.AsyncClient("http://ferry.test", "fk_test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(s))) as c:
+            q = await c.query_usage("tokens_in", **USAGE_QUERY_ARGS)
+        assert len(s.requests) == 1
+        check_usage_query_sent(s.requests[0])
+        check_usage_query_decoded(q)
+    asyncio.run(run())
+
+
+def test_query_usage_only_the_required_parameters_sent():
+    s = Script(answer(200, {**USAGE_QUERY_ANSWER, "window": "HOUR", "tz": None, "groupBy": [], "filter": {}, "rows": []}))
+    at = datetime(2026, 11, 1, 10, tzinfo=timezone.utc)
+    q = client(s).query_usage("events", window="HOUR", from_=at, to=at + timedelta(hours=2))
+    assert s.requests[0].url.query == b"meter=events&window=HOUR&from=2026-11-01T10%3A00%3A00%2B00%3A00&to=2026-11-01T12%3A00%3A00%2B00%3A00"
+    assert q.rows == []
+
+
+def test_usage_window_is_the_generated_models():
+    assert typing.get_args(f.UsageWindow) == typing.get_args(f.models.UsageQuery.model_fields["window"].annotation)
+
+
+# Ferry refuses an empty parameter, and dropping one would answer another query (a day in UTC
+# rather than in the zone meant): both sync and async refuse before a request is made.
+@pytest.mark.parametrize("change,want", [
+    (dict(meter=""), ["meter is empty"]),
+    (dict(window=""), ["window is empty"]),
+    (dict(meter=None, window=None, from_=None, to=None), ["meter is required", "window is required", "from is required", "to is required"]),
+    (dict(from_=datetime(2026, 11, 1)), ["from is a naive datetime"]),
+    (dict(to="2026-11-02T00:00:00Z"), ["to is a str, not a datetime"]),
+    (dict(tz=""), ["tz is empty"]),
+    (dict(group_by=""), ["groupBy is empty"]),
+    (dict(group_by=["model"]), ["groupBy is a list, not a str"]),
+    (dict(account=""), ["account is empty"]),
+    (dict(filter={"region": ""}), ["filter[region] is not a value"]),
+    (dict(filter={"": "eu"}), ["empty dimension"]),
+], ids=["meter", "window", "nothing", "naive", "to-str", "tz", "groupBy", "groupBy-list", "account", "filter-value", "filter-dimension"])
+def test_query_usage_missing_or_empty_refused_before_sending(change, want):
+    args = {"meter": "tokens_in", "window": "DAY", "from_": datetime(2026, 11, 1, tzinfo=timezone.utc),
+            "to": datetime(2026, 11, 2, tzinfo=timezone.utc), **change}
+    s = Script(answer(200, USAGE_QUERY_ANSWER))
+    with pytest.raises(ValueError) as e:
+        client(s).query_usage(**args)
+    assert all(w in str(e.value) for w in want), str(e.value)
+
+    async def run():
+        async with f.AsyncClient("http://ferry.test", "fk_test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(s))) as c:
+            with pytest.raises(ValueError):
+                await c.query_usage(**args)
+    asyncio.run(run())
+    assert s.requests == []
+
+
+def test_query_usage_servers_refusal_typed_and_not_retried():
+    s = Script(problem(400, "invalid-request", {"errors": ["from 2026-11-01T00:30:00Z is not aligned to an hour (the nearest: 2026-11-01T00:00:00Z)"]}))
+    at = datetime(2026, 11, 1, 0, 30, tzinfo=timezone.utc)
+    with pytest.raises(f.InvalidRequestError) as e:
+        client(s, max_attempts=5).query_usage("events", window="HOUR", from_=at, to=at + timedelta(hours=1))
+    assert e.value.status == 400 and len(e.value.errors) == 1 and "not aligned" in e.value.errors[0]
+    assert len(s.requests) == 1
 
 
 def test_decide_backoff_bounds_and_ratelimit_reset():
@@ -361,4 +468,75 @@ def test_async_close_sends_the_adds_waiting_for_room():
         # Bounded: an add whose event close left in the buffer would wait for room forever.
         ids = await asyncio.wait_for(asyncio.gather(*adds), 5)
         assert sorted(sent) == sorted(ids) and len(ids) == 6
+    asyncio.run(run())
+
+
+def test_batcher_options_refused():
+    c = client(Recorder())
+    for options in ({"buffer": 0}, {"concurrency": 0}, {"max_batch": 101}, {"overflow": "drop"}):
+        with pytest.raises(ValueError):
+            c.batcher(**options)
+
+
+def test_close_sends_the_adds_waiting_for_room():
+    gate = threading.Event()
+    r = Recorder(gate=gate)
+    b = client(r).batcher(max_batch=1, buffer=1, concurrency=1, max_age=3600)
+    ids, lock = [], threading.Lock()
+
+    def add():
+        i = b.add({"source": "/t", "type": "t"})
+        with lock:
+            ids.append(i)
+
+    adders = [threading.Thread(target=add) for _ in range(6)]
+    for t in adders:
+        t.start()
+    deadline = time.monotonic() + 5
+    while b._waiting < 4 and time.monotonic() < deadline:  # one in flight, one buffered, four waiting
+        time.sleep(0.005)
+    closing = threading.Thread(target=b.close)
+    closing.start()
+    time.sleep(0.05)
+    gate.set()
+    closing.join(5)
+    for t in adders:
+        t.join(5)
+    assert not closing.is_alive() and len(ids) == 6 and sorted(r.ids()) == sorted(ids)
+
+
+@pytest.mark.parametrize("hook", ["on_failure", "on_log"])
+def test_batcher_outlives_a_hook_that_raises(hook):
+    def boom(_):
+        raise RuntimeError("the caller's hook failed")
+
+    r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 1 else None)
+    c = client(r, max_attempts=1, **({"on_log": boom} if hook == "on_log" else {}))
+    b = c.batcher(max_batch=5, max_age=3600, concurrency=1, **({"on_failure": boom} if hook == "on_failure" else {}))
+    for _ in range(15):
+        b.add({"source": "/t", "type": "t"})
+    # The first batch failed and its hook raised; the sender lives on and sends the other two,
+    # and close names exactly the first batch's events. Bounded: a sender that died with the hook
+    # would leave close waiting forever.
+    outcome = []
+    closing = threading.Thread(target=lambda: outcome.append(pytest.raises(f.BatchError, b.close)))
+    closing.start()
+    closing.join(5)
+    assert not closing.is_alive(), "close did not return: a sender died with the hook"
+    assert outcome[0].value.ids == [x["id"] for x in r.batches[0]] and len(r.batches) == 3
+
+
+def test_async_batcher_outlives_a_hook_that_raises():
+    def boom(_):
+        raise RuntimeError("the caller's hook failed")
+
+    async def run():
+        r = Recorder(fail=lambda batch, n: problem(503, "unavailable") if n == 1 else None)
+        c = f.AsyncClient("http://ferry.test", "fk_test", max_attempts=1, http_client=httpx.AsyncClient(transport=httpx.MockTransport(r)))
+        b = c.batcher(max_batch=5, max_age=3600, concurrency=1, on_failure=boom)
+        for _ in range(15):
+            await b.add({"source": "/t", "type": "t"})
+        with pytest.raises(f.BatchError) as e:
+            await asyncio.wait_for(b.close(), 5)
+        assert e.value.ids == [x["id"] for x in r.batches[0]] and len(r.batches) == 3
     asyncio.run(run())

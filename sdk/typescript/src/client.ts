@@ -29,6 +29,9 @@ export type ReconcileRun = S["ReconcileRun"];
 export type EvidenceList = S["EvidenceList"];
 export type ReviewList = S["ReviewList"];
 export type Health = S["Health"];
+/** The usage query's answer: a meter's rows by window and group (Go's UsageQuery). */
+export type UsageQueryResult = S["UsageQuery"];
+export type UsageRow = S["UsageRow"];
 
 type Query<Op extends keyof operations> = operations[Op]["parameters"] extends { query?: infer Q } ? NonNullable<Q> : never;
 export type UsageQuery = Query<"getUsage">;
@@ -36,6 +39,8 @@ export type BillingEventsQuery = Query<"listBillingEvents">;
 export type FailedEventsQuery = Query<"listFailedEvents">;
 export type HoldsQuery = Query<"listHolds">;
 export type AccountsQuery = Query<"listAccounts">;
+/** The usage query's parameters (named apart from UsageQuery, which is the usage route's). */
+export type QueryUsageParams = Query<"queryUsage">;
 
 /**
  * An event to send: a CloudEvents 1.0 event in its JSON format, whose `specversion` and `id` the
@@ -259,6 +264,18 @@ export class FerryClient {
     return this.#get("/v1/usage", { ...query }, options);
   }
 
+  /**
+   * Reads a meter's usage over [from, to) by MINUTE, HOUR, DAY (in the IANA zone `tz`, UTC
+   * without one) or CYCLE windows, grouped by `groupBy`'s dimensions (comma-separated) and kept
+   * to `filter`'s values: one row per window and group with usage; a row with `other` counts the
+   * groups an hour had no room to keep by name. A required parameter left out or any given empty
+   * throws a TypeError before anything is sent; what the server refuses (alignment, ranges,
+   * dimensions) throws an InvalidRequestError listing every problem.
+   */
+  async queryUsage(params: QueryUsageParams, options?: CallOptions): Promise<UsageQueryResult> {
+    return this.#get("/v1/usage/query", usageQueryParams(params), options);
+  }
+
   /** Iterates over the stored billing events, newest first. */
   billingEvents(query: BillingEventsQuery = {}, options?: CallOptions): AsyncGenerator<BillingEvent> {
     return this.#pages("/v1/billing-events", { ...query }, options);
@@ -427,6 +444,48 @@ export class FerryClient {
 /** Fills what the client owns in an event: its spec version and, when left out, its id. */
 export function prepareEvent(event: EventInput): EventInput {
   return { ...event, specversion: event.specversion ?? "1.0", id: event.id || newEventId() };
+}
+
+/**
+ * The usage query's parameters as the query string carries them, each filter as
+ * `filter[<dimension>]`. Ferry refuses an empty parameter, and dropping one (as the other reads
+ * drop an empty value) would answer another query than the one asked — a day in UTC rather than in
+ * the zone meant — so a parameter given empty, or not as a string, is refused here with every
+ * other problem at once.
+ */
+function usageQueryParams(params: QueryUsageParams): Record<string, string> {
+  const problems: string[] = [];
+  const out: Record<string, string> = {};
+  const put = (name: string, v: unknown, required: boolean) => {
+    if (v === undefined) {
+      if (required) problems.push(`${name} is required`);
+    } else if (typeof v !== "string") {
+      problems.push(`${name} is not a string`);
+    } else if (v === "") {
+      problems.push(required ? `${name} is empty` : `${name} is empty; leave it out instead`);
+    } else {
+      out[name] = v;
+    }
+  };
+  put("meter", params.meter, true);
+  put("window", params.window, true);
+  put("from", params.from, true);
+  put("to", params.to, true);
+  put("tz", params.tz, false);
+  put("groupBy", params.groupBy, false);
+  put("account", params.account, false);
+  const filter: unknown = params.filter;
+  if (filter !== undefined && (typeof filter !== "object" || filter === null)) {
+    problems.push("filter is not an object of dimension → value");
+  } else {
+    for (const [dim, v] of Object.entries(filter ?? {})) {
+      if (dim === "") problems.push("a filter names an empty dimension");
+      else if (typeof v !== "string" || v === "") problems.push(`filter[${dim}] is not a value; Ferry filters on a value, so leave the dimension out`);
+      else out[`filter[${dim}]`] = v;
+    }
+  }
+  if (problems.length > 0) throw new TypeError(`ferry: query usage: ${problems.join("; ")}`);
+  return out;
 }
 
 function positive(v: number | undefined, d: number): number {

@@ -151,6 +151,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage/query": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A meter's usage over a range, by window, grouped and filtered on its dimensions
+         * @description Reads the meter's rollups, written in the same transaction that bills each event, so the
+         *     value of a window equals what the ledger billed in it: an event counts in the window of
+         *     the instant Ferry received it (the instant its billing cycle is taken from), and a CYCLE
+         *     window is the cycle's billed total. An account reads its own usage; the operator names
+         *     the account with `account=`. Rows are only for windows and groups with usage, ordered by
+         *     window, then by the values of `groupBy` in its order, with `other` last.
+         *
+         *     `from` and `to` must be aligned to the window (a problem names the nearest aligned
+         *     instant): a whole minute or hour in UTC, the first instant of a day in `tz` (a day is 23,
+         *     24 or 25 hours where the zone changes its offset; a date a zone skipped has no window), or
+         *     the start of one of the account's billing cycles. A query spans at most 24 hours of MINUTE
+         *     windows, 31 days of HOUR windows, 366 DAY windows or 12 CYCLE windows. Minute detail is
+         *     kept 40 days: MINUTE windows, and DAY windows in a zone whose day begins inside an hour
+         *     (Asia/Kolkata, Asia/Kathmandu), cannot reach further back.
+         *
+         *     `other: true` marks usage of groups an hour had no room to keep by name (a dimension with
+         *     many values): it is counted in every total, and shown apart under any grouping or filter.
+         *     The reads are eventually consistent: a claim committed within about the last second may
+         *     be missing.
+         */
+        get: operations["queryUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/holds": {
         parameters: {
             query?: never;
@@ -257,11 +295,12 @@ export interface paths {
          *     (`closedCycle: true`). Refused with a 400, nothing stored: a cycle that has not started
          *     (only usage that happened can be corrected); a cycle that ended before the account was
          *     created (the problem's `earliestCycle` names the account's first cycle, the one its
-         *     creation falls in under its agreement day); and a negative correction larger than the
-         *     cycle's usage — the ledger's total for the account, feature and cycle, used plus every
-         *     earlier correction, may not go below zero (the problem carries `usage`, `used` and
-         *     `corrections`). Concurrent corrections of one cycle are decided one after another, so
-         *     two that each fit cannot take it below zero together.
+         *     creation falls in under its agreement day). Refused with a 409 `conflict`, nothing
+         *     stored: a negative correction larger than the cycle's usage — the ledger's total for the
+         *     account, feature and cycle, used plus every earlier correction, may not go below zero (the
+         *     problem carries `usage`, `used` and `corrections`; the same correction fits once the
+         *     cycle holds enough). Concurrent corrections of one cycle are decided one after another,
+         *     so two that each fit cannot take it below zero together.
          */
         post: operations["createCorrection"];
         delete?: never;
@@ -922,6 +961,45 @@ export interface components {
          * @example 2026-11
          */
         CycleLabel: string;
+        UsageQuery: {
+            account: components["schemas"]["AccountID"];
+            meter: string;
+            /**
+             * @description How the meter folds its events, and so how a window folds its parts.
+             * @enum {string}
+             */
+            aggregation: "SUM" | "COUNT" | "MAX" | "UNIQUE_COUNT" | "LATEST";
+            /** @enum {string} */
+            window: "MINUTE" | "HOUR" | "DAY" | "CYCLE";
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /** @description The time zone of DAY windows, when one was asked for. */
+            tz?: string;
+            groupBy: string[];
+            filter: {
+                [key: string]: string;
+            };
+            rows: components["schemas"]["UsageRow"][];
+        };
+        UsageRow: {
+            /** Format: date-time */
+            windowStart: string;
+            /** Format: date-time */
+            windowEnd: string;
+            /** @description The values of the groupBy dimensions (a dimension an event lacked is the empty string); empty on an `other` row. */
+            group: {
+                [key: string]: string;
+            };
+            /**
+             * @description Usage of groups the hour had no room to keep by name; present only when true.
+             * @constant
+             */
+            other?: true;
+            /** @description The window's value: the sum (SUM, COUNT, UNIQUE_COUNT's first sightings in the cycle), the largest (MAX) or the latest (LATEST). */
+            value: number;
+        };
         Usage: {
             feature: string;
             /** @description The meter that moves the feature, if one does (a feature only holds move has none). */
@@ -1395,7 +1473,7 @@ export interface components {
         /**
          * @description The request conflicts with the resource's state (`conflict`: an account with this id
          *     exists; `agreement-locked`: the agreement start is fixed after the first usage; a hold
-         *     that is no longer RUNNING), or a request with this Idempotency-Key is still in flight
+         *     that is no longer RUNNING; a negative correction larger than its cycle's usage), or a request with this Idempotency-Key is still in flight
          *     (`idempotency-in-flight`, with `Retry-After`).
          */
         Conflict: {
@@ -1875,6 +1953,49 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    queryUsage: {
+        parameters: {
+            query: {
+                /** @description A meter of the deployment's plans file (`events` counts every event). */
+                meter: string;
+                /** @description The range's first instant (RFC 3339), aligned to the window. */
+                from: string;
+                /** @description The instant after the range (RFC 3339), aligned to the window. */
+                to: string;
+                window: "MINUTE" | "HOUR" | "DAY" | "CYCLE";
+                /** @description The IANA time zone of DAY windows (default UTC); no other window takes one. */
+                tz?: string;
+                /** @description Dimensions of the meter to group by, comma-separated, each once. */
+                groupBy?: string;
+                /** @description Keep only the usage whose dimension has this value: `filter[region]=eu`. One value a dimension. */
+                filter?: {
+                    [key: string]: string;
+                };
+                /** @description The account (the operator must name it; an account key may name only its own) */
+                account?: components["schemas"]["AccountID"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The windows' values. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageQuery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

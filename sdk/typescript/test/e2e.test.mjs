@@ -46,7 +46,28 @@ test("5,000 events through the batcher with faults end with usage exactly 5,000"
   const u = await waitUsed(direct, "events", events);
   console.log(`typescript e2e batcher: ${events} events sent in ${sentMs} ms with ${retries.n} retries; usage ${u.used} (want ${events})`);
   assert.equal(u.used, events);
+  // The usage query, through the faults too, folds the same events by UTC day: its rows add up to
+  // the ledger's figure (they are written in the claims that billed the events).
+  const { rows, total } = await queryDays(through, start, events);
+  console.log(`typescript e2e usage query: ${rows} DAY rows totalling ${total} (want ${events})`);
+  assert.equal(total, events);
 });
+
+/**
+ * Reads the account's events meter by UTC day, from the day of `sinceMs` to the day after now,
+ * until its rows total `want` (or the wait ends: its reads are eventually consistent).
+ */
+async function queryDays(client, sinceMs, want) {
+  const DAY_MS = 86_400_000;
+  const day = (ms) => new Date(Math.floor(ms / DAY_MS) * DAY_MS).toISOString().replace(".000Z", "Z");
+  const deadline = Date.now() + SETTLE_MS;
+  for (;;) {
+    const q = await client.queryUsage({ meter: "events", window: "DAY", from: day(sinceMs), to: day(Date.now() + DAY_MS) });
+    const total = q.rows.reduce((sum, row) => sum + row.value, 0);
+    if (total >= want || Date.now() > deadline) return { rows: q.rows.length, total };
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
 
 test("20 concurrent jobs under holds against a limit end exact", { skip }, async () => {
   const jobs = 20, estimate = 1000, limit = 10 * estimate;

@@ -87,6 +87,72 @@ test("a timed-out attempt is retried", async () => {
   assert.equal(u.limit, null);
 });
 
+const usageQueryAnswer = {
+  account: "acct_1", meter: "tokens_in", aggregation: "SUM", window: "DAY", from: "2026-10-31T23:00:00Z", to: "2026-11-01T23:00:00Z",
+  tz: "Europe/Paris", groupBy: ["model"], filter: { region: "eu" },
+  rows: [
+    { windowStart: "2026-10-31T23:00:00Z", windowEnd: "2026-11-01T23:00:00Z", group: { model: "gpt-4" }, value: 1532 },
+    { windowStart: "2026-10-31T23:00:00Z", windowEnd: "2026-11-01T23:00:00Z", group: {}, other: true, value: 7 },
+  ],
+};
+
+test("queryUsage: every parameter sent once, as given, and the rows decoded", async () => {
+  const s = scripted(json(200, usageQueryAnswer));
+  const q = await client(s.fetch).queryUsage({
+    meter: "tokens_in", window: "DAY", from: "2026-11-01T00:00:00+01:00", to: "2026-11-02T00:00:00+01:00",
+    tz: "Europe/Paris", groupBy: "model", filter: { region: "eu" }, account: "acct_1",
+  });
+  assert.equal(s.requests.length, 1);
+  const r = s.requests[0];
+  assert.equal(r.method, "GET");
+  assert.equal(r.url, "http://ferry.test/v1/usage/query?meter=tokens_in&window=DAY&from=2026-11-01T00%3A00%3A00%2B01%3A00"
+    + "&to=2026-11-02T00%3A00%3A00%2B01%3A00&tz=Europe%2FParis&groupBy=model&account=acct_1&filter%5Bregion%5D=eu");
+  assert.equal(r.headers.Authorization, "Bearer fk_test");
+  assert.equal(r.headers.Accept, "application/json, application/problem+json");
+  assert.ok(r.headers["User-Agent"].endsWith(`ferry-typescript/${VERSION}`));
+  // A read is no mutation: no Idempotency-Key, and no body to declare.
+  assert.equal(r.headers["Idempotency-Key"], undefined);
+  assert.equal(r.headers["Content-Type"], undefined);
+  assert.equal(r.body, undefined);
+  assert.deepEqual(q, usageQueryAnswer);
+  assert.equal(q.rows[1].other, true);
+});
+
+test("queryUsage: only the required parameters, nothing else sent", async () => {
+  const s = scripted(json(200, { ...usageQueryAnswer, window: "HOUR", tz: undefined, groupBy: [], filter: {}, rows: [] }));
+  const q = await client(s.fetch).queryUsage({ meter: "events", window: "HOUR", from: "2026-11-01T10:00:00Z", to: "2026-11-01T12:00:00Z" });
+  assert.equal(s.requests[0].url, "http://ferry.test/v1/usage/query?meter=events&window=HOUR&from=2026-11-01T10%3A00%3A00Z&to=2026-11-01T12%3A00%3A00Z");
+  assert.deepEqual(q.rows, []);
+});
+
+test("queryUsage: a missing or empty parameter is refused before anything is sent", async () => {
+  // Ferry refuses an empty parameter, and dropping one would answer another query (a day in UTC
+  // rather than in the zone meant).
+  const valid = { meter: "tokens_in", window: "DAY", from: "2026-11-01T00:00:00Z", to: "2026-11-02T00:00:00Z" };
+  for (const [name, params, want] of [
+    ["nothing", {}, ["meter is required", "window is required", "from is required", "to is required"]],
+    ["meter empty", { ...valid, meter: "" }, ["meter is empty"]],
+    ["tz empty", { ...valid, tz: "" }, ["tz is empty"]],
+    ["groupBy empty", { ...valid, groupBy: "" }, ["groupBy is empty"]],
+    ["account empty", { ...valid, account: "" }, ["account is empty"]],
+    ["tz null", { ...valid, tz: null }, ["tz is not a string"]],
+    ["from a Date", { ...valid, from: new Date("2026-11-01T00:00:00Z") }, ["from is not a string"]],
+    ["filter value empty", { ...valid, filter: { region: "" } }, ["filter[region] is not a value"]],
+    ["filter dimension empty", { ...valid, filter: { "": "eu" } }, ["empty dimension"]],
+  ]) {
+    const s = scripted(json(200, usageQueryAnswer));
+    await assert.rejects(client(s.fetch).queryUsage(params), (e) => e instanceof TypeError && want.every((w) => e.message.includes(w)), name);
+    assert.equal(s.requests.length, 0, `${name}: sent`);
+  }
+});
+
+test("queryUsage: the server's refusal is an InvalidRequestError, not retried", async () => {
+  const s = scripted(problem(400, "invalid-request", { errors: ["from 2026-11-01T00:30:00Z is not aligned to an hour (the nearest: 2026-11-01T00:00:00Z)"] }));
+  await assert.rejects(client(s.fetch, { maxAttempts: 5 }).queryUsage({ meter: "events", window: "HOUR", from: "2026-11-01T00:30:00Z", to: "2026-11-01T01:30:00Z" }),
+    (e) => e instanceof InvalidRequestError && e.status === 400 && e.errors.length === 1 && e.errors[0].includes("not aligned"));
+  assert.equal(s.requests.length, 1);
+});
+
 test("decide: exponential backoff with jitter, bounded, RateLimit-Reset honoured", () => {
   const p = { maxAttempts: 4, baseWaitMs: 100, maxWaitMs: 2000 };
   const net = new NetworkError("GET", "/v1/usage", new Error("reset"));
@@ -272,12 +338,19 @@ test("the library's version is the API's", () => {
 
 test("the library imports no Node.js built-in (it runs in browsers too)", () => {
   const dist = new URL("../dist/", import.meta.url);
+  const found = new Set();
   for (const name of readdirSync(dist).filter((f) => f.endsWith(".js"))) {
     const code = readFileSync(new URL(name, dist), "utf8");
-    const imports = [...code.matchAll(/(?:from|import)\s*\(?\s*["']([^"']+)["']/g)].map((m) => m[1]);
+    // Import and re-export statements (one a line, as tsc writes them) and dynamic imports; a
+    // string that merely ends in "from" (a parameter's name) is none.
+    const statements = /^\s*(?:import|export)\b[^"'\n;=]*?\bfrom\s*["']([^"']+)["']|^\s*import\s*["']([^"']+)["']|\bimport\s*\(\s*["']([^"']+)["']/gm;
+    const imports = [...code.matchAll(statements)].map((m) => m[1] ?? m[2] ?? m[3]);
     for (const spec of imports) {
+      found.add(spec);
       assert.ok(spec.startsWith("./") || spec === "standardwebhooks", `${name} imports ${spec}`);
     }
     assert.doesNotMatch(code, /\brequire\(|\bprocess\.|\bBuffer\b/, name);
   }
+  // The pattern finds the imports there are, relative and bare.
+  assert.ok(found.has("./client.js") && found.has("standardwebhooks"), [...found].join(", "));
 });

@@ -217,7 +217,7 @@ function actionButton(label, run, attrs) {
 // ---- accounts --------------------------------------------------------------------------------
 
 pages.accounts = async (params, rest) => {
-  if (rest.length > 0) return accountPage(decodeURIComponent(rest[0]));
+  if (rest.length > 0) return accountPage(decodeURIComponent(rest[0]), params);
   const prefix = params.get("prefix") || "";
   const query = new URLSearchParams({ limit: "50" });
   if (params.get("linkedId")) query.set("linkedId", params.get("linkedId"));
@@ -251,7 +251,7 @@ pages.accounts = async (params, rest) => {
   return out;
 };
 
-async function accountPage(id) {
+async function accountPage(id, params) {
   const [a, standing] = await Promise.all([
     api("GET", "/v1/accounts/" + encodeURIComponent(id)),
     api("GET", "/v1/accounts/" + encodeURIComponent(id) + "/standing"),
@@ -276,7 +276,84 @@ async function accountPage(id) {
         { label: "Remaining", num: true, get: (c) => c.remaining },
       ], f.cycles.slice().reverse(), { "data-feature": f.feature, class: "standing" })));
   }
+  return out.concat(await usageSection(id, params || new URLSearchParams()));
+}
+
+// usageDays is how many days the account page's usage chart shows (today's included).
+const usageDays = 30;
+// usageColours is how many groups the chart tells apart by colour (.g0 … .g5); more share them.
+const usageColours = 6;
+
+// usageSection is a meter's usage per day over the last usageDays days (UTC), one stacked bar a
+// day and one colour a group, read from GET /v1/usage/query; the form picks the meter and the
+// dimension to group by, kept in the URL.
+async function usageSection(id, params) {
+  const meter = params.get("meter") || "events";
+  const groupBy = params.get("groupBy") || "";
+  const to = new Date();
+  to.setUTCHours(0, 0, 0, 0);
+  to.setUTCDate(to.getUTCDate() + 1);
+  const from = new Date(to.getTime() - usageDays * 86400000);
+  const iso = (d) => d.toISOString().replace(/\.\d{3}Z$/, "Z");
+  const form = el("form", {
+    class: "inline", id: "usage-form", onsubmit: (ev) => {
+      ev.preventDefault();
+      const next = {};
+      for (const [k, v] of new FormData(ev.target)) if (v) next[k] = v;
+      go("/accounts/" + encodeURIComponent(id), next);
+    },
+  }, el("label", {}, "Meter", el("input", { name: "meter", value: meter })),
+  el("label", {}, "Group by", el("input", { name: "groupBy", value: groupBy, placeholder: "a dimension (optional)" })),
+  el("button", { type: "submit" }, "Show"));
+  const out = [el("h2", {}, "Usage over time"), form];
+  const q = new URLSearchParams({ account: id, meter, window: "DAY", from: iso(from), to: iso(to) });
+  if (groupBy) q.set("groupBy", groupBy);
+  let res;
+  try {
+    res = await api("GET", "/v1/usage/query?" + q);
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 400) throw err;
+    // A meter or dimension this deployment does not have: the problem names what it has.
+    return out.concat(el("p", { class: "muted", id: "usage-refused" }, err.message));
+  }
+  const days = [];
+  for (let t = from.getTime(); t < to.getTime(); t += 86400000) days.push(iso(new Date(t)));
+  const label = (r) => (r.other ? "other" : groupBy ? (r.group[groupBy] === "" ? "(none)" : r.group[groupBy]) : res.meter);
+  const groups = [...new Set(res.rows.map(label))];
+  out.push(el("p", { class: "muted" }, `${res.meter} (${res.aggregation}) per day, UTC, from ${days[0].slice(0, 10)}`),
+    usageChart(days, groups, res.rows, label),
+    el("div", { class: "legend", id: "usage-legend" }, groups.map((g, i) => el("span", { "data-group": g }, el("i", { class: "g" + (i % usageColours) }), g))),
+    table([
+      { label: "Day", get: (r) => r.windowStart.slice(0, 10) },
+      { label: "Group", get: (r) => label(r) },
+      { label: "Value", num: true, get: (r) => r.value },
+    ], res.rows.slice().reverse(), { id: "usage-table" }));
   return out;
+}
+
+// usageChart stacks each day's groups as bars, scaled to the largest day.
+function usageChart(days, groups, rows, label) {
+  const col = 18, w = col * days.length + 40, h = 140, base = 110;
+  const byDay = new Map(days.map((d) => [d, []]));
+  for (const r of rows) if (byDay.has(r.windowStart)) byDay.get(r.windowStart).push(r);
+  const top = Math.max(1, ...days.map((d) => byDay.get(d).reduce((s, r) => s + r.value, 0)));
+  const s = svg("svg", { class: "chart usage", id: "usage-chart", width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img" });
+  s.append(svg("title", {}, "usage per day, stacked by group"));
+  s.append(svg("text", { x: 2, y: 10 }, String(top)));
+  days.forEach((d, i) => {
+    const x = 30 + i * col;
+    let y = base;
+    for (const r of byDay.get(d)) {
+      const height = (r.value / top) * (base - 14);
+      y -= height;
+      const g = groups.indexOf(label(r));
+      const bar = svg("rect", { class: "g" + (g % usageColours), x, y, width: col - 4, height, "data-day": d.slice(0, 10), "data-value": r.value });
+      bar.append(svg("title", {}, `${d.slice(0, 10)} ${label(r)}: ${r.value}`));
+      s.append(bar);
+    }
+    if (i % 5 === 0) s.append(svg("text", { x, y: base + 14 }, d.slice(5, 10)));
+  });
+  return s;
 }
 
 // chart draws a cycle's used and held as bars against its limit.

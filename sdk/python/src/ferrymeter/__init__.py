@@ -9,7 +9,7 @@ settles every hold, and raises one exception class per problem kind.
 
 from . import models
 from ._batcher import AsyncBatcher, Batcher, BatchError, BatcherClosedError, BufferFullError, FailedEvent
-from ._client import MAX_BATCH_EVENTS, AsyncClient, AsyncJob, Client, Config, Job
+from ._client import MAX_BATCH_EVENTS, AsyncClient, AsyncJob, Client, Config, Job, UsageWindow
 from ._errors import *  # noqa: F401,F403 — one exception class per problem kind
 from ._errors import PROBLEM_KINDS, FerryError, NetworkError, ProblemError, problem_from_answer
 from ._ids import new_event_id

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import queue
+import collections
 import threading
 import time
 from dataclasses import dataclass
@@ -46,9 +45,14 @@ class BatchError(FerryError):
         return [f.id for f in self.failed]
 
 
-def _check(max_batch: int, overflow: str) -> None:
+def _check(max_batch: int, overflow: str, buffer: int, concurrency: int) -> None:
     if not 1 <= max_batch <= MAX_BATCH_EVENTS:
         raise ValueError(f"ferry: max_batch {max_batch} is not between 1 and {MAX_BATCH_EVENTS}")
+    # A buffer of 0 would be no bound at all, and no sender would send nothing ever.
+    if buffer < 1:
+        raise ValueError(f"ferry: buffer {buffer} is not at least 1")
+    if concurrency < 1:
+        raise ValueError(f"ferry: concurrency {concurrency} is not at least 1")
     if overflow not in ("block", "error"):
         raise ValueError(f'ferry: overflow {overflow!r} is not "block" or "error"')
 
@@ -98,8 +102,17 @@ class _Failures:
             raise BatchError(failed)
 
 
+class _Batch:
+    """A sealed batch: its events and its place in the order batches were sealed in."""
+
+    __slots__ = ("events", "seq")
+
+    def __init__(self, events: list[dict[str, Any]], seq: int) -> None:
+        self.events, self.seq = events, seq
+
+
 class Batcher:
-    """Sends events in batches from a background thread: a batch goes when it holds ``max_batch``
+    """Sends events in batches from background threads: a batch goes when it holds ``max_batch``
     events or its first event is ``max_age`` seconds old. Each event gets its id when it is added,
     and every retry of its batch sends it with that id under the batch's one Idempotency-Key.
     Thread-safe.
@@ -107,60 +120,115 @@ class Batcher:
     ``buffer`` bounds the events waiting to be sent; when it is full, ``add`` waits
     (overflow="block", the default) or raises BufferFullError (overflow="error"). ``flush`` and
     ``close`` send everything and raise a BatchError naming exactly the events not accepted.
+
+    ``add`` puts the event straight into the batch being filled, under one lock, and
+    ``concurrency`` sender threads take whole batches: the senders wake once a batch, never once
+    an event. (Handing each event to a thread of its own through a queue made every add a
+    thread switch under the GIL, which the threads sending the batches then waited behind; and
+    a thread polling that queue added its poll interval to every flush.)
     """
 
     def __init__(self, client: Client, *, max_batch: int = MAX_BATCH_EVENTS, max_age: float = 1.0, buffer: int = 10_000,
                  overflow: str = "block", concurrency: int = 2, on_failure: Callable[[list[FailedEvent]], None] | None = None) -> None:
-        _check(max_batch, overflow)
+        _check(max_batch, overflow, buffer, concurrency)
         self._client, self._max_batch, self._max_age, self._overflow = client, max_batch, max_age, overflow
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=buffer)
-        self._flushes: queue.Queue[threading.Event] = queue.Queue()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ferry-batcher")
-        self._slots = threading.Semaphore(concurrency)
+        self._buffer = buffer
         self._failures = _Failures(client, on_failure)
+        # One lock guards everything below; each condition names what its waiters wait for.
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # senders: a sealed batch, or the open one's age
+        self._room = threading.Condition(self._lock)  # blocked adds: room in the buffer
+        self._settled = threading.Condition(self._lock)  # flush and close: batches answered, adds in
+        self._open: list[dict[str, Any]] = []  # the batch being filled
+        self._opened_at = 0.0  # when the open batch's first event came (time.monotonic)
+        self._sealed: collections.deque[_Batch] = collections.deque()  # waiting for a sender
+        self._buffered = 0  # events in the open batch and the sealed ones: what buffer bounds
+        self._seq = 0  # the last sealed batch's number
+        self._unanswered: set[int] = set()  # sealed batches not yet answered (waiting or in flight)
+        self._waiting = 0  # adds waiting for room
         self._closed = False
-        self._adding = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ferry-batcher", daemon=True)
-        self._thread.start()
+        self._stopping = False
+        self._senders = [threading.Thread(target=self._send_loop, name=f"ferry-batcher-{i}", daemon=True) for i in range(concurrency)]
+        for t in self._senders:
+            t.start()
 
     def add(self, event: dict[str, Any], timeout: float | None = None) -> str:
         """Buffers an event and returns its id (the caller's, or one minted now)."""
         ev = prepare_event(event)
-        # Held while the event goes in, so close (which takes it too) never drains the queue
-        # between an add's check and its put: an event added is always sent or named.
-        with self._adding:
+        with self._lock:
             if self._closed:
                 raise BatcherClosedError("ferry: the batcher is closed")
-            try:
+            if self._buffered >= self._buffer:
                 if self._overflow == "error":
-                    self._queue.put_nowait(ev)
-                else:
-                    self._queue.put(ev, timeout=timeout)
-            except queue.Full:
-                raise BufferFullError("ferry: the batcher's buffer is full") from None
+                    raise BufferFullError("ferry: the batcher's buffer is full")
+                # Counted while it waits, so close sends what it puts after close began.
+                self._waiting += 1
+                try:
+                    if not self._room.wait_for(lambda: self._buffered < self._buffer, timeout):
+                        raise BufferFullError("ferry: the batcher's buffer is full")
+                    self._put(ev)
+                finally:
+                    self._waiting -= 1
+                    self._settled.notify_all()
+            else:
+                self._put(ev)
         return ev["id"]
+
+    def _put(self, ev: dict[str, Any]) -> None:
+        """Adds an event to the open batch (the lock held), sealing the batch when it is full."""
+        if not self._open:
+            self._opened_at = time.monotonic()
+            # An idle sender starts timing the batch's age.
+            self._work.notify()
+        self._open.append(ev)
+        self._buffered += 1
+        if len(self._open) >= self._max_batch:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Moves the open batch to the senders (the lock held)."""
+        self._seq += 1
+        self._sealed.append(_Batch(self._open, self._seq))
+        self._unanswered.add(self._seq)
+        self._open = []
+        self._work.notify()
 
     def flush(self) -> None:
         """Sends every event added before it, waits for the answers, and raises a BatchError naming
         exactly the events since the last flush that were not accepted."""
-        done = threading.Event()
-        self._flushes.put(done)
-        done.wait()
+        with self._lock:
+            if self._open:
+                self._seal()
+            last = self._seq
+            self._settled.wait_for(lambda: not self._unanswered or min(self._unanswered) > last)
         self._failures.report()
 
     def close(self) -> None:
         """Stops taking events, sends everything it holds, waits, and reports as flush does."""
-        with self._adding:
+        with self._lock:
             if self._closed:
                 raise BatcherClosedError("ferry: the batcher is closed")
             self._closed = True
+        failed: list[FailedEvent] = []
         try:
-            self.flush()
+            # Adds that were waiting for room when close began put their events as flush makes room.
+            while True:
+                try:
+                    self.flush()
+                except BatchError as e:
+                    failed.extend(e.failed)
+                with self._lock:
+                    self._settled.wait_for(lambda: self._waiting == 0 or self._buffered > 0)
+                    if self._waiting == 0 and self._buffered == 0:
+                        break
         finally:
-            self._stop.set()
-            self._thread.join()
-            self._pool.shutdown(wait=True)
+            with self._lock:
+                self._stopping = True
+                self._work.notify_all()
+            for t in self._senders:
+                t.join()
+        if failed:
+            raise BatchError(failed)
 
     def __enter__(self) -> "Batcher":
         return self
@@ -168,108 +236,127 @@ class Batcher:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _dispatch(self, batch: list[dict[str, Any]], inflight: list[concurrent.futures.Future[None]]) -> None:
-        self._slots.acquire()
-
-        def run() -> None:
-            try:
-                self._failures.record(batch, res=self._client.send_prepared(batch))
-            except Exception as e:
-                self._failures.record(batch, error=e)
-            finally:
-                self._slots.release()
-
-        inflight.append(self._pool.submit(run))
-
-    def _loop(self) -> None:
-        batch: list[dict[str, Any]] = []
-        first_at = 0.0
-        inflight: list[concurrent.futures.Future[None]] = []
-        while not self._stop.is_set():
-            wait = 0.05 if not batch else max(min(first_at + self._max_age - time.monotonic(), 0.05), 0)
-            try:
-                ev = self._queue.get(timeout=wait)
-                if not batch:
-                    first_at = time.monotonic()
-                batch.append(ev)
-                if len(batch) >= self._max_batch:
-                    self._dispatch(batch, inflight)
-                    batch = []
-            except queue.Empty:
-                pass
-            if batch and time.monotonic() - first_at >= self._max_age:
-                self._dispatch(batch, inflight)
-                batch = []
-            inflight = [f for f in inflight if not f.done()]
-            try:
-                done = self._flushes.get_nowait()
-            except queue.Empty:
-                continue
-            # Everything added before the flush is in the queue by now.
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
+    def _next(self) -> _Batch | None:
+        """The next batch to send, waiting for one; None once the batcher stops (the lock held)."""
+        while True:
+            if self._sealed:
+                break
+            if self._open:
+                left = self._opened_at + self._max_age - time.monotonic()
+                if left <= 0:
+                    self._seal()
                     break
-                if len(batch) >= self._max_batch:
-                    self._dispatch(batch, inflight)
-                    batch = []
-            if batch:
-                self._dispatch(batch, inflight)
-                batch = []
-            concurrent.futures.wait(inflight)
-            inflight = []
-            done.set()
+            elif self._stopping:
+                return None
+            else:
+                left = None
+            self._work.wait(left)
+        batch = self._sealed.popleft()
+        self._buffered -= len(batch.events)
+        if self._waiting:
+            self._room.notify_all()
+        return batch
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._lock:
+                batch = self._next()
+            if batch is None:
+                return
+            try:
+                try:
+                    res = self._client.send_prepared(batch.events)
+                except Exception as e:
+                    self._failures.record(batch.events, error=e)
+                else:
+                    self._failures.record(batch.events, res=res)
+            except Exception:
+                # The caller's on_failure or on_log hook raised: the failures are kept for flush
+                # and close all the same (they are recorded before the hooks run), and this
+                # sender must live on to send the rest.
+                pass
+            finally:
+                with self._lock:
+                    self._unanswered.discard(batch.seq)
+                    self._settled.notify_all()
 
 
 class AsyncBatcher:
-    """The async client's batcher: the same behaviour as Batcher, as a task of the running loop."""
+    """The async client's batcher: the same behaviour as Batcher, with ``concurrency`` sender
+    tasks of the running loop. ``add`` puts the event straight into the batch being filled, as
+    Batcher's does; the senders wake once a batch, not once an event."""
 
     def __init__(self, client: AsyncClient, *, max_batch: int = MAX_BATCH_EVENTS, max_age: float = 1.0, buffer: int = 10_000,
                  overflow: str = "block", concurrency: int = 2, on_failure: Callable[[list[FailedEvent]], None] | None = None) -> None:
-        _check(max_batch, overflow)
+        _check(max_batch, overflow, buffer, concurrency)
         self._client, self._max_batch, self._max_age, self._overflow = client, max_batch, max_age, overflow
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=buffer)
-        self._slots = asyncio.Semaphore(concurrency)
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._buffer = buffer
         self._failures = _Failures(client, on_failure)
+        # The state is Batcher's; the loop runs one task at a time, so no lock guards it. Each
+        # event wakes its waiters, which look again at the state (set, then cleared by a waiter
+        # before it waits again).
+        self._work = asyncio.Event()  # senders: a sealed batch, or an opened one to time
+        self._room = asyncio.Event()  # adds waiting for room: a sender took a batch
+        self._settled = asyncio.Event()  # flush and close: a batch answered, a waiting add in
+        self._open: list[dict[str, Any]] = []
+        self._opened_at = 0.0  # the loop's clock
+        self._sealed: collections.deque[_Batch] = collections.deque()
+        self._buffered = 0
+        self._seq = 0
+        self._unanswered: set[int] = set()
+        self._waiting = 0
         self._closed = False
-        self._adding = 0
-        # The batch being filled: taken from the queue, not yet sent. Flush sends it too.
-        self._batch: list[dict[str, Any]] = []
-        # Set by close: the loop ends (it is never cancelled, so no event taken from the queue
-        # can be lost to a cancellation racing the get).
-        self._stop = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._stopping = False
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._senders = [loop.create_task(self._send_loop()) for _ in range(concurrency)]
 
     async def add(self, event: dict[str, Any]) -> str:
         """Buffers an event and returns its id (the caller's, or one minted now)."""
         ev = prepare_event(event)
         if self._closed:
             raise BatcherClosedError("ferry: the batcher is closed")
-        if self._overflow == "error":
-            try:
-                self._queue.put_nowait(ev)
-            except asyncio.QueueFull:
-                raise BufferFullError("ferry: the batcher's buffer is full") from None
-        else:
+        if self._buffered >= self._buffer:
+            if self._overflow == "error":
+                raise BufferFullError("ferry: the batcher's buffer is full")
             # Counted while it waits for room, so close sends what it puts after close began.
-            self._adding += 1
+            self._waiting += 1
             try:
-                await self._queue.put(ev)
+                while self._buffered >= self._buffer:
+                    self._room.clear()
+                    await self._room.wait()
+                self._put(ev)
             finally:
-                self._adding -= 1
+                self._waiting -= 1
+                self._settled.set()
+        else:
+            self._put(ev)
         return ev["id"]
+
+    def _put(self, ev: dict[str, Any]) -> None:
+        if not self._open:
+            self._opened_at = self._loop.time()
+            self._work.set()
+        self._open.append(ev)
+        self._buffered += 1
+        if len(self._open) >= self._max_batch:
+            self._seal()
+
+    def _seal(self) -> None:
+        self._seq += 1
+        self._sealed.append(_Batch(self._open, self._seq))
+        self._unanswered.add(self._seq)
+        self._open = []
+        self._work.set()
 
     async def flush(self) -> None:
         """Sends every event added before it, waits, and raises a BatchError naming what failed."""
-        pending, self._batch = self._batch, []
-        while not self._queue.empty():
-            pending.append(self._queue.get_nowait())
-        for i in range(0, len(pending), self._max_batch):
-            await self._dispatch(pending[i:i + self._max_batch])
-        if self._inflight:
-            await asyncio.gather(*self._inflight)
+        if self._open:
+            self._seal()
+        last = self._seq
+        while self._unanswered and min(self._unanswered) <= last:
+            self._settled.clear()
+            await self._settled.wait()
         self._failures.report()
 
     async def close(self) -> None:
@@ -277,18 +364,23 @@ class AsyncBatcher:
         if self._closed:
             raise BatcherClosedError("ferry: the batcher is closed")
         self._closed = True
-        self._stop.set()
-        await self._task
         failed: list[FailedEvent] = []
-        # Adds that were waiting for room when close began put their events as flush makes room.
-        while True:
-            try:
-                await self.flush()
-            except BatchError as e:
-                failed.extend(e.failed)
-            if self._queue.empty() and self._adding == 0:
-                break
-            await asyncio.sleep(0)
+        try:
+            # Adds that were waiting for room when close began put their events as flush makes room.
+            while True:
+                try:
+                    await self.flush()
+                except BatchError as e:
+                    failed.extend(e.failed)
+                while self._waiting and not self._buffered:
+                    self._settled.clear()
+                    await self._settled.wait()
+                if not self._waiting and not self._buffered:
+                    break
+        finally:
+            self._stopping = True
+            self._work.set()
+            await asyncio.gather(*self._senders)
         if failed:
             raise BatchError(failed)
 
@@ -298,56 +390,39 @@ class AsyncBatcher:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _dispatch(self, batch: list[dict[str, Any]]) -> None:
-        await self._slots.acquire()
-
-        async def run() -> None:
-            try:
-                self._failures.record(batch, res=await self._client.send_prepared(batch))
-            except Exception as e:
-                self._failures.record(batch, error=e)
-            finally:
-                self._slots.release()
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-
-    async def _next(self, timeout: float | None) -> dict[str, Any] | None:
-        """The next event, or None when the timeout passes or the batcher stops first."""
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            pass
-        getter = asyncio.ensure_future(self._queue.get())
-        stopper = asyncio.ensure_future(self._stop.wait())
-        done, _ = await asyncio.wait({getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        try:
-            # The get may have taken an event while it was being cancelled: keep it.
-            return await getter
-        except asyncio.CancelledError:
-            return None
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._stop.is_set():
-            first = await self._next(None)
-            if first is None:
-                continue
-            self._batch.append(first)
-            deadline = loop.time() + self._max_age
-            while len(self._batch) < self._max_batch and not self._stop.is_set():
-                left = deadline - loop.time()
+    async def _next(self) -> _Batch | None:
+        """The next batch to send, waiting for one; None once the batcher stops."""
+        while not self._sealed:
+            left: float | None = None
+            if self._open:
+                left = self._opened_at + self._max_age - self._loop.time()
                 if left <= 0:
+                    self._seal()
                     break
-                ev = await self._next(left)
-                if ev is None:
-                    break
-                self._batch.append(ev)
-            if self._batch and not self._stop.is_set():
-                batch, self._batch = self._batch, []
-                await self._dispatch(batch)
+            elif self._stopping:
+                return None
+            self._work.clear()
+            try:
+                await asyncio.wait_for(self._work.wait(), left)
+            except TimeoutError:
+                pass
+        batch = self._sealed.popleft()
+        self._buffered -= len(batch.events)
+        self._room.set()
+        return batch
+
+    async def _send_loop(self) -> None:
+        while (batch := await self._next()) is not None:
+            try:
+                try:
+                    res = await self._client.send_prepared(batch.events)
+                except Exception as e:
+                    self._failures.record(batch.events, error=e)
+                else:
+                    self._failures.record(batch.events, res=res)
+            except Exception:
+                # As in Batcher: a caller's hook raised; the failures are kept, the sender goes on.
+                pass
+            finally:
+                self._unanswered.discard(batch.seq)
+                self._settled.set()

@@ -8,7 +8,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar
+from datetime import datetime
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, Mapping, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -32,6 +33,9 @@ SETTLE_TIMEOUT = 30.0
 FINAL_STEP_KEY = "ferry:run-under-hold:final"
 
 _log = logging.getLogger("ferrymeter")
+
+#: The usage query's windows: the generated UsageQuery's ``window`` (a test keeps them equal).
+UsageWindow = Literal["MINUTE", "HOUR", "DAY", "CYCLE"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,60 @@ def prepare_event(event: dict[str, Any]) -> dict[str, Any]:
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _usage_query_params(meter: str, window: str, from_: datetime, to: datetime, tz: str | None,
+                        group_by: str | None, filter: Mapping[str, str] | None, account: str | None) -> dict[str, str]:
+    """The usage query's parameters as the query string carries them, each filter as
+    ``filter[<dimension>]``, the instants in RFC 3339 with their offsets as given.
+
+    Ferry refuses an empty parameter, and dropping one (as the other reads drop a None) would
+    answer another query than the one asked — a day in UTC rather than in the zone meant — so a
+    parameter given empty, a naive datetime (whose instant is a guess) or a value of another type
+    is refused here, with every other problem at once, before anything is sent.
+    """
+    problems: list[str] = []
+    params: dict[str, str] = {}
+
+    def put(name: str, value: Any, required: bool) -> None:
+        if value is None:
+            if required:
+                problems.append(f"{name} is required")
+        elif not isinstance(value, str):
+            problems.append(f"{name} is a {type(value).__name__}, not a str")
+        elif value == "":
+            problems.append(f"{name} is empty" if required else f"{name} is empty; leave it None instead")
+        else:
+            params[name] = value
+
+    put("meter", meter, True)
+    put("window", window, True)
+    for name, at in (("from", from_), ("to", to)):
+        if at is None:
+            problems.append(f"{name} is required")
+        elif not isinstance(at, datetime):
+            problems.append(f"{name} is a {type(at).__name__}, not a datetime")
+        elif at.utcoffset() is None:
+            problems.append(f"{name} is a naive datetime; give it a time zone (datetime.timezone.utc, a ZoneInfo)")
+        else:
+            params[name] = at.isoformat()
+    put("tz", tz, False)
+    put("groupBy", group_by, False)
+    put("account", account, False)
+    if filter is not None:
+        if not isinstance(filter, Mapping):
+            problems.append(f"filter is a {type(filter).__name__}, not a mapping of dimension to value")
+        else:
+            for dim, value in filter.items():
+                if not isinstance(dim, str) or dim == "":
+                    problems.append("a filter names an empty dimension (or one that is not a str)")
+                elif not isinstance(value, str) or value == "":
+                    problems.append(f"filter[{dim}] is not a value; Ferry filters on a value, so leave the dimension out")
+                else:
+                    params[f"filter[{dim}]"] = value
+    if problems:
+        raise ValueError("ferry: query usage: " + "; ".join(problems))
+    return params
 
 
 class _Base:
@@ -265,6 +323,19 @@ class Client(_Base):
     def usage(self, feature: str | None = None, cycle: str | None = None) -> m.Usage:
         """The account's usage of a feature in a cycle (a None limit or remaining is unlimited)."""
         return self._get(m.Usage, "/v1/usage", feature=feature, cycle=cycle)
+
+    def query_usage(self, meter: str, *, window: UsageWindow, from_: datetime, to: datetime, tz: str | None = None,
+                    group_by: str | None = None, filter: Mapping[str, str] | None = None, account: str | None = None) -> m.UsageQuery:
+        """A meter's usage over [from_, to) by MINUTE, HOUR, DAY (in the IANA zone ``tz``, UTC
+        without one) or CYCLE windows, grouped by ``group_by``'s dimensions (comma-separated) and
+        kept to ``filter``'s values; the operator names the ``account``. One row per window and
+        group with usage; a row with ``other`` counts the groups an hour had no room to keep by
+        name. A required parameter missing, or any given empty, raises ValueError before anything
+        is sent; what the server refuses (alignment, ranges, dimensions) raises
+        InvalidRequestError listing every problem.
+        """
+        params = _usage_query_params(meter, window, from_, to, tz, group_by, filter, account)
+        return m.UsageQuery.model_validate(self.request(_Call("GET", "/v1/usage/query", params=params)))
 
     def billing_events(self, status: str | None = None, account: str | None = None, limit: int | None = None) -> Iterator[m.BillingEvent]:
         return self._pages(m.BillingEvent, "/v1/billing-events", status=status, account=account, limit=limit)
@@ -448,6 +519,12 @@ class AsyncClient(_Base):
 
     async def usage(self, feature: str | None = None, cycle: str | None = None) -> m.Usage:
         return await self._get(m.Usage, "/v1/usage", feature=feature, cycle=cycle)
+
+    async def query_usage(self, meter: str, *, window: UsageWindow, from_: datetime, to: datetime, tz: str | None = None,
+                          group_by: str | None = None, filter: Mapping[str, str] | None = None, account: str | None = None) -> m.UsageQuery:
+        """As Client.query_usage, awaited."""
+        params = _usage_query_params(meter, window, from_, to, tz, group_by, filter, account)
+        return m.UsageQuery.model_validate(await self.request(_Call("GET", "/v1/usage/query", params=params)))
 
     def billing_events(self, status: str | None = None, account: str | None = None, limit: int | None = None) -> AsyncIterator[m.BillingEvent]:
         return self._pages(m.BillingEvent, "/v1/billing-events", status=status, account=account, limit=limit)

@@ -311,6 +311,27 @@ class Dimensions(RootModel[str]):
     root: str = Field(..., max_length=64)
 
 
+class UsageRow(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    windowStart: AwareDatetime
+    windowEnd: AwareDatetime
+    group: dict[str, str] = Field(
+        ...,
+        description="The values of the groupBy dimensions (a dimension an event lacked is the empty string); empty on an `other` row.",
+    )
+    other: Literal[True] | None = Field(
+        None,
+        description="Usage of groups the hour had no room to keep by name; present only when true.",
+    )
+    value: int = Field(
+        ...,
+        description="The window's value: the sum (SUM, COUNT, UNIQUE_COUNT's first sightings in the cycle), the largest (MAX) or the latest (LATEST).",
+        ge=0,
+    )
+
+
 class Grant(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
@@ -964,6 +985,29 @@ class MeterValue(BaseModel):
         None,
         description="A UNIQUE_COUNT sighting counted by this event (the value's first in the cycle).",
     )
+
+
+class UsageQuery(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    account: str = Field(
+        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    )
+    meter: str
+    aggregation: Literal["SUM", "COUNT", "MAX", "UNIQUE_COUNT", "LATEST"] = Field(
+        ...,
+        description="How the meter folds its events, and so how a window folds its parts.",
+    )
+    window: Literal["MINUTE", "HOUR", "DAY", "CYCLE"]
+    from_: AwareDatetime = Field(..., alias="from")
+    to: AwareDatetime
+    tz: str | None = Field(
+        None, description="The time zone of DAY windows, when one was asked for."
+    )
+    groupBy: list[str]
+    filter: dict[str, str]
+    rows: list[UsageRow]
 
 
 class Usage(BaseModel):
