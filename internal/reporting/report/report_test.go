@@ -421,7 +421,8 @@ func TestState_LeaseTakenOverOnlyOnceLapsed_ReleasedOnlyByItsHolder(t *testing.T
 
 // A mark already present costs no write: once a row is marked, billing another event on it is
 // one transaction of the same writes as without marks (the entry with its checkpoint, the meter,
-// the unit's rows item), plus a check of the mark, read with the unit's state. Only the first
+// the unit's rows item, the events meter's rollup minute and hour), plus a check of the mark,
+// read with the unit's state. Only the first
 // write after a report pays for the mark. (A counted plan's units land on 64 shards, each with
 // its own mark: see make bench for the amortized figure.)
 func TestMarks_APresentMarkCostsNoWrite(t *testing.T) {
@@ -432,8 +433,8 @@ func TestMarks_APresentMarkCostsNoWrite(t *testing.T) {
 	meter.Reset()
 	r.bill(t, acct, 1)
 	ops := meter.Snapshot()
-	if tx := ops["TransactWriteItems"]; tx.Calls != 1 || tx.WriteUnits != 6 || tx.ReadUnits != 2 || tx.Errors != 0 {
-		t.Errorf("TransactWriteItems %+v; want 1 call, 6 write units (the entry, the meter, the rows item), 2 read units (the mark's check)", tx)
+	if tx := ops["TransactWriteItems"]; tx.Calls != 1 || tx.WriteUnits != 10 || tx.ReadUnits != 2 || tx.Errors != 0 {
+		t.Errorf("TransactWriteItems %+v; want 1 call, 10 write units (the entry, the meter, the rows item, two rollup items), 2 read units (the mark's check)", tx)
 	}
 	if put := ops["PutItem"]; put.Calls != 1 || put.WriteUnits != 1 {
 		t.Errorf("PutItem %+v; want the unit's done record alone", put)
