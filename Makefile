@@ -234,20 +234,18 @@ test-sdk: tools sdk-tools ## the SDKs' unit tests, then each end to end against 
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 -race ./...
 	cd sdk/typescript && node_modules/.bin/tsc -p tsconfig.json && node --test test/unit.test.mjs
 	PYTHONPATH=sdk/python/src $(SDK_PY_VENV)/bin/python -m pytest -q -p no:cacheprovider sdk/python/tests/test_unit.py
-	@# The stacks run in batch mode (FERRY_BATCH_MODE=true), where each SDK's 7,000 events bill in
-	@# seconds rather than minutes. Each SDK gets a fresh stack, so each run's figures are its own.
-	FERRY_BATCH_MODE=true scripts/with-stack.sh scripts/test-sdk-e2e.sh go
-	FERRY_BATCH_MODE=true scripts/with-stack.sh scripts/test-sdk-e2e.sh typescript
-	FERRY_BATCH_MODE=true scripts/with-stack.sh scripts/test-sdk-e2e.sh python
+	@# Each SDK gets a fresh stack, so each run's figures are its own.
+	scripts/with-stack.sh scripts/test-sdk-e2e.sh go
+	scripts/with-stack.sh scripts/test-sdk-e2e.sh typescript
+	scripts/with-stack.sh scripts/test-sdk-e2e.sh python
 	scripts/with-stack.sh scripts/sdk-quickstarts.sh
 
 .PHONY: bench-sdk
 bench-sdk: tools sdk-tools ## the batcher's overhead (testing.B) and each SDK's batcher against a bare HTTP client, side by side against ferry dev
 	cd sdk/go && $(GO) test -run '^$$' -bench Batcher_Add -benchmem -count 3 .
-	@# Batch mode, as test-sdk: each side waits for the worker to bill its events before the next
-	@# side starts, and batch mode bills them in seconds rather than minutes. Both sides post to
-	@# the same route of the same stack, so the ratio is the clients' own.
-	FERRY_BATCH_MODE=true scripts/with-stack.sh scripts/bench-sdk.sh
+	@# Each side waits for the worker to bill its events before the next side starts. Both sides
+	@# post to the same route of the same stack, so the ratio is the clients' own.
+	scripts/with-stack.sh scripts/bench-sdk.sh
 
 -include infra/infra.mk
 

@@ -1099,9 +1099,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 	faults := instrument.NewFaults(nil)
 	run := &conformanceRun{faults: faults, keys: map[string]string{}, vars: map[string]string{}}
 	run.h = apptest.New(t, apptest.Options{
-		// Batch mode: the worker's units are where meters move (an event's status shows them).
-		BatchMode: true,
-		DynamoDB:  []func(*dynamodb.Options){faults.Option},
+		DynamoDB: []func(*dynamodb.Options){faults.Option},
 		Configure: func(h *apptest.Harness) {
 			ingest := h.Ingest().Ingest
 			run.queue = &switchQueue{Queue: ingest.Queue}

@@ -187,7 +187,7 @@ func allNames() resources.Names {
 
 // Every consumer is served the way the deployment's event source mappings serve it: as many
 // messages an invocation and the same batching window (infra reads the same constants), so
-// `ferry dev` and the tests run the units batch mode makes in AWS.
+// `ferry dev` and the tests run the units the worker makes in AWS.
 func TestEveryConsumer_GetsTheDeploymentsBatch(t *testing.T) {
 	h := apptest.New(t)
 	consumed := 0

@@ -1,16 +1,14 @@
 package functions_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 func cloudEvent(id string) map[string]any {
@@ -18,8 +16,10 @@ func cloudEvent(id string) map[string]any {
 }
 
 // The acceptance case: a free account with an events limit of 3 is sent 5 distinct events
-// plus a repeat of each. Exactly 3 are INSERTED with their checkpoint, 2 REJECTED with a reason,
-// usage says 3, the repeats moved nothing and the archive holds exactly the 3 accepted payloads.
+// plus a repeat of each. Exactly 3 are INSERTED with their checkpoint — the first three of the
+// batch, which is one unit claimed in its order — 2 REJECTED with a reason, usage says 3, the
+// repeats moved nothing, and every accepted payload reads back from the archive where its entry
+// says, byte for byte, while no rejected one names an archive location.
 func TestPipeline_FreeLimitOfThree_FiveEventsAndRepeats(t *testing.T) {
 	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_1", "free", map[string]any{"events": 3})
@@ -45,36 +45,33 @@ func TestPipeline_FreeLimitOfThree_FiveEventsAndRepeats(t *testing.T) {
 	}
 	h.Drain(t, 0)
 
-	inserted, rejected := 0, 0
+	ctx := context.Background()
 	for i := 1; i <= 5; i++ {
-		got := h.Do(t, http.MethodGet, fmt.Sprintf("/v1/events/evt_%d", i), key, nil).JSON(t)
-		switch got["status"] {
-		case "INSERTED":
-			inserted++
+		id := fmt.Sprintf("evt_%d", i)
+		got := h.Do(t, http.MethodGet, "/v1/events/"+id, key, nil).JSON(t)
+		e, err := h.Worker().Ledger.Get(ctx, "acct_1", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch want := map[bool]string{true: "INSERTED", false: "REJECTED"}[i <= 3]; {
+		case got["status"] != want:
+			t.Errorf("%s: %v; want %s", id, got, want)
+		case want == "INSERTED":
 			if got["billingAcceptedAt"] == nil {
-				t.Errorf("evt_%d INSERTED without billingAcceptedAt: %v", i, got)
+				t.Errorf("%s INSERTED without billingAcceptedAt: %v", id, got)
 			}
-		case "REJECTED":
-			rejected++
-			if got["reason"] == nil || got["billingAcceptedAt"] != nil {
-				t.Errorf("evt_%d REJECTED without a reason or with a checkpoint: %v", i, got)
+			payload, err := h.Worker().Archive.Read(ctx, e.ArchiveLocation())
+			if raw, _ := json.Marshal(cloudEvent(id)); err != nil || !bytes.Equal(payload, raw) {
+				t.Errorf("%s: archived %s (%v), want %s", id, payload, err, raw)
 			}
 		default:
-			t.Errorf("evt_%d: %v", i, got)
+			if got["reason"] == nil || got["billingAcceptedAt"] != nil || e.ArchiveKey != "" {
+				t.Errorf("%s REJECTED without a reason, with a checkpoint or with an archive location: %v, %q", id, got, e.ArchiveKey)
+			}
 		}
-	}
-	if inserted != 3 || rejected != 2 {
-		t.Errorf("inserted %d, rejected %d; want 3 and 2", inserted, rejected)
 	}
 	u := h.Do(t, http.MethodGet, "/v1/usage?feature=events", key, nil).JSON(t)
 	if u["used"] != float64(3) || u["remaining"] != float64(0) || u["limit"] != float64(3) {
 		t.Errorf("usage = %v", u)
-	}
-	objects, err := h.Env.Clients.S3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(h.Env.Names.Bucket(resources.BucketArchive))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(objects.Contents) != 3 {
-		t.Errorf("archive holds %d objects, want 3", len(objects.Contents))
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,11 +53,14 @@ const (
 	// The Secrets Manager secret holding the Stripe API key: usage is reported to Stripe when it
 	// is set, and the inbox's re-fetch reads with it.
 	ctxStripeAPIKeySecretARN = "stripeApiKeySecretArn"
-	// Batch mode (README, "Batch mode" and "Performance"): the ingest function packs the batch
-	// route's events several to a queue message, and the worker groups each invocation's
-	// messages by account into units it claims, meters and archives at once.
-	ctxBatchMode = "batchMode"
 )
+
+// retiredContext are context keys earlier releases read and this one refuses, each with why: a
+// deployment that still sets one asks for something this release no longer has.
+var retiredContext = map[string]string{
+	"batchMode": "the per-event worker was retired: every deployment runs the one worker design " +
+		"(units of one account's events, claimed and metered in one transaction; docs/performance.md); remove batchMode from the context",
+}
 
 // Defaults for every optional setting. They suit a small production stage; each can be
 // overridden by context.
@@ -155,10 +160,6 @@ type Config struct {
 	StripeAPIKeySecretARN string
 	// APIURL is the stack's public base URL the console's labs use (empty: no labs in AWS).
 	APIURL string
-	// BatchMode sets FERRY_BATCH_MODE=true on the functions that list it (ingest and the
-	// worker). Off, the deployment runs the per-event design; either way a worker reads both
-	// kinds of message, so the switch can be turned either way on a live queue.
-	BatchMode bool
 }
 
 // Settings are the deployment settings functions may list (resources.Function.Settings), by
@@ -173,9 +174,6 @@ func (c Config) Settings() map[string]string {
 	}
 	if c.APIURL != "" {
 		out[resources.EnvAPIURL] = c.APIURL
-	}
-	if c.BatchMode {
-		out[resources.EnvBatchMode] = "true"
 	}
 	if c.StripeRefetch {
 		out[resources.EnvStripeRefetch] = "true"
@@ -266,6 +264,11 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 		return false
 	}
 
+	for _, key := range slices.Sorted(maps.Keys(retiredContext)) {
+		if lookup(key) != nil {
+			errs = append(errs, fmt.Errorf("context %s: %s", key, retiredContext[key]))
+		}
+	}
 	c.Stage = str(ctxStage, defaultStage)
 	c.AlarmEmail = str(ctxAlarmEmail, "")
 	c.LogRetentionDays = num(ctxLogRetentionDays, defaultLogRetentionDays)
@@ -285,7 +288,6 @@ func ConfigFromContext(lookup func(key string) any) (Config, error) {
 	c.StripeAPIBase = str(ctxStripeAPIBase, "")
 	c.APIURL = str(ctxAPIURL, "")
 	c.StripeAPIKeySecretARN = str(ctxStripeAPIKeySecretARN, "")
-	c.BatchMode = flag(ctxBatchMode)
 	c.StripeRefetch = flag(ctxStripeRefetch)
 	c.ReportToKinde = flag(ctxReportToKinde)
 	if path := str(ctxPlansFile, ""); path != "" {

@@ -235,27 +235,40 @@ func TestConfigFromContext_Switches(t *testing.T) {
 		value any
 		want  bool
 	}{{nil, false}, {true, true}, {false, false}, {"true", true}, {" TRUE ", true}, {"False", false}} {
-		ctx := map[string]any{}
+		// The re-fetch reads with the Stripe API key, so the key is named too.
+		ctx := map[string]any{ctxStripeAPIKeySecretARN: "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-AbCdEf"}
 		if tc.value != nil {
-			ctx[ctxBatchMode] = tc.value
+			ctx[ctxStripeRefetch] = tc.value
 		}
 		cfg, err := ConfigFromContext(lookupIn(ctx))
 		if err != nil {
-			t.Fatalf("batchMode %#v: %v", tc.value, err)
+			t.Fatalf("stripeRefetch %#v: %v", tc.value, err)
 		}
-		if cfg.BatchMode != tc.want {
-			t.Errorf("batchMode %#v read as %v", tc.value, cfg.BatchMode)
+		if cfg.StripeRefetch != tc.want {
+			t.Errorf("stripeRefetch %#v read as %v", tc.value, cfg.StripeRefetch)
 		}
-		if got, on := cfg.Settings()[resources.EnvBatchMode]; on != tc.want || (on && got != "true") {
-			t.Errorf("batchMode %#v: setting %q (present %v)", tc.value, got, on)
+		if got, on := cfg.Settings()[resources.EnvStripeRefetch]; on != tc.want || (on && got != "true") {
+			t.Errorf("stripeRefetch %#v: setting %q (present %v)", tc.value, got, on)
 		}
 	}
 	for _, bad := range []any{"yes", "1", "", float64(1)} {
-		_, err := ConfigFromContext(lookupIn(map[string]any{ctxBatchMode: bad, ctxReportToKinde: bad}))
-		for _, key := range []string{ctxBatchMode, ctxReportToKinde} {
+		_, err := ConfigFromContext(lookupIn(map[string]any{ctxStripeRefetch: bad, ctxReportToKinde: bad}))
+		for _, key := range []string{ctxStripeRefetch, ctxReportToKinde} {
 			if err == nil || !strings.Contains(err.Error(), "context "+key+": want true or false") {
 				t.Errorf("%s=%#v: err %v", key, bad, err)
 			}
+		}
+	}
+}
+
+// A context key an earlier release read and this one does not is refused with why, whatever its
+// value: batchMode chose between two worker designs, and there is one now. A deployment that
+// sets it (batchMode=false asked for the per-event worker) is told, not silently given another.
+func TestConfigFromContext_RetiredKeysAreRefused(t *testing.T) {
+	for _, v := range []any{"true", "false", true, false} {
+		_, err := ConfigFromContext(lookupIn(map[string]any{"batchMode": v}))
+		if err == nil || !strings.Contains(err.Error(), "context batchMode: the per-event worker was retired") {
+			t.Errorf("batchMode=%#v: err %v; want it refused as retired", v, err)
 		}
 	}
 }

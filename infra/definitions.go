@@ -63,7 +63,7 @@ var stackSecrets = []string{
 }
 
 // deploymentSettings are the settings a function may list in resources.Function.Settings.
-var deploymentSettings = []string{resources.EnvKindeWebhookJWKSURL, resources.EnvStripeRefetch, resources.EnvStripeAPIBase, resources.EnvAPIURL, resources.EnvBatchMode}
+var deploymentSettings = []string{resources.EnvKindeWebhookJWKSURL, resources.EnvStripeRefetch, resources.EnvStripeAPIBase, resources.EnvAPIURL}
 
 // Validate reports every definition the stack cannot deploy as written: references to unknown
 // resources, access levels that make no sense for the resource kind, settings AWS refuses, and a

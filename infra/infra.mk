@@ -32,7 +32,9 @@ STRIPE_API_BASE ?=
 STRIPE_API_KEY_SECRET_ARN ?=
 # The stack's public URL (its ApiUrl output, or a custom domain), for the console's labs.
 API_URL ?=
-# BATCH_MODE=true deploys the batch-mode ingest and worker (FERRY_BATCH_MODE).
+# BATCH_MODE chose the worker design in earlier releases; there is one now. Set, it is passed on
+# as the context key it set, which synthesis refuses with why: an old deploy command is stopped,
+# not run in silence as a design it did not ask for.
 BATCH_MODE ?=
 CDK_FLAGS ?=
 
@@ -46,12 +48,12 @@ CDK_CONTEXT := -c stage=$(STAGE) \
 	$(if $(KINDE_CLIENT_ID),-c kindeClientId=$(KINDE_CLIENT_ID)) \
 	$(if $(KINDE_CLIENT_SECRET_ARN),-c kindeClientSecretArn=$(KINDE_CLIENT_SECRET_ARN)) \
 	$(if $(REPORT_TO_KINDE),-c reportToKinde=$(REPORT_TO_KINDE)) \
-	$(if $(BATCH_MODE),-c batchMode=$(BATCH_MODE)) \
 	$(if $(KINDE_WEBHOOK_JWKS_URL),-c kindeWebhookJwksUrl=$(KINDE_WEBHOOK_JWKS_URL)) \
 	$(if $(STRIPE_REFETCH),-c stripeRefetch=$(STRIPE_REFETCH)) \
 	$(if $(STRIPE_API_BASE),-c stripeApiBase=$(STRIPE_API_BASE)) \
 	$(if $(STRIPE_API_KEY_SECRET_ARN),-c stripeApiKeySecretArn=$(STRIPE_API_KEY_SECRET_ARN)) \
-	$(if $(API_URL),-c apiUrl=$(API_URL))
+	$(if $(API_URL),-c apiUrl=$(API_URL)) \
+	$(if $(BATCH_MODE),-c batchMode=$(BATCH_MODE))
 
 # Quiet and offline: no version check, notices or telemetry, and no warning about Node 20.
 CDK_ENV := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
@@ -78,7 +80,7 @@ synth: $(TOOLS_STAMP) ## Synthesize the CloudFormation template offline into cdk
 	$(CDK_ENV) $(CDK) synth $(CDK_STACK) --quiet $(CDK_CONTEXT) $(CDK_FLAGS)
 	@node -e 'const f = "cdk.out/$(CDK_STACK).template.json"; console.log(f + ": " + Object.keys(require("./" + f).Resources).length + " resources")'
 
-deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_*, BATCH_MODE)
+deploy: $(TOOLS_STAMP) ## Deploy the stack to the account of AWS_PROFILE (STAGE, ALARM_EMAIL, PLANS_FILE, LIMITS_SOURCE, KINDE_*, REPORT_TO_KINDE, STRIPE_*)
 	$(CDK_ENV) $(CDK) deploy $(CDK_STACK) $(CDK_CONTEXT) \
 		$(if $(AWS_PROFILE),--profile $(AWS_PROFILE)) --require-approval broadening $(CDK_FLAGS)
 

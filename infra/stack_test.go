@@ -911,37 +911,6 @@ func TestFunctions_InboxSettingsFromContext(t *testing.T) {
 	}
 }
 
-// batchMode reaches exactly the functions whose definitions list it (ingest and the worker), and
-// no function carries it when it is off: the deployed functions run the mode the stack says.
-func TestFunctions_BatchModeFromContext(t *testing.T) {
-	envOf := func(s *synthesized, name string) object {
-		fn := props(s.json["Resources"].(object)[functionID(t, s, name)].(object))
-		return fn["Environment"].(object)["Variables"].(object)
-	}
-	off, on := synthStage(t, dev), synthStage(t, map[string]any{ctxBatchMode: "true"})
-	listed := 0
-	for _, f := range resources.Functions {
-		if v, ok := envOf(off, f.Name)[resources.EnvBatchMode]; ok {
-			t.Errorf("%s: %s = %v with batchMode off", f.Name, resources.EnvBatchMode, v)
-		}
-		v, ok := envOf(on, f.Name)[resources.EnvBatchMode]
-		if want := contains(f.Settings, resources.EnvBatchMode); ok != want || (ok && v != "true") {
-			t.Errorf("%s: %s = %v (set %v); want it set to true only where the definition lists it", f.Name, resources.EnvBatchMode, v, ok)
-		}
-		if contains(f.Settings, resources.EnvBatchMode) {
-			listed++
-		}
-	}
-	for _, name := range []string{resources.FunctionIngest, resources.FunctionWorker} {
-		if envOf(on, name)[resources.EnvBatchMode] != "true" {
-			t.Errorf("%s runs without batch mode in a batchMode deployment", name)
-		}
-	}
-	if listed != 2 {
-		t.Errorf("%d functions list %s; want 2 (ingest, worker)", listed, resources.EnvBatchMode)
-	}
-}
-
 func TestOutputs_APIURLTopicAndTables(t *testing.T) {
 	s := synthStage(t, dev)
 	outputs := s.json["Outputs"].(object)

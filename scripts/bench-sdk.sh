@@ -4,7 +4,7 @@
 # their ratio, per language. Each side waits for the worker to bill what it sent before the next
 # starts. SDK_BENCH_EVENTS and SDK_BENCH_ROUNDS change the run's size.
 #
-#   FERRY_BATCH_MODE=true scripts/with-stack.sh scripts/bench-sdk.sh   (what make bench-sdk runs)
+#   scripts/with-stack.sh scripts/bench-sdk.sh   (what make bench-sdk runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FERRY_SDK_STACK_URL=http://${FERRY_ADDR:?the stack\'s address}

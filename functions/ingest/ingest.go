@@ -26,13 +26,16 @@ type Parts struct {
 func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p }
 
 func build(c *compose.Composer) (*compose.Function, error) {
-	batchMode, err := c.Settings().Bool(resources.EnvBatchMode)
-	c.Fail(err)
+	// Earlier releases chose their worker design by this setting; a deployment that still asks
+	// for the retired one is refused rather than given the other.
+	if err := c.RetiredBool(resources.EnvRetiredBatchMode, true, resources.RetiredBatchModeWhy); err != nil {
+		return nil, err
+	}
 	// The advisory gate reads the ledger (is this a retry?) and the budget row; it writes nothing.
 	p := &Parts{Usage: usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.Read)}}
 	p.Ledger = &ledger.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.Read), Usage: p.Usage}
 	p.Ingest = &ingest.Service{
-		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send), Pack: batchMode, Meters: c.Config.Catalog.Meters},
+		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send), Meters: c.Config.Catalog.Meters},
 		Ledger: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	fn := c.Function(p)

@@ -1,5 +1,5 @@
 // Package worker composes the worker function: the SQS consumer that claims, bills, archives and
-// stores each queued event exactly once, in units of one account's events (batch mode).
+// stores each queued event exactly once, in units of one account's events.
 package worker
 
 import (
@@ -31,8 +31,11 @@ type Parts struct {
 func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p }
 
 func build(c *compose.Composer) (*compose.Function, error) {
-	batchMode, err := c.Settings().Bool(resources.EnvBatchMode)
-	c.Fail(err)
+	// Earlier releases chose their worker design by this setting; a deployment that still asks
+	// for the retired one is refused rather than given the other.
+	if err := c.RetiredBool(resources.EnvRetiredBatchMode, true, resources.RetiredBatchModeWhy); err != nil {
+		return nil, err
+	}
 	p := &Parts{
 		// The worker reads accounts and stamps the first usage; it never touches API keys.
 		Accounts: &accounts.Service{
@@ -49,7 +52,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p.Worker = &eventworker.Worker{
 		Accounts: p.Accounts, Ledger: p.Ledger, Archive: p.Archive, Analytics: p.Analytics,
 		Schema: analytics.DefaultSchema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
-		MaxQuarantines: eventworker.DefaultMaxQuarantines, Coalesce: batchMode,
+		MaxQuarantines: eventworker.DefaultMaxQuarantines,
 		// A unit's claim carries the rollup writes of what it moves: the usage query's items.
 		Rollups: rollup.Claims{Table: c.Table(resources.TableRollups, resources.ReadWrite)},
 	}

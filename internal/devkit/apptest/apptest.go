@@ -16,7 +16,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +62,6 @@ type Options struct {
 	// to (StandIns.Settings), where admissions and GET /v1/usage read limits (the plans when
 	// unset).
 	Settings compose.Settings
-	// BatchMode packs the batch route's events into packed queue messages.
-	BatchMode bool
 }
 
 // Harness is one test's Ferry: every function composed by its builder from its entry, with its
@@ -124,7 +121,6 @@ func New(t testing.TB, opts ...Options) *Harness {
 	}
 	settings := compose.Settings{
 		resources.EnvStripeWebhookSecret: StripeSecret,
-		resources.EnvBatchMode:           strconv.FormatBool(o.BatchMode),
 	}.With(o.Settings)
 	h := &Harness{
 		Env: env, Definitions: defs, Clock: testclock.New(o.Start), Counter: metrics.NewCounter(), Log: Logger(t),

@@ -10,17 +10,12 @@ import (
 	awsevents "github.com/aws/aws-lambda-go/events"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
-	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
-	"github.com/ferrymeter/ferry/internal/platform/fanout"
 )
 
 // billSerial numbers the events Bill makes, unique in the test binary.
 var billSerial atomic.Int64
-
-// billConcurrency is how many events Bill bills at once.
-const billConcurrency = 8
 
 // LinkedAccount creates an account on plan through the API, linked to a Kinde agreement
 // (agr_<id>) and a Stripe customer (cus_<id>), and returns it as stored with its API key.
@@ -40,43 +35,40 @@ func (h *Harness) LinkedAccount(t testing.TB, id, plan string) (accounts.Account
 	return a, key
 }
 
-// Bill bills n new events for acct at the harness clock's now through the ledger's billing path,
-// as the worker does: the claim, then the one transaction that moves the meter with the
-// checkpoint. It skips ingest, the archive and the analytics row, which reporting never reads.
+// Bill bills n new events for acct at the harness clock's now, through the worker as it bills
+// them: packed messages of up to event.MaxPackedEvents events, each a unit claimed and metered in
+// one transaction (and archived, with its rows, as any unit is).
 func (h *Harness) Bill(t testing.TB, acct accounts.Account, n int) {
 	t.Helper()
 	ctx := context.Background()
-	now := h.Clock.Now().UnixMilli()
-	charge := ledger.BillingFor(acct, plans.Default())
-	store := h.Worker().Ledger
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt_%07d", billSerial.Add(1))
 	}
-	var errs []error
-	fanout.Each(ids, billConcurrency, func(id string) (struct{}, error) {
-		e := ledger.Entry{
-			AccountID: acct.ID, EventID: id, Status: ledger.Inserting, RowInsertedAtMs: now,
-			ReceivedAtMs: now, Cycle: acct.CycleAt(h.Clock.Now()).Label(), CreatedAtMs: now, UpdatedAtMs: now,
+	for start := 0; start < n; start += event.MaxPackedEvents {
+		p := event.Packed{AccountID: acct.ID, ReceivedAtMs: h.Clock.Now().UnixMilli()}
+		for _, id := range ids[start:min(start+event.MaxPackedEvents, n)] {
+			p.Events = append(p.Events, []byte(fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/bill","type":"api.call"}`, id)))
 		}
-		if err := store.Claim(ctx, e); err != nil {
-			return struct{}{}, err
-		}
-		_, err := ledger.AcceptBilling(ctx, store, e, charge, now)
-		return struct{}{}, err
-	}, func(_ string, _ struct{}, err error) {
+		body, err := event.EncodePacked(p)
 		if err != nil {
-			errs = append(errs, err)
+			t.Fatal(err)
 		}
-	})
-	for _, err := range errs {
-		t.Fatal(err)
+		res, err := h.Worker().Worker.Process(ctx, body)
+		if err != nil {
+			t.Fatalf("bill %d events: %v", len(p.Events), err)
+		}
+		for id, r := range res.Events {
+			if r.Final != ledger.Inserted {
+				t.Fatalf("bill: %s ended %s", id, r.Final)
+			}
+		}
 	}
 }
 
 // Meter runs events (CloudEvents JSON, as clients send them) for accountID through the worker
-// as one packed message received at the clock's now, in batch mode, and fails the test unless
-// the message is acked: the path every meter moves by.
+// as one packed message received at the clock's now, and fails the test unless the message is
+// acked.
 func (h *Harness) Meter(t testing.TB, accountID string, events ...[]byte) {
 	t.Helper()
 	p := event.Packed{AccountID: accountID, ReceivedAtMs: h.Clock.Now().UnixMilli()}
@@ -91,11 +83,7 @@ func (h *Harness) Meter(t testing.TB, accountID string, events ...[]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := h.Worker().Worker
-	coalesce := w.Coalesce
-	w.Coalesce = true
-	defer func() { w.Coalesce = coalesce }()
-	resp, err := w.HandleSQS(context.Background(), awsevents.SQSEvent{Records: []awsevents.SQSMessage{{MessageId: "m", Body: body}}})
+	resp, err := h.Worker().Worker.HandleSQS(context.Background(), awsevents.SQSEvent{Records: []awsevents.SQSMessage{{MessageId: "m", Body: body}}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("the worker did not finish the events: %+v %v", resp, err)
 	}

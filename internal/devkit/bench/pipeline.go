@@ -58,15 +58,12 @@ const (
 )
 
 // phase is one way of running the same events: the route they are sent on (events per ingest
-// request; 1 is the single-event route), whether ingest packs them (batch mode), and which
-// worker drains them.
+// request; 1 is the single-event route), how many messages the event source hands one worker
+// invocation, and which worker drains them.
 type phase struct {
 	name    string
 	request int
-	pack    bool
 	naive   bool
-	// coalesce: the worker groups each invocation's messages by account (batch mode).
-	coalesce bool
 	// invocation is how many messages the event source hands one worker invocation at most.
 	invocation int
 	// once: no event is sent twice in this column, whatever the run's share of duplicates.
@@ -76,24 +73,24 @@ type phase struct {
 	meters bool
 }
 
-// benchInvocation is the event source's batch in batch mode, as the CDK app configures it.
-const benchInvocation = event.MaxPackedEvents
+// benchInvocation is the event source's batch, as the CDK app configures it
+// (resources.EventSourceBatchSize).
+const benchInvocation = resources.EventSourceBatchSize
 
-// pipelinePhases are the run's columns, side by side on the same emulators: Ferry's per-event
-// design on the batch route and on the single-event route, batch mode on the batch route (100
-// events a request) and at 10 events a request (the figure the hot-account ceiling is measured
-// at), batch mode on the batch route again with events that move three meters (the cost of
-// meters beside the events count), batch mode on the single-event route again with every event sent once (API Gateway, Lambda
-// and SQS bill every resend, so the route's floor depends on how often clients retry), and the
-// naive worker.
+// pipelinePhases are the run's columns, side by side on the same emulators: the batch route (100
+// events a request, the default column) and 10 events a request (the figure the hot-account
+// ceiling is measured at), the batch route again with events that move three meters (the cost of
+// meters beside the events count), the single-event route, again with every event sent once (API
+// Gateway, Lambda and SQS bill every resend, so the route's floor depends on how often clients
+// retry), the single-event route in sparse traffic (one message an invocation: each event a unit
+// of its own), and the naive worker.
 var pipelinePhases = []phase{
-	{name: "per-event", request: benchIngestBatch, invocation: devstack.DefaultBatchSize},
-	{name: "batch", request: benchIngestBatch, pack: true, coalesce: true, invocation: benchInvocation},
-	{name: "batch/10", request: 10, pack: true, coalesce: true, invocation: benchInvocation},
-	{name: "batch/meters", request: benchIngestBatch, pack: true, coalesce: true, invocation: benchInvocation, meters: true},
-	{name: "single", request: 1, invocation: devstack.DefaultBatchSize},
-	{name: "single/batch", request: 1, pack: true, coalesce: true, invocation: benchInvocation},
-	{name: "single/once", request: 1, pack: true, coalesce: true, invocation: benchInvocation, once: true},
+	{name: "batch", request: benchIngestBatch, invocation: benchInvocation},
+	{name: "batch/10", request: 10, invocation: benchInvocation},
+	{name: "batch/meters", request: benchIngestBatch, invocation: benchInvocation, meters: true},
+	{name: "single", request: 1, invocation: benchInvocation},
+	{name: "single/once", request: 1, invocation: benchInvocation, once: true},
+	{name: "sparse", request: 1, invocation: 1},
 	{name: "naive", request: benchIngestBatch, naive: true, invocation: devstack.DefaultBatchSize},
 }
 
@@ -206,10 +203,6 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 	}
 	// The operator's accounts (the api function's), the ingest function and the worker.
 	api, ingest, ferry := apifn.PartsOf(fns[resources.FunctionAPI]), ingestfn.PartsOf(fns[resources.FunctionIngest]).Ingest, workerfn.PartsOf(fns[resources.FunctionWorker]).Worker
-	if q, ok := ingest.Queue.(*ingestpkg.SQSQueue); ok {
-		q.Pack = ph.pack
-	}
-	ferry.Coalesce = ph.coalesce
 	limits := map[string]plans.Limit{plans.FeatureEvents: plans.Max(int64(distinct))}
 	if ph.meters {
 		// Capped, as the events count is, so the token meters' writes are the capped ones.
@@ -264,11 +257,7 @@ func runPipelinePhase(ctx context.Context, endpoints cloud.Endpoints, ph phase, 
 		if _, err := ingest.AcceptBatch(ctx, acct, body); err != nil {
 			return res, fmt.Errorf("ingest: %w", err)
 		}
-		if ph.pack {
-			res.messages += (len(batch) + event.MaxPackedEvents - 1) / event.MaxPackedEvents
-		} else {
-			res.messages += len(batch)
-		}
+		res.messages += len(ingestpkg.Packs(benchEnvelopes(acct.ID, batch, ph.meters), ingestpkg.PackReadings(cfg.Catalog.Meters)))
 	}
 	res.ingestCPU = cpuTime() - cpu0
 	res.delivered = len(sends)
@@ -420,6 +409,17 @@ func budgetTransactions(n *atomic.Int64) func(*dynamodb.Options) {
 	}
 }
 
+// benchEnvelopes are the envelopes ingest queues for the events ids (their bodies as ingest
+// canonicalizes them are not needed to count the messages they pack into).
+func benchEnvelopes(accountID string, ids []string, meters bool) []event.Envelope {
+	out := make([]event.Envelope, len(ids))
+	for i, id := range ids {
+		raw, _ := json.Marshal(benchEvents([]string{id}, meters)[0])
+		out[i] = event.Envelope{AccountID: accountID, EventID: id, Event: raw}
+	}
+	return out
+}
+
 // benchEvents are the events of ids: plain API calls, or, for the meters column, LLM calls whose
 // token counts and model vary with the event (derived from its id, so a resend carries the same).
 func benchEvents(ids []string, meters bool) []map[string]any {
@@ -471,9 +471,10 @@ func benchEventNumber(id string) int {
 // benchModels are the model names the meters column's events carry.
 var benchModels = []string{"gpt-4", "small", "large"}
 
-// naiveWorker applies each delivery as it arrives: it moves the meter, archives and writes the
-// row, with no claim and no checkpoint. It is what Ferry is measured against: cheaper per
-// delivery, and wrong on every duplicate.
+// naiveWorker applies each delivered event as it arrives (every event of a packed message, one
+// after another): it moves the meter, archives and writes the row, with no claim and no
+// checkpoint. It is what Ferry is measured against: cheaper per delivery, and wrong on every
+// duplicate.
 type naiveWorker struct {
 	clients cloud.Clients
 	names   resources.Names
@@ -490,13 +491,22 @@ func (w *naiveWorker) handle(ctx context.Context, batch events.SQSEvent) (events
 }
 
 func (w *naiveWorker) apply(ctx context.Context, body string) error {
-	env, ev, err := event.DecodeEnvelope(body)
+	m, err := event.DecodeMessage(body)
 	if err != nil {
 		return err
 	}
+	for i, env := range m.Envelopes {
+		if err := w.applyOne(ctx, env, m.Events[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *naiveWorker) applyOne(ctx context.Context, env event.Envelope, ev event.Event) error {
 	now := time.Now().UnixMilli()
 	label := time.UnixMilli(env.ReceivedAtMs).UTC().Format("2006-01")
-	_, err = w.clients.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := w.clients.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(w.names.Table(resources.TableUsage)),
 		Key:                       usage.BudgetKey(env.AccountID, plans.FeatureEvents, label),
 		UpdateExpression:          aws.String("ADD #used :one"),

@@ -97,12 +97,6 @@ func printPipeline(w io.Writer, results []phaseResult, distinct, dups int) {
 		t.add(cells...)
 	}
 	line("events per ingest request", func(_ int, r phaseResult) string { return fmt.Sprint(r.phase.request) })
-	line("batch mode (FERRY_BATCH_MODE)", func(_ int, r phaseResult) string {
-		return map[bool]string{true: "yes", false: "no"}[r.phase.pack]
-	})
-	line("worker: messages grouped by account", func(_ int, r phaseResult) string {
-		return map[bool]string{true: "yes", false: "no"}[r.phase.coalesce]
-	})
 	line("messages per worker invocation (at most)", func(_ int, r phaseResult) string { return fmt.Sprint(r.phase.invocation) })
 	line("events sent (with the duplicates)", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.delivered)) })
 	line("  … of them sent a second time", func(_ int, r phaseResult) string { return figures.Thousands(int64(r.delivered - distinct)) })

@@ -25,19 +25,14 @@ var harnessAblations = []struct {
 	pipeline string
 	budget   int
 }{
+	// A unit's claim, its meter write and its mark, for single-event messages and packed ones.
 	{"ledger.claim.first-writer", "events", 100},
-	{"ledger.checkpoint-put.inserting", "events", 200},
-	{"ledger.checkpoint-put.unbilled", "events", 100},
-	{"ledger.reject.inserting", "events", 100},
-	{"ledger.reject.unbilled", "events", 400},
+	{"ledger.takeover.unbilled", "events", 100},
 	{"ledger.mark.inserting", "events", 100},
 	{"usage.consume.cap", "events", 100},
-	{"usage.consume.cap-room", "events", 100},
-	// Batch mode: a packed message's claim, its meter write and its mark carry the same guards.
 	{"ledger.claim.first-writer", "events-batch", 100},
 	{"ledger.mark.inserting", "events-batch", 100},
 	{"usage.consume.cap", "events-batch", 100},
-	{"usage.consume.cap-room", "events-batch", 300},
 	{"usage.hold.cap", "holds", 100},
 	{"usage.hold.cap-room", "holds", 100},
 	{"ratelimit.take.room", "holds", 300},
@@ -71,20 +66,23 @@ var harnessAblations = []struct {
 // account writes): a test named TestGuard_… in the adapter's package runs the scenario that needs
 // each, with the guard and without it (testenv.NeedsGuard).
 var storeAblations = map[string]string{
-	// The events schedules bill against counter rows (the checkpoint is put); the internal tier's
-	// checkpoint-only update is reached by the ledger's own tests.
-	"ledger.checkpoint.inserting": "internal/metering/ledger TestGuard_CheckpointOnlyBillingOfARejectedEvent_IsRefused",
+	// A take-over from a stale read of an entry another unit rejected since: the events
+	// schedules take entries over, but two units racing for one entry claimed alone where one
+	// rejects it needs the limit to move between their reads.
+	"ledger.takeover.inserting": "internal/metering/ledger TestGuard_ATakeOverOfAnEntryRejectedSince_IsCancelled",
+	// A consume over the whole limit: a unit's plan admits only what the budget row had room
+	// for, so no claim sends one (the per-event billing did, one event at a limit of 0);
+	// ConsumeCapped's own promise needs it.
+	"usage.consume.cap-room": "internal/metering/usage TestGuard_AConsumeOverTheWholeLimitIsRefused",
 	// A collision of two random session tokens cannot be provoked through sign-in; the store is
 	// given one hash twice.
 	"session.put.new":               "internal/operator/session TestGuard_ASessionIsNeverReplaced",
-	"ledger.checkpoint.unbilled":    "internal/metering/ledger TestGuard_CheckpointOnlyBillingOfABilledEvent_AnswersAlreadyAccepted",
 	"ledger.quarantine.inserting":   "internal/metering/ledger TestGuard_QuarantineOfAFinishedEvent_ChangesNothing",
 	"ledger.uninsertable.inserting": "internal/metering/ledger TestGuard_UninsertableOfAFinishedEvent_ChangesNothing",
 	"ledger.reopen.uninsertable":    "internal/metering/ledger TestGuard_ReopenOfAnInsertedEvent_IsRefused",
-	// Batch mode: the events-batch pipeline needs the batch's claim, mark and budget guards (see
-	// harnessAblations). Its done record keeps the instant a batch's entries were shown
-	// INSERTED, which no harness invariant reads: with the guard removed, 200 events-batch
-	// schedules keep every invariant, so the ledger's own test is what needs it.
+	// A unit's done record keeps the instant its entries were shown INSERTED, which no harness
+	// invariant reads: with the guard removed, 200 events-batch schedules keep every invariant,
+	// so the ledger's own test is what needs it.
 	"ledger.batch-done.first":                     "internal/metering/ledger TestGuard_ABatchIsRecordedDoneOnce_ItsInstantStays",
 	"idempotency.takeover.token":                  "internal/platform/idempotency TestGuard_TakeoverReplacesOnlyTheClaimItRead",
 	"accounts.create.absent":                      "internal/accounts TestGuard_CreateNeverOverwritesAnAccount",

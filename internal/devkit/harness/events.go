@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
@@ -43,10 +44,14 @@ const (
 )
 
 // Events is the event billing pipeline: clients send events through ingest (the advisory gate
-// and SQS), or straight onto the queue; the worker bills, archives, inserts and marks each, with
-// deliveries duplicated, reordered and run concurrently, writes crashed before and after they
-// commit, transactions cancelled by conflicts, throttles, S3 and SQS errors, and the worker
-// killed between any two steps.
+// and SQS), or straight onto the queue; the worker's SQS handler takes them in invocations of one
+// message (sparse traffic) or of several, which it groups by account into units (half the
+// schedules each), and archives, claims and bills, stores and marks each unit, with deliveries
+// duplicated, reordered and run concurrently, writes crashed before and after they commit,
+// transactions cancelled by conflicts, throttles, S3 and SQS errors, and the worker killed
+// between any two steps. Some events were claimed alone, and never billed, by the per-event
+// worker of an earlier release (its crash before its billing): the unit meeting one takes it
+// over.
 //
 // Invariants, per account: every event a client was told is queued ends in the ledger, and
 // every entry ends terminal (INSERTED, REJECTED with its reason); the meter equals the
@@ -55,12 +60,10 @@ const (
 // billed, its payload archived byte for byte, with its analytics row; no REJECTED event is
 // billed.
 //
-// With Packed, it is the batch-mode pipeline (FERRY_BATCH_MODE): the events reach the queue
-// packed several to a message (event.Packed, as the batch route queues them), the worker claims,
-// bills and archives each message's events together (internal/metering/worker/batch.go), and some events
-// also travel alone or in both messages, so that a batch meets events another unit claimed. The
-// invariants are the same; an INSERTED event's payload is then a byte range of its batch's
-// archive object.
+// With Packed, the events reach the queue packed several to a message (event.Packed, as the
+// batch route queues them), and some events also travel alone or in both messages, so that a
+// unit meets events another unit claimed. The invariants are the same; an INSERTED event's
+// payload is a byte range of its unit's archive object either way.
 type Events struct {
 	Packed bool
 }
@@ -83,8 +86,11 @@ type eventsState struct {
 	reactivate bool
 	inactive   bool
 	viaIngest  bool
-	ids        []string
-	bodies     map[string][]byte // the events as clients send them
+	// several: messages that reach the queue through ingest are handed to the worker in
+	// invocations of several (units of one account's events), not one by one.
+	several bool
+	ids     []string
+	bodies  map[string][]byte // the events as clients send them
 	// queued are the events that reached the queue: a client was told so (202), or the
 	// harness put them there.
 	queued map[string]bool
@@ -96,8 +102,8 @@ type eventsState struct {
 	running, chains map[string]int
 	// entries are the last ledger entries seen after a write, by event id.
 	entries map[string]ledger.Entry
-	// meters: in the batch pipeline, events also move the catalog's other meters (see
-	// meterEvent), under these limits.
+	// meters: events also move the catalog's other meters (see meterEvent), under these
+	// limits.
 	meters bool
 	limits map[string]int64
 }
@@ -150,17 +156,20 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		st.raised = st.limit + 1 + int64(r.IntN(n))
 	}
 	st.viaIngest = !p.Packed && r.IntN(3) == 0
+	if st.viaIngest {
+		// What reaches the queue is handed to the worker one message an invocation, or in
+		// invocations of several.
+		st.several = r.IntN(2) == 0
+	}
 	in := accounts.CreateInput{
 		ID: fmt.Sprintf("acct_e%d", s.Seed), Plan: st.plan, Status: accounts.Active,
 		Limits: map[string]plans.Limit{plans.FeatureEvents: plans.Max(st.limit)},
 	}
-	// Half the batch schedules hand the worker invocations of several messages, which it
-	// coalesces into units (Worker.Coalesce, as batch mode runs it): units made of several
-	// messages meet the faults too. Those schedules also meter: their events move the catalog's
-	// other meters, which only a unit's claim moves.
-	coalesce := p.Packed && r.IntN(2) == 0
-	if coalesce {
-		st.meters = true
+	// Half the schedules whose messages the harness queues itself also meter: their events move
+	// the catalog's other meters, in units of one message or of several, next to entries an
+	// earlier release claimed alone (which a unit takes over and plans like unclaimed ones).
+	st.meters = !st.viaIngest && r.IntN(2) == 0
+	if st.meters {
 		st.limits = map[string]int64{meterTokens: int64(r.IntN(120)), meterGB: int64(r.IntN(70)), meterUsers: int64(r.IntN(5))}
 		for f, l := range st.limits {
 			if st.plan == "free" {
@@ -176,8 +185,8 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		return fmt.Errorf("create account: %w", err)
 	}
 	st.acct = acct
-	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, fault rate %.2f",
-		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, s.FaultRate)
+	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, meters %v (limits %v), fault rate %.2f",
+		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, st.meters, st.limits, s.FaultRate)
 	if st.raised > 0 || st.reactivate {
 		p.operate(s, st)
 	}
@@ -205,15 +214,7 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		if err != nil {
 			return err
 		}
-		s.Env.Worker().Worker.Coalesce = coalesce
-		if coalesce {
-			s.Count("coalesced-invocations")
-			p.deliverInvocations(s, st, msgs)
-			return nil
-		}
-		for _, m := range msgs {
-			p.deliver(s, st, m)
-		}
+		p.deliverAll(s, st, msgs, r.IntN(2) == 0)
 		return nil
 	}
 	var msgs []string
@@ -232,11 +233,44 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 			s.Count("duplicate-delivery")
 			msgs = append(msgs, body)
 		}
+		if r.IntN(claimedAloneOneIn) == 0 {
+			if err := p.claimedAlone(ctx, s, st, id); err != nil {
+				return err
+			}
+		}
+	}
+	p.deliverAll(s, st, msgs, r.IntN(2) == 0)
+	return nil
+}
+
+// claimedAloneOneIn: one event in claimedAloneOneIn queued straight onto the queue was claimed
+// by an earlier release's per-event worker that died before billing it, before this release ran.
+const claimedAloneOneIn = 6
+
+// claimedAlone leaves the entry an earlier release's per-event worker left when it claimed the
+// event and died before its billing transaction: the message stays queued, and the worker of this
+// release meets the entry.
+func (p *Events) claimedAlone(ctx context.Context, s *Schedule, st *eventsState, id string) error {
+	s.Count("earlier-release-claim")
+	now := s.Env.Clock.Now()
+	return testenv.PutClaimedAlone(ctx, s.Env.Admin.DynamoDB, s.Env.Names.Table(resources.TableLedger), testenv.ClaimedAlone{
+		AccountID: st.acct.ID, EventID: id, Cycle: st.acct.CycleAt(now).Label(),
+		RowInsertedAtMs: now.UnixMilli(), ReceivedAtMs: now.UnixMilli(),
+	})
+}
+
+// deliverAll hands the messages to the worker: in invocations of several messages, which it
+// groups by account into units (several), or one message an invocation, as sparse traffic
+// reaches it.
+func (p *Events) deliverAll(s *Schedule, st *eventsState, msgs []string, several bool) {
+	if several {
+		s.Count("coalesced-invocations")
+		p.deliverInvocations(s, st, msgs)
+		return
 	}
 	for _, m := range msgs {
 		p.deliver(s, st, m)
 	}
-	return nil
 }
 
 // pack queues the events in one or two packed messages, as the batch route does: each event in
@@ -309,9 +343,7 @@ func (p *Events) produce(ctx context.Context, s *Schedule, st *eventsState, id s
 		}
 		return fmt.Errorf("the front door kept failing for %s", id)
 	}, func(error) {
-		for _, body := range p.receive(ctx, s) {
-			p.deliver(s, st, body)
-		}
+		p.deliverAll(s, st, p.receive(ctx, s), st.several)
 	})
 }
 
@@ -320,9 +352,9 @@ func (p *Events) receive(ctx context.Context, s *Schedule) []string {
 	return takeAll(ctx, s, resources.QueueEvents)
 }
 
-// deliver spawns a worker handling one delivery of a message. A delivery that fails (or whose
-// worker dies) comes back, as SQS redelivers after the visibility timeout; one that succeeds
-// may still be delivered again (SQS delivers at least once).
+// deliver spawns a worker invocation of one message (its own unit). A delivery that fails (or
+// whose worker dies) comes back, as SQS redelivers after the visibility timeout; one that
+// succeeds may still be delivered again (SQS delivers at least once).
 func (p *Events) deliver(s *Schedule, st *eventsState, body string) {
 	id, ok := p.count(s, st, body)
 	if !ok {
@@ -644,9 +676,9 @@ func refusedBy(reason string) string {
 	return ""
 }
 
-// checkMeters holds the batch pipeline's meters to the ledger: each figure is what the admitted
-// entries' values make it (a sum of tokens, the largest gb, the number of distinct users, each
-// value counted by exactly one entry), a capped account's figures stay within their limits and
+// checkMeters holds the meters to the ledger: each figure is what the admitted entries' values
+// make it (a sum of tokens, the largest gb, the number of distinct users, each value counted by
+// exactly one entry), a capped account's figures stay within their limits and
 // are exact (an event refused at a cap needed more than was left, so more than is left now), a
 // bad value always refuses its event, and an internal account's meters never move.
 func (p *Events) checkMeters(ctx context.Context, s *Schedule, st *eventsState, cycles map[string]bool,

@@ -19,15 +19,16 @@ import (
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 )
 
-// The one-line mutations the money invariants rest on: the nine the audit named, and two for
-// batch mode's rows. Four of them remove a condition
-// clause: they are made at the wire (the guard removed from the request, exactly as if the line
-// were gone) by the guard-ablation table, which must find each within its budget. The others change a decision or a read: they are made to the
-// source. All of them are built into one copy of the harness's tests (go's -overlay), each behind
-// a switch: the line is replaced by one that runs the mutated line when its switch is on and the
-// original line otherwise, so one build serves every mutant; each mutant's run turns its switch
-// on and must find a broken invariant within the budget. Every run is seeded, so the seed that
-// catches a mutation is the same on every run.
+// The one-line mutations the money invariants rest on: the audit's, made to the one worker
+// design (the claim is the billing, and a unit's read is the only read a claim is planned from),
+// and two for the rows that go with the claim. Three of them remove condition clauses: they are
+// made at the wire (the guard removed from the request, exactly as if the line were gone) by the
+// guard-ablation table, which must find each within its budget. The others change a decision or
+// a read: they are made to the source. All of them are built into one copy of the harness's
+// tests (go's -overlay), each behind a switch: the line is replaced by one that runs the mutated
+// line when its switch is on and the original line otherwise, so one build serves every mutant;
+// each mutant's run turns its switch on and must find a broken invariant within the budget. Every
+// run is seeded, so the seed that catches a mutation is the same on every run.
 type mutation struct {
 	// id names the mutation's switch, and name says what it is.
 	id, name string
@@ -41,55 +42,54 @@ type mutation struct {
 }
 
 var mutations = []mutation{
-	{id: "1", name: "the checkpoint condition attribute_not_exists(billingAcceptedAtMs) removed",
-		guards: []string{"ledger.checkpoint.unbilled", "ledger.checkpoint-put.unbilled"}, pipeline: "events", budget: 100},
-	{id: "2", name: "a cancelled billing transaction treated as REJECTED without the re-read",
-		file: "internal/metering/ledger/billing.go",
-		from: "\t\tif !errors.Is(err, ErrCancelled) {",
-		to:   "\t\tif mutantOn(\"2\") && errors.Is(err, ErrCancelled) { return 0, ErrLimitReached }; if !errors.Is(err, ErrCancelled) {",
+	// The double-charge defence: an entry is put, checkpointed, only where none is.
+	{id: "1", name: "the claim's condition attribute_not_exists(#pk) removed",
+		guards: []string{"ledger.claim.first-writer"}, pipeline: "events", budget: 100},
+	{id: "2", name: "a cancelled claim taken as the limit: its members rejected without a fresh read",
+		file: "internal/metering/worker/batch.go",
+		from: "\t\tif !errors.Is(err, ledger.ErrCancelled) {",
+		to: "\t\tif mutantOn(\"2\") && errors.Is(err, ledger.ErrCancelled) && len(c.Admit) > 0 { for _, e := range c.Admit { e.Reason = ledger.LimitReason(r.billing); c.Reject = append(c.Reject, e) }; " +
+			"c.Admit, c.Rows, c.Moves, c.Markers, c.Rollups = nil, ledger.RowsItem{}, nil, nil, nil; " +
+			"if w.Ledger.WriteBatchClaim(ctx, c) == nil { return struct{}{}, nil } }; if !errors.Is(err, ledger.ErrCancelled) {",
 		// The events schedules meet injected TransactionConflict cancellations.
-		pipeline: "events", budget: 100},
-	{id: "3", name: "checkpoint absent: REJECTED without the budget read",
-		file:     "internal/metering/ledger/billing.go",
-		from:     "\t\tif !billed && status == Inserting && b.capped() {",
-		to:       "\t\tif !billed && status == Inserting && b.capped() && mutantOn(\"3\") { return 0, ErrLimitReached }; if !billed && status == Inserting && b.capped() {",
 		pipeline: "events", budget: 100},
 	{id: "4", name: "the hold settle write without its revision condition",
 		guards: []string{"holds.settle.rev"}, pipeline: "holds", budget: 100},
 	{id: "5", name: "the charge update without its revision condition",
 		guards: []string{"holds.charge.rev"}, pipeline: "holds", budget: 100},
-	{id: "6", name: "Reject without the checkpoint guard",
-		guards: []string{"ledger.reject.unbilled"}, pipeline: "events", budget: 400},
+	// An entry an earlier release claimed alone is taken over only while it is unbilled.
+	{id: "6", name: "a take-over without the entry's attribute_not_exists(#billingAcceptedAtMs)",
+		guards: []string{"ledger.takeover.unbilled"}, pipeline: "events", budget: 100},
 	{id: "7", name: "an S3 archive error swallowed",
-		file:     "internal/metering/worker/worker.go",
-		from:     "\t\treturn w.Archive.Put(ctx, archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs), j.env.Event)",
-		to:       "\t\tif err := w.Archive.Put(ctx, archive.Key(j.entry.AccountID, j.entry.EventID, j.entry.RowInsertedAtMs), j.env.Event); mutantOn(\"7\") { return nil } else { return err }",
+		file:     "internal/metering/worker/batch.go",
+		from:     "\t\tif err := w.Archive.Put(ctx, layout.key, layout.body); err != nil {",
+		to:       "\t\tif err := w.Archive.Put(ctx, layout.key, layout.body); err != nil && !mutantOn(\"7\") {",
 		pipeline: "events", budget: 100},
 	{id: "8", name: "the sweeper skipping its lease-really-lapsed re-check",
 		file:     "internal/holds/sweep.go",
 		from:     "func lapsed(h Hold, nowMs int64) bool { return h.LeaseExpired(nowMs) }",
 		to:       "func lapsed(h Hold, nowMs int64) bool { return mutantOn(\"8\") || h.LeaseExpired(nowMs) }",
 		pipeline: "holds", budget: 100},
-	{id: "9a", name: "the checkpoint read made eventually consistent",
-		file:     "internal/metering/ledger/dynamo.go",
-		from:     "\t\tConsistentRead:           aws.Bool(true),",
-		to:       "\t\tConsistentRead:           aws.Bool(!mutantOn(\"9a\")),",
+	{id: "9a", name: "the unit's read (its entries, record, budget rows, marks and markers) made eventually consistent",
+		file:     "internal/metering/ledger/batch.go",
+		from:     "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.Key), aws.Bool(true)",
+		to:       "\t\t\tka.Keys, ka.ConsistentRead = append(ka.Keys, k.Key), aws.Bool(!mutantOn(\"9a\"))",
 		pipeline: "events", budget: 100},
-	{id: "9b", name: "the budget read made eventually consistent",
-		file:     "internal/metering/ledger/dynamo.go",
-		from:     "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)",
-		to:       "\treturn s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, !mutantOn(\"9b\"))",
-		pipeline: "events", budget: 100},
-	// Two more, for batch mode's rows in the claim: exactly one row per event rests on them.
+	{id: "9b", name: "the read of another unit's done record made eventually consistent",
+		file:     "internal/metering/ledger/batch.go",
+		from:     "\t\tConsistentRead: aws.Bool(true),",
+		to:       "\t\tConsistentRead: aws.Bool(!mutantOn(\"9b\")),",
+		pipeline: "events-batch", budget: 100},
+	// Two more, for the rows that go with the claim: exactly one row per event rests on them.
 	{id: "10", name: "a member whose row is in its unit's rows item written a row of its own",
 		file:     "internal/metering/worker/batch.go",
-		from:     "\t\tif has(st, ledger.StageInsert) && !mb.entry.RowInUnit {",
-		to:       "\t\tif has(st, ledger.StageInsert) && (mutantOn(\"10\") || !mb.entry.RowInUnit) {",
+		from:     "\t\tif !mb.foreign && has(mb.scenario.Stages, ledger.StageInsert) && !mb.entry.RowInUnit {",
+		to:       "\t\tif !mb.foreign && has(mb.scenario.Stages, ledger.StageInsert) && (mutantOn(\"10\") || !mb.entry.RowInUnit) {",
 		pipeline: "events-batch", budget: 100},
 	{id: "11", name: "another unit's member probed for a row of its own, not where its entry says",
-		file:     "internal/metering/worker/worker.go",
-		from:     "\t\tpresent, err := w.Analytics.Exists(ctx, stored.RowRef())",
-		to:       "\t\tref := stored.RowRef(); if mutantOn(\"11\") { ref = ref.Own() }; present, err := w.Analytics.Exists(ctx, ref)",
+		file:     "internal/metering/worker/finish.go",
+		from:     "\t\tpresent, err := w.Analytics.Exists(ctx, entry.RowRef())",
+		to:       "\t\tref := entry.RowRef(); if mutantOn(\"11\") { ref = ref.Own() }; present, err := w.Analytics.Exists(ctx, ref)",
 		pipeline: "events-batch", budget: 100},
 }
 

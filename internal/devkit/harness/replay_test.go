@@ -20,7 +20,12 @@ func TestHarness_AFailingSeedReproducesExactly(t *testing.T) {
 	if testenv.External() {
 		t.Skip("the harness runs on the embedded emulators")
 	}
-	g, _ := instrument.GuardNamed("ledger.checkpoint-put.unbilled")
+	// The claim's first-writer condition: without it a unit bills again an event another unit
+	// claimed.
+	g, ok := instrument.GuardNamed("ledger.claim.first-writer")
+	if !ok {
+		t.Fatal("no guard ledger.claim.first-writer")
+	}
 	opts := harness.Options{Pipelines: []string{"events"}, Ablate: []dynamo.Guard{g}, Endpoints: emulators(t)}
 	run := opts
 	run.Schedules, run.StopAtFailure = 100, true

@@ -12,7 +12,7 @@ import (
 	reporterfn "github.com/ferrymeter/ferry/functions/reporter"
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
-	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
@@ -54,7 +54,7 @@ const (
 var clockJumps = []time.Duration{report.LeaseFor + time.Second, outbox.ClaimFor + time.Second, outbox.BackoffBase}
 
 // Reporter is the pipeline that reports usage to Stripe: accounts linked to Stripe customers are
-// billed through the ledger in waves, while reporter runs (marks → lastSent and an outbox row in
+// billed by the worker in waves, while reporter runs (marks → lastSent and an outbox row in
 // one transaction → marks off) and drainer runs (claim → send → SENT) start at random points,
 // overlap, crash between their steps, are stopped at their timeout or paused past their leases,
 // and every DynamoDB and Stripe call meets the faults of the wire (a 429 with Retry-After, a 5xx,
@@ -180,29 +180,26 @@ func (p *Reporter) Start(ctx context.Context, s *Schedule) error {
 	return nil
 }
 
-// bill spawns the account's next wave: each event claimed and billed through the ledger's
-// billing path, as the worker does (up to maxRequests tries each, the same event each time).
+// bill spawns the account's next wave: each event billed as the worker bills it, a message of
+// its own handled as an invocation of one (a unit of one event: archived, claimed and metered
+// with its report mark, stored), up to maxRequests tries each, the same message each time.
 func (p *Reporter) bill(s *Schedule, st *reporterState, ra *reportAccount) {
 	wave := ra.billed
 	ra.billed++
 	ids := ra.waves[wave]
-	store := s.Env.Worker().Ledger
-	charge := ledger.BillingFor(ra.acct, plans.Default())
+	w := s.Env.Worker().Worker
 	s.Spawn(fmt.Sprintf("bill %s w%d", ra.acct.ID, wave), resources.FunctionWorker, func(ctx context.Context) error {
 		a := ActorFrom(ctx)
 		for _, id := range ids {
-			var err error
+			body, err := event.EncodeEnvelope(event.Envelope{
+				AccountID: ra.acct.ID, EventID: id, ReceivedAtMs: s.Env.Clock.Now().UnixMilli(),
+				Event: []byte(fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/harness","type":"api.call"}`, id)),
+			})
+			if err != nil {
+				return err
+			}
 			for range maxRequests {
-				ictx := s.Invoke(ctx, resources.FunctionWorker)
-				now := s.Env.Clock.Now()
-				e := ledger.Entry{
-					AccountID: ra.acct.ID, EventID: id, Status: ledger.Inserting, RowInsertedAtMs: now.UnixMilli(),
-					ReceivedAtMs: now.UnixMilli(), Cycle: ra.acct.CycleAt(now).Label(), CreatedAtMs: now.UnixMilli(), UpdatedAtMs: now.UnixMilli(),
-				}
-				if err = store.Claim(ictx, e); err == nil || errors.Is(err, ledger.ErrAlreadyClaimed) {
-					_, err = ledger.AcceptBilling(ictx, store, e, charge, now.UnixMilli())
-				}
-				if err == nil || a.Dead() {
+				if _, err = w.Process(s.Invoke(ctx, resources.FunctionWorker), body); err == nil || a.Dead() {
 					break
 				}
 			}

@@ -27,15 +27,13 @@ const (
 	maxEntryAttempts = 3
 )
 
-// SQSQueue sends envelopes to an SQS queue, as message bodies event.EncodeEnvelope writes, or,
-// with Pack, a batch's envelopes packed several to a message (event.EncodePacked).
+// SQSQueue sends envelopes to an SQS queue: one event as a message body event.EncodeEnvelope
+// writes, a batch's events packed several to a message (event.EncodePacked), up to
+// event.MaxPackedEvents each and no more than one claim transaction meters (Packs), so that a
+// pack is one message, one worker transaction and one archive object.
 type SQSQueue struct {
 	Client *sqs.Client
 	URL    string
-	// Pack sends the events of one SendBatch as packed messages, up to event.MaxPackedEvents
-	// each: one message, one worker transaction and one archive object per pack instead of per
-	// event.
-	Pack bool
 	// Meters are the catalog's meters: a pack holds no more events than the worker's claim of
 	// it can meter in one transaction (see Packs).
 	Meters meter.Set
@@ -73,29 +71,10 @@ func (q *SQSQueue) SendBatch(ctx context.Context, envs []event.Envelope) error {
 	return nil
 }
 
-// encode renders the message bodies of a batch: one per envelope, or packed.
+// encode renders the message bodies of a batch: its envelopes packed (Packs).
 func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
-	if !q.Pack {
-		bodies := make([]string, len(envs))
-		for i, env := range envs {
-			b, err := event.EncodeEnvelope(env)
-			if err != nil {
-				return nil, err
-			}
-			bodies[i] = b
-		}
-		return bodies, nil
-	}
 	var bodies []string
-	read := func(env event.Envelope) []meter.Reading {
-		ev, err := event.Parse(env.Event)
-		if err != nil {
-			return nil // not an event ingest accepted: nothing of it is metered
-		}
-		rs, _ := q.Meters.Read(ev.ForMeters(env.ReceivedAtMs))
-		return rs
-	}
-	for _, p := range Packs(envs, read) {
+	for _, p := range Packs(envs, PackReadings(q.Meters)) {
 		b, err := event.EncodePacked(p)
 		if err != nil {
 			return nil, err
@@ -103,6 +82,19 @@ func (q *SQSQueue) encode(envs []event.Envelope) ([]string, error) {
 		bodies = append(bodies, b)
 	}
 	return bodies, nil
+}
+
+// PackReadings reads an envelope's meter readings under meters, as Packs bounds a pack by them:
+// an event ingest did not accept, or one whose value refuses it, meters nothing.
+func PackReadings(meters meter.Set) func(event.Envelope) []meter.Reading {
+	return func(env event.Envelope) []meter.Reading {
+		ev, err := event.Parse(env.Event)
+		if err != nil {
+			return nil
+		}
+		rs, _ := meters.Read(ev.ForMeters(env.ReceivedAtMs))
+		return rs
+	}
 }
 
 // Packs groups a batch's envelopes into packed messages: consecutive envelopes of the same

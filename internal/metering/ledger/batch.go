@@ -18,22 +18,35 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// Batches: the events of one packed message (event.Packed), claimed, checkpointed and metered
-// together.
+// Units: the events of one account that the worker claims, checkpoints and meters together (a
+// packed message, or several messages of one invocation; the worker calls the group a unit and
+// the ledger, by its record, a batch).
 //
 // One TransactWriteItems puts every unclaimed event's entry — each conditional on not existing,
 // the claim — either already checkpointed (INSERTING with billingAcceptedAtMs, its archive
-// location and its batch) or REJECTED with its reason, and moves the meter once by the number
-// admitted, with the meter row's report mark, and puts the admitted events' analytics rows as
-// one item of the analytics table (RowsItem). Money still moves with its receipts in one write;
-// the claim and the checkpoint are simply the same item. A cancelled transaction is resolved from
-// durable state (ReadBatch: the entries, the budget row and the mark, strongly consistent), and
-// the next lap claims exactly the events that are still unclaimed, admitting as many as the
-// budget row has room for, in message order.
+// location, its batch and the values it moved) or REJECTED with its reason, moves each meter the
+// admitted events match once, with its counter row's report mark (meters.go: PlanUnit), puts the
+// markers of the distinct values counted first and the rollup writes, and puts the admitted
+// events' analytics rows as one item of the analytics table (RowsItem). Money moves with its
+// receipts in one write: the claim and the checkpoint are the same item. A cancelled transaction
+// is resolved from durable state (ReadBatch: the entries, the budget rows, the marks and the
+// markers, strongly consistent), and the next lap claims exactly the events that are still
+// unclaimed, admitting them in unit order while they fit.
 //
-// When every event of the message is finished, one item, the batch's, records it (MarkBatchDone):
+// When every event of the unit is finished, one item, the batch's, records it (MarkBatchDone):
 // the batch's INSERTING entries are INSERTED from then on (Get resolves them), and a redelivery
-// of the whole message acks after reading it.
+// of the whole unit acks after reading it.
+
+// ErrCancelled is what the store returns when a claim's transaction was cancelled: one of its
+// conditions did not hold, or a conflicting transaction cancelled it. The store does not say
+// which; the next lap's read of durable state does.
+var ErrCancelled = errors.New("claim transaction cancelled")
+
+// ClaimedAlone reports an entry that an earlier release's per-event worker claimed on its own and
+// never billed: INSERTING, without a checkpoint, in no batch. No claim of this release leaves
+// such an entry (a unit's entries are checkpointed or REJECTED when they are put), so a unit
+// meeting one takes it over (BatchClaim.TakeOver).
+func ClaimedAlone(e Entry) bool { return e.Status == Inserting && !e.Billed() && e.Batch == "" }
 
 // BatchClaim is one lap's claim of a batch.
 type BatchClaim struct {
@@ -48,6 +61,11 @@ type BatchClaim struct {
 	// moves; Reject those claimed REJECTED, each with its reason.
 	Admit  []Entry
 	Reject []Entry
+	// TakeOver are the events of Admit and Reject whose entry an earlier release claimed alone
+	// and never billed (ClaimedAlone): each is put over that entry, conditional on its being
+	// still exactly that (INSERTING, no checkpoint), and keeps the instants that claim fixed
+	// (RowInsertedAtMs, CreatedAtMs). Every other entry is put conditional on its absence.
+	TakeOver map[string]bool
 	// Moves are the counter writes (with their marks and the unit's records) of the features
 	// the admitted entries move; Markers the distinct values they count first (PlanUnit).
 	Moves   []Move
@@ -197,6 +215,9 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		if !admitted[id] {
 			return fmt.Errorf("claim batch %s: the rows item holds the row of %s, which this claim does not admit", c.Batch, id)
 		}
+		if c.TakeOver[id] {
+			return fmt.Errorf("claim batch %s: the rows item holds the row of %s, an entry taken over, whose row is its own", c.Batch, id)
+		}
 	}
 	for _, e := range c.Admit {
 		it := entryItem{
@@ -209,7 +230,7 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		if rowSK != "" {
 			it.MeterRow = usage.MeterRow(c.AccountID, plans.FeatureEvents, c.Cycle, rowSK)
 		}
-		put, err := s.claimPut(it)
+		put, err := s.claimPut(c, e, it)
 		if err != nil {
 			return err
 		}
@@ -219,11 +240,11 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		if e.Reason == "" {
 			return fmt.Errorf("claim batch %s: event %s is rejected without a reason", c.Batch, e.EventID)
 		}
-		put, err := s.claimPut(entryItem{
+		put, err := s.claimPut(c, e, entryItem{
 			PK: Key(c.AccountID, e.EventID), AccountID: c.AccountID, EventID: e.EventID, Status: string(Rejected),
 			RowInsertedAtMs: c.NowMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: c.Cycle, Reason: e.Reason,
 			CreatedAtMs: c.NowMs, UpdatedAtMs: c.NowMs, Batch: c.Batch,
-			// Born REJECTED, so listed in the failure index like a per-event rejection.
+			// Born REJECTED, so listed in the failure index, where operators look for them.
 			FailureKey: FailureKey(c.AccountID, Rejected), FailedAtMs: c.NowMs,
 		})
 		if err != nil {
@@ -273,15 +294,24 @@ func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 // maxTransactItems is DynamoDB's bound on one TransactWriteItems.
 const maxTransactItems = 100
 
-func (s *DynamoStore) claimPut(it entryItem) (types.TransactWriteItem, error) {
+// claimPut is the put of one entry of a claim: conditional on the entry's absence, or, for an
+// entry an earlier release claimed alone (c.TakeOver), on its being still unbilled and
+// INSERTING, with the instants that claim fixed.
+func (s *DynamoStore) claimPut(c BatchClaim, e Entry, it entryItem) (types.TransactWriteItem, error) {
+	cond, values := claimCondition, map[string]types.AttributeValue(nil)
+	if c.TakeOver[e.EventID] {
+		cond, values = takeOverCondition, map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))}
+		it.RowInsertedAtMs, it.CreatedAtMs = e.RowInsertedAtMs, e.CreatedAtMs
+	}
 	item, err := attributevalue.MarshalMap(it)
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("encode the entry of %s: %w", it.EventID, err)
 	}
 	return types.TransactWriteItem{Put: &types.Put{
 		TableName: aws.String(s.Table), Item: item,
-		ConditionExpression:      aws.String(claimCondition),
-		ExpressionAttributeNames: dynamo.Names(claimCondition),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  dynamo.Names(cond),
+		ExpressionAttributeValues: values,
 	}}, nil
 }
 

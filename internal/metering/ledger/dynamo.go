@@ -16,23 +16,24 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// Condition expressions of the billing transaction. Each guards the other update's invariant:
-// the meter's condition (built by usage.ConsumeCapped) keeps the checkpoint from being stamped
-// past the cap, and the checkpoint's condition keeps an already billed event from moving the
-// meter again. That second condition is the whole double-charge defence.
+// Condition expressions. A unit's claim puts each entry conditional on its absence
+// (claimCondition): one transaction claims, checkpoints and meters the unit's events, and
+// exactly one claim of an event ever commits. An entry that an earlier release's per-event worker
+// claimed alone and never billed is taken over by the unit's claim under takeOverCondition
+// instead: still INSERTING, still without its checkpoint.
 const (
-	claimCondition      = dynamo.AbsentCondition
-	checkpointCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
-	checkpointUpdate    = "SET #billingAcceptedAtMs = :now, #tier = :tier, #updatedAtMs = :now"
-	rejectUpdate        = "SET #status = :rejected, #reason = :reason, #updatedAtMs = :now, " + failureSet
+	claimCondition    = dynamo.AbsentCondition
+	takeOverCondition = "#status = :inserting AND attribute_not_exists(#billingAcceptedAtMs)"
 	// markCondition: only an unfinished entry is marked INSERTED. The worker reaches the mark
-	// only for a billed entry (after the bill step, or in scenario rows that match billed
-	// entries alone), so the entry carries its checkpoint here.
+	// only for a billed entry (every entry a claim admits is checkpointed, and the scenario
+	// rows that mark match billed entries alone), so the entry carries its checkpoint here.
 	markCondition    = "#status = :inserting"
 	quarantineUpdate = "ADD #quarantineCount :one SET #reason = :reason, #updatedAtMs = :now"
 	// reopenUpdate takes the entry out of the failure index in the write that reopens it, and
-	// out of its batch: the batch's record of being done no longer speaks for it.
-	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now REMOVE #failureKey, #failedAtMs, #batch"
+	// out of its batch: the batch's record of being done no longer speaks for it. The batch is
+	// set to "" (which reads as none) rather than removed: the local emulator ignores REMOVE,
+	// and there a redriven event would read INSERTED through its batch's record, unstored.
+	reopenUpdate = "SET #status = :inserting, #quarantineCount = :zero, #updatedAtMs = :now, #batch = :noBatch REMOVE #failureKey, #failedAtMs"
 	// insertingCondition keeps a step that only an unfinished event may take (a quarantine, the
 	// UNINSERTABLE end) from touching an entry another delivery finished.
 	insertingCondition = "#status = :inserting"
@@ -48,7 +49,8 @@ const (
 	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
 )
 
-// DynamoStore is the ledger on DynamoDB. Billing transactions span the ledger and usage tables.
+// DynamoStore is the ledger on DynamoDB. A unit's claim spans the ledger, usage and analytics
+// tables.
 type DynamoStore struct {
 	DB    *dynamodb.Client
 	Table string
@@ -77,7 +79,7 @@ type entryItem struct {
 	// they put it in the failure index.
 	FailureKey string `dynamodbav:"failureKey,omitempty"`
 	FailedAtMs int64  `dynamodbav:"failedAtMs,omitempty"`
-	// MeterRow is set by the checkpoint of an event billed against a counter row: the row's
+	// MeterRow is set by the claim of an event billed against a counter row: the row's
 	// identity, the key of the ledger's sparse meter index.
 	MeterRow string `dynamodbav:"meterRow,omitempty"`
 	// The archive location and the batch of an event claimed in a batch (see batch.go).
@@ -104,30 +106,6 @@ func (it entryItem) entry() Entry {
 
 func (s *DynamoStore) key(accountID, eventID string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": dynamo.S(Key(accountID, eventID))}
-}
-
-// ErrAlreadyClaimed: another delivery claimed the event first.
-var ErrAlreadyClaimed = errors.New("event already claimed")
-
-// Claim inserts the entry as INSERTING if no entry exists. It returns ErrAlreadyClaimed when
-// another delivery won.
-func (s *DynamoStore) Claim(ctx context.Context, e Entry) error {
-	item, err := attributevalue.MarshalMap(entryItem{
-		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
-		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle,
-		CreatedAtMs: e.CreatedAtMs, UpdatedAtMs: e.CreatedAtMs,
-	})
-	if err != nil {
-		return err
-	}
-	added, err := dynamo.PutNew(ctx, s.DB, s.Table, item)
-	if err != nil {
-		return fmt.Errorf("claim event %s: %w", e.EventID, err)
-	}
-	if !added {
-		return ErrAlreadyClaimed
-	}
-	return nil
 }
 
 // Get reads an entry with a strongly consistent read, resolved (Resolve): an INSERTING entry of
@@ -162,166 +140,6 @@ func (s *DynamoStore) GetStored(ctx context.Context, accountID, eventID string) 
 		return Entry{}, fmt.Errorf("decode ledger %s: %w", eventID, err)
 	}
 	return it.entry(), nil
-}
-
-// Checkpoint implements BillingStore: the one projected, strongly consistent read that resolves
-// a cancelled billing write: whether the checkpoint is present, and the status.
-func (s *DynamoStore) Checkpoint(ctx context.Context, accountID, eventID string) (billed bool, status Status, err error) {
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:                aws.String(s.Table),
-		Key:                      s.key(accountID, eventID),
-		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#billingAcceptedAtMs, #status"),
-		ExpressionAttributeNames: dynamo.Names("#billingAcceptedAtMs, #status"),
-	})
-	if err != nil {
-		return false, "", fmt.Errorf("read checkpoint %s: %w", eventID, err)
-	}
-	if out.Item == nil {
-		return false, "", ErrNotFound
-	}
-	return dynamo.Has(out.Item, "billingAcceptedAtMs"), Status(dynamo.Str(out.Item, "status")), nil
-}
-
-// Budget implements BillingStore: the budget row an event's capped billing moves, read strongly
-// consistent.
-func (s *DynamoStore) Budget(ctx context.Context, e Entry, b Billing) (usage.Totals, error) {
-	return s.Usage.ReadBudget(ctx, e.AccountID, b.Feature, e.Cycle, true)
-}
-
-// WriteBilling implements BillingStore: one TransactWriteItems carrying the meter update and the
-// checkpoint (or the checkpoint alone for tiers that consume nothing). A write that a condition
-// or a conflicting transaction cancelled is ErrCancelled: which of them it was, only durable
-// state says, never the error's shape.
-func (s *DynamoStore) WriteBilling(ctx context.Context, e Entry, b Billing, nowMs int64) error {
-	checkpoint := types.TransactWriteItem{Update: &types.Update{
-		TableName:                aws.String(s.Table),
-		Key:                      s.key(e.AccountID, e.EventID),
-		UpdateExpression:         aws.String(checkpointUpdate),
-		ConditionExpression:      aws.String(checkpointCondition),
-		ExpressionAttributeNames: dynamo.Names(checkpointUpdate, checkpointCondition),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": dynamo.N(nowMs), ":tier": dynamo.S(string(b.Tier)), ":inserting": dynamo.S(string(Inserting)),
-		},
-	}}
-	var items []types.TransactWriteItem
-	rowSK := "" // the counter row a metered billing moves
-	switch b.Kind {
-	case BillCapped:
-		rowSK = usage.BudgetSK
-		items = []types.TransactWriteItem{s.Usage.ConsumeCapped(e.AccountID, b.Feature, e.Cycle, b.Amount, b.Limit, nowMs)}
-	case BillCounted:
-		shard := usage.ShardFor(e.EventID)
-		rowSK = usage.ShardSK(shard)
-		items = []types.TransactWriteItem{s.Usage.AddToShard(e.AccountID, b.Feature, e.Cycle, shard, b.Amount, nowMs)}
-	case BillCheckpointOnly:
-		items = []types.TransactWriteItem{checkpoint}
-	default:
-		return fmt.Errorf("bill event %s: billing kind %d does not bill", e.EventID, b.Kind)
-	}
-	var err error
-	if rowSK == "" {
-		err = s.write(ctx, items)
-	} else {
-		err = s.writeMetered(ctx, e, b, rowSK, items, nowMs)
-	}
-	if dynamo.IsTransactionCanceled(err) || dynamo.IsConditionFailed(err) {
-		return fmt.Errorf("bill event %s: %w", e.EventID, ErrCancelled)
-	}
-	if err != nil {
-		return fmt.Errorf("bill event %s: %w", e.EventID, err)
-	}
-	return nil
-}
-
-// writeMetered writes the billing of an event against a counter row: the meter update, the
-// checkpoint (put whole, carrying the row it moved: the ledger's meter index key) and the row's
-// report mark (see usage/marks.go), in one transaction. In the steady state the mark is there
-// and only checked, so it costs no write. When the transaction is cancelled and a strongly
-// consistent read finds the mark absent (the first write since the last report), the same
-// transaction is written once more with the mark put. Any other cancellation is returned as it
-// is, for AcceptBilling to resolve from durable state.
-func (s *DynamoStore) writeMetered(ctx context.Context, e Entry, b Billing, rowSK string, items []types.TransactWriteItem, nowMs int64) error {
-	put, err := s.meteredCheckpoint(e, b, rowSK, nowMs)
-	if err != nil {
-		return err
-	}
-	items = append(items, put, s.Usage.MarkCheck(e.AccountID, b.Feature, e.Cycle, rowSK))
-	err = s.write(ctx, items)
-	if !dynamo.IsTransactionCanceled(err) {
-		return err
-	}
-	marked, merr := s.Usage.Marked(ctx, e.AccountID, b.Feature, e.Cycle, rowSK)
-	if merr != nil || marked {
-		return err
-	}
-	items[len(items)-1] = s.Usage.MarkPut(e.AccountID, b.Feature, e.Cycle, rowSK, nowMs)
-	return s.write(ctx, items)
-}
-
-// meteredCheckpoint is the checkpoint of an event billed against a counter row: the entry is put
-// whole, at its checkpoint, carrying the counter row it moved. It is put rather than updated so
-// that it enters the sparse meter index the way the local emulator keeps right (an update that
-// adds an index key loses another entry there); its condition is the checkpoint's own, and an
-// INSERTING entry without a checkpoint is exactly the entry its claim wrote, so putting it whole
-// changes nothing else.
-func (s *DynamoStore) meteredCheckpoint(e Entry, b Billing, rowSK string, nowMs int64) (types.TransactWriteItem, error) {
-	item, err := attributevalue.MarshalMap(entryItem{
-		PK: Key(e.AccountID, e.EventID), AccountID: e.AccountID, EventID: e.EventID, Status: string(Inserting),
-		RowInsertedAtMs: e.RowInsertedAtMs, ReceivedAtMs: e.ReceivedAtMs, Cycle: e.Cycle, BillingAcceptedAtMs: nowMs,
-		Tier: string(b.Tier), Reason: e.Reason, QuarantineCount: e.QuarantineCount, CreatedAtMs: e.CreatedAtMs,
-		UpdatedAtMs: nowMs, MeterRow: usage.MeterRow(e.AccountID, b.Feature, e.Cycle, rowSK),
-		ArchiveKey: e.ArchiveKey, ArchiveOffset: e.ArchiveOffset, ArchiveLength: e.ArchiveLength, Batch: e.Batch,
-	})
-	if err != nil {
-		return types.TransactWriteItem{}, fmt.Errorf("encode the checkpoint of %s: %w", e.EventID, err)
-	}
-	return types.TransactWriteItem{Put: &types.Put{
-		TableName:                 aws.String(s.Table),
-		Item:                      item,
-		ConditionExpression:       aws.String(checkpointCondition),
-		ExpressionAttributeNames:  dynamo.Names(checkpointCondition),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))},
-	}}, nil
-}
-
-// write sends the billing items: a transaction, or a single conditional update when there is
-// only the checkpoint (half the cost of a one-item transaction).
-func (s *DynamoStore) write(ctx context.Context, items []types.TransactWriteItem) error {
-	if len(items) == 1 {
-		u := items[0].Update
-		_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-			ExpressionAttributeValues: u.ExpressionAttributeValues,
-		})
-		return err
-	}
-	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	return err
-}
-
-// Reject marks an unbilled INSERTING entry REJECTED with its reason. The condition keeps it from
-// rejecting an event another attempt has just billed (ErrNotInserting then).
-func (s *DynamoStore) Reject(ctx context.Context, accountID, eventID, reason string, nowMs int64) error {
-	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(s.Table),
-		Key:                      s.key(accountID, eventID),
-		UpdateExpression:         aws.String(rejectUpdate),
-		ConditionExpression:      aws.String(checkpointCondition),
-		ExpressionAttributeNames: dynamo.Names(rejectUpdate, checkpointCondition),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":rejected": dynamo.S(string(Rejected)), ":reason": dynamo.S(reason), ":now": dynamo.N(nowMs),
-			":inserting": dynamo.S(string(Inserting)), ":failureKey": dynamo.S(FailureKey(accountID, Rejected)),
-		},
-	})
-	if dynamo.IsConditionFailed(err) {
-		return ErrNotInserting
-	}
-	if err != nil {
-		return fmt.Errorf("reject event %s: %w", eventID, err)
-	}
-	return nil
 }
 
 // Quarantine counts one refused analytics row and returns the new count.
@@ -408,7 +226,7 @@ func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, now
 		ExpressionAttributeNames: dynamo.Names(reopenUpdate, uninsertableCondition),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inserting": dynamo.S(string(Inserting)), ":uninsertable": dynamo.S(string(Uninsertable)), ":now": dynamo.N(nowMs),
-			":zero": dynamo.N(0),
+			":zero": dynamo.N(0), ":noBatch": dynamo.S(""),
 		},
 	})
 	if dynamo.IsConditionFailed(err) {

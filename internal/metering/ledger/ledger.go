@@ -1,8 +1,9 @@
 // Package ledger is the authority on "has this event been processed?". One item per (account,
-// event id) is claimed with a conditional insert that exactly one delivery wins; the billing
-// checkpoint billingAcceptedAtMs is stamped in the same transaction that moves the meter, and it
-// doubles as the resume pointer: the ordered scenario table below picks every re-entry point from
-// durable state alone.
+// event id) is claimed by a conditional put that exactly one delivery's claim wins, and it is
+// claimed already checkpointed: the worker claims a unit of one account's events in the same
+// transaction that moves the meter (batch.go), so the billing checkpoint billingAcceptedAtMs
+// never exists without the money, nor the money without it. The entry doubles as the resume
+// pointer: the ordered scenario table picks every re-entry point from durable state alone.
 package ledger
 
 import (
@@ -93,9 +94,6 @@ func (e Entry) Billed() bool { return e.BillingAcceptedAtMs != 0 }
 var (
 	// ErrNotFound: no entry for the event.
 	ErrNotFound = problem.New(problem.NotFound, "ledger entry not found", "No such resource.")
-	// ErrLimitReached: the meter transaction was cancelled, the checkpoint is absent and the
-	// budget row confirms the limit is reached.
-	ErrLimitReached = errors.New("monthly limit reached")
 	// ErrNotInserting: the entry left INSERTING under us (another delivery finished it).
 	ErrNotInserting = errors.New("ledger entry is no longer INSERTING")
 )
@@ -103,14 +101,14 @@ var (
 // Key is the ledger partition key of an event. Account ids never contain '#'.
 func Key(accountID, eventID string) string { return accountID + "#" + eventID }
 
-// BillingKind is how an event's billing step runs, by the account's tier and status.
+// BillingKind is how a claim bills the events it admits, by the account's tier and status.
 type BillingKind int
 
 // Billing kinds.
 const (
-	// BillCapped runs the meter transaction against the monthly limit.
+	// BillCapped moves the budget row against the monthly limit, admitting only what fits.
 	BillCapped BillingKind = iota + 1
-	// BillCounted stamps the checkpoint and moves a sharded counter, uncapped.
+	// BillCounted stamps the checkpoints and moves one sharded counter, uncapped.
 	BillCounted
 	// BillCheckpointOnly stamps the checkpoint and consumes nothing.
 	BillCheckpointOnly

@@ -1,13 +1,14 @@
 package ledger
 
-// Stage is one durable stage of the worker's pipeline: bill, archive, insert or mark.
+// Stage is one durable stage a member of a unit may still need after its claim: archive, insert
+// or mark. The claim itself bills (it puts the entry checkpointed in the transaction that moves
+// the meter), so no stage ever bills.
 type Stage string
 
 // Stages, in pipeline order. Archive always precedes insert: an archived payload without an
 // analytics row is recoverable and invisible; the reverse would be a row whose payload exists
 // nowhere.
 const (
-	StageBill    Stage = "bill"
 	StageArchive Stage = "archive"
 	StageInsert  Stage = "insert"
 	StageMark    Stage = "mark"
@@ -15,14 +16,12 @@ const (
 
 // State is everything durable the worker knows about an event when it picks a scenario.
 type State struct {
-	// ClaimWon: this delivery's conditional insert created the entry.
+	// ClaimWon: this delivery's claim put the entry.
 	ClaimWon bool
-	// Readable: the entry could be read (only meaningful when the claim was lost).
-	Readable bool
 	Status   Status
 	// Billed: the checkpoint billingAcceptedAtMs is present.
 	Billed bool
-	// RowPresent: the analytics row exists (probed only while INSERTING).
+	// RowPresent: the analytics row exists (probed only while INSERTING, where the entry says).
 	RowPresent bool
 }
 
@@ -38,71 +37,47 @@ type Scenario struct {
 // Scenarios is the ordered decision table: the first match wins. Every re-entry point derives
 // from durable state only — the claim's outcome, the entry's status, the checkpoint's presence
 // and one existence probe of the analytics row — never from how far an earlier attempt probably
-// got. Rows six and seven differ only in the checkpoint: "bill now" versus "never bill again".
+// got. No row bills: an entry is billed by the claim that puts it, or never.
 var Scenarios = []Scenario{
 	{
-		// A batch claim puts the entry already checkpointed: claim and bill are one write.
-		Name:   "batch claim won, billed: store then mark",
+		// The claim puts the entry already checkpointed: claim and bill are one write.
+		Name:   "claim won, billed: store then mark",
 		Match:  func(s State) bool { return s.ClaimWon && s.Billed },
 		Stages: []Stage{StageArchive, StageInsert, StageMark},
 	},
 	{
-		// A batch claim puts the events past the cap (or of an account that may not spend)
+		// The claim puts the events past the cap (or of an account that may not spend)
 		// REJECTED, with the reason, in the same write.
-		Name:  "batch claim won, rejected: ack",
+		Name:  "claim won, rejected: ack",
 		Match: func(s State) bool { return s.ClaimWon && s.Status == Rejected },
 	},
 	{
-		Name:   "claim won: bill, store, mark",
-		Match:  func(s State) bool { return s.ClaimWon && s.Status == Inserting && !s.Billed },
-		Stages: []Stage{StageBill, StageArchive, StageInsert, StageMark},
-	},
-	{
 		Name:  "INSERTED: ack",
-		Match: func(s State) bool { return read(s) && s.Status == Inserted },
+		Match: func(s State) bool { return !s.ClaimWon && s.Status == Inserted },
 	},
 	{
 		Name:  "REJECTED: ack",
-		Match: func(s State) bool { return read(s) && s.Status == Rejected },
+		Match: func(s State) bool { return !s.ClaimWon && s.Status == Rejected },
 	},
 	{
 		Name:  "UNINSERTABLE: ack",
-		Match: func(s State) bool { return read(s) && s.Status == Uninsertable },
+		Match: func(s State) bool { return !s.ClaimWon && s.Status == Uninsertable },
 	},
 	{
 		Name:   "INSERTING, analytics row present: mark only",
-		Match:  func(s State) bool { return read(s) && s.Status == Inserting && s.RowPresent && s.Billed },
+		Match:  func(s State) bool { return !s.ClaimWon && s.Status == Inserting && s.Billed && s.RowPresent },
 		Stages: []Stage{StageMark},
 	},
 	{
 		Name:   "INSERTING, billed, no row: store then mark, never bill",
-		Match:  func(s State) bool { return read(s) && s.Status == Inserting && s.Billed && !s.RowPresent },
+		Match:  func(s State) bool { return !s.ClaimWon && s.Status == Inserting && s.Billed && !s.RowPresent },
 		Stages: []Stage{StageArchive, StageInsert, StageMark},
-	},
-	{
-		Name:   "INSERTING, not billed, no row: bill, store, mark",
-		Match:  func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && !s.RowPresent },
-		Stages: []Stage{StageBill, StageArchive, StageInsert, StageMark},
-	},
-	{
-		// Ferry's own steps never write a row before the checkpoint; a row written by hand (or
-		// by a sink that reordered) must still not let the event skip billing.
-		Name:   "INSERTING, row present, not billed: bill then mark",
-		Match:  func(s State) bool { return read(s) && s.Status == Inserting && !s.Billed && s.RowPresent },
-		Stages: []Stage{StageBill, StageMark},
-	},
-	{
-		Name:  "ledger unreadable: fail this message (retry)",
-		Match: func(s State) bool { return !s.ClaimWon && !s.Readable },
-		Retry: true,
 	},
 }
 
-// read reports a lost claim whose entry was read: the state every row after the first starts from.
-func read(s State) bool { return !s.ClaimWon && s.Readable }
-
-// unknownState is what Match returns for a state no row covers (an entry with a status Ferry
-// does not write): fail the message, so it retries and, if it never matches, reaches the DLQ.
+// unknownState is what Match returns for a state no row covers — an entry with a status Ferry
+// does not write, or an INSERTING entry without its checkpoint that no claim took over: fail the
+// message, so it retries and, if it never matches, reaches the DLQ.
 var unknownState = Scenario{Name: "unrecognised ledger state: fail this message (retry)", Retry: true}
 
 // Match returns the first scenario whose predicate holds.

@@ -47,7 +47,7 @@ type Reading struct {
 }
 
 // BareCount reports whether r is the built-in events count with no dimensions: the one reading
-// every billed event gives, which the per-event pipeline's counter moves by one without a unit.
+// every billed event gives, which an entry leaves implicit (its readers add it back).
 func (r Reading) BareCount() bool {
 	return r.Meter == EventsMeter && r.Feature == FeatureEvents && r.Aggregation == Count && r.Value == 1 && len(r.Group) == 0
 }

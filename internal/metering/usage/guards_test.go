@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -151,6 +152,28 @@ func TestGuard_ACorrectionIsWrittenOnce(t *testing.T) {
 		c.Units = -30
 		if err := tb.PutCorrection(ctx, c, basis); !errors.Is(err, usage.ErrCorrectionExists) {
 			return fmt.Errorf("the same correction again: %v, want ErrCorrectionExists", err)
+		}
+		return nil
+	})
+}
+
+// A consume of more than the whole limit is refused, a fresh budget row included: its room is
+// below zero, a condition no row meets. A unit's claim never asks for one (it admits only what
+// the budget row had room for, so its amount is at most the limit); ConsumeCapped's promise —
+// the meter never passes the cap — holds for any caller.
+func TestGuard_AConsumeOverTheWholeLimitIsRefused(t *testing.T) {
+	testenv.NeedsGuard(t, "usage.consume.cap-room", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+		tb, ctx := guardTable(env, db), context.Background()
+		err := write(tb, tb.ConsumeCapped(acct, feature, cycle, 3, plans.Max(2), 1))
+		if !dynamo.IsTransactionCanceled(err) {
+			return fmt.Errorf("a consume of 3 against a limit of 2: %v, want it cancelled", err)
+		}
+		tot, err := tb.Read(ctx, acct, feature, cycle)
+		if err != nil {
+			return err
+		}
+		if tot.Used != 0 {
+			return fmt.Errorf("the meter is %d past a limit of 2", tot.Used)
 		}
 		return nil
 	})

@@ -22,32 +22,35 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// The batch pipeline: the events of one unit (a packed message, or in batch mode several
-// messages of one account coalesced), billed together. Its steps are the per-event pipeline's,
-// each done once for the whole unit:
+// A unit: the events of one account from one invocation's messages (coalesce.go), billed
+// together. Each step is done once for the whole unit:
 //
 //  1. Archive: one object holding every member's payload in unit order, under a key derived
 //     from the unit and those bytes, so every delivery and every lap writes the same bytes (the
-//     conditional put makes a retry free). A first delivery writes it before the read below, so
-//     the read and the claim are adjacent; a redelivery writes it only if its read finds a
-//     member to claim. Either way it exists before any entry points into it.
+//     conditional put makes a retry free). A first delivery of a unit of several events writes
+//     it before the read below, so the read and the claim are adjacent; a redelivery, or a unit
+//     of one event, writes it only if its read finds a member to claim. Either way it exists
+//     before any entry points into it.
 //  2. Claim and bill: one TransactWriteItems claims every unclaimed event, checkpointed and
-//     located in the unit's archive object, or REJECTED past the cap, and moves the meter once
-//     (ledger.DynamoStore.WriteBatchClaim). A cancelled transaction is resolved from durable
-//     state (ReadBatch), and the next lap claims what is still unclaimed, admitting as many as
-//     fit, in unit order.
-//  3. Each event's scenario is picked from the ordered table in package ledger, from durable
-//     state: its entry as the claim wrote it or as read, the unit's record and, for an
-//     INSERTING entry, one bulk probe of the analytics rows.
-//  4. Insert: the rows in bulk; a refused bulk write is retried row by row, so a poison row is
-//     quarantined alone.
+//     located in the unit's archive object, or REJECTED (past a cap, or with a value its meter
+//     refuses) with its reason, moves every meter the admitted members match once, with the
+//     markers of distinct values counted first and the rollup writes, and puts the admitted
+//     members' analytics rows (ledger.PlanUnit, ledger.DynamoStore.WriteBatchClaim). A cancelled
+//     transaction is resolved from durable state (ReadBatch), and the next lap claims what is
+//     still unclaimed, admitting members in unit order while they fit.
+//  3. Each member's scenario is picked from the ordered table in package ledger, from durable
+//     state: its entry as the claim wrote it or as read, the unit's record and, for an INSERTING
+//     entry, one bulk probe of the analytics rows.
+//  4. Insert: the rows the claim could not carry, in bulk; a refused bulk write is retried row
+//     by row, so a poison row is quarantined alone.
 //  5. Mark: one item records the unit finished (MarkBatchDone).
 //
-// An event of the message that another unit claimed (sent before, alone or in another batch) is
-// handed to the per-event pipeline, which finishes it from its own entry.
+// A member another unit claimed (sent before, alone or in another message) is finished from its
+// own entry (finish.go); a member whose entry an earlier release claimed alone and never billed
+// is taken over by the claim (ledger.ClaimedAlone).
 
-// batchRun is one unit's processing: one account's events, from one packed message or, in
-// batch mode, from every message of one invocation that bills the same account and cycle.
+// batchRun is one unit's processing: one account's events, from the messages of one invocation
+// that bill the same account and cycle.
 type batchRun struct {
 	envs    []event.Envelope // the unit's distinct events, in unit order
 	evs     []event.Event
@@ -86,6 +89,9 @@ type member struct {
 	scenario ledger.Scenario
 	foreign  bool // claimed by another unit
 	done     bool // claimed by another unit and finished
+	// failed is why the member cannot be finished by this delivery (nil: it can): its message
+	// alone is left to a redelivery.
+	failed error
 }
 
 // BatchID is a packed message's identity: the hash of its bytes, the same on every delivery.
@@ -108,41 +114,17 @@ func unitID(msgs []queued) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// archiveFirstMinEvents is the smallest unit a first delivery archives before its read. A unit
+// of one event reads first and archives only if its event is still unclaimed: in sparse traffic
+// (one message an invocation) every client's resend is such a unit, and archiving first would
+// write an object for an event claimed long before ($5 a million resends). Reading first puts
+// the PUT between the read and the claim, where a concurrent unit claiming the same event would
+// cancel this one's transaction; for one event that transaction is four items (8 write units,
+// about what the PUT costs), and such a race is far rarer than a resend.
+const archiveFirstMinEvents = 2
+
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
-
-// processBatch runs message m alone as a unit, raw being the bytes its identity derives from. A
-// pack whose claim does not fit one transaction (packed before units were bounded, or under a
-// catalog whose meters, rollups included, needed fewer items) runs in parts, as coalescing runs
-// it (splitOversize); the message is finished when every part is.
-func (w *Worker) processBatch(ctx context.Context, m event.Message, raw []byte, redelivered bool) (Result, error) {
-	q := queued{msg: m, raw: raw, redelivered: redelivered}
-	for i, ev := range m.Events {
-		rs, _ := w.readings(ev, m.Envelopes[i])
-		q.reads = append(q.reads, rs)
-	}
-	var (
-		out  Result
-		errs []error
-	)
-	for k, part := range splitOversize(q) {
-		res, pending, err := w.processUnit(ctx, []queued{part}, accounts.Account{})
-		if err == nil && len(pending) > 0 {
-			err = fmt.Errorf("batch %s: %d events not finished: %w", res.batch, len(pending), joinErrors(pending))
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if k == 0 {
-			out = res.Result
-			continue
-		}
-		for id, r := range res.Events {
-			out.Events[id] = r
-		}
-	}
-	return out, errors.Join(errs...)
-}
 
 // unitResult is a unit's outcome: each event's result, and the unit's id.
 type unitResult struct {
@@ -151,9 +133,9 @@ type unitResult struct {
 }
 
 // processUnit runs one unit: msgs are one account's messages, in unit order, holding at most
-// event.MaxPackedEvents distinct events. acct is the account when the caller read it already. A
-// non-nil error leaves every event of the unit to a redelivery; otherwise pending lists the
-// events not finished (each message holding one is failed, the others acked).
+// event.MaxPackedEvents distinct events of acct. A non-nil error leaves every event of the unit
+// to a redelivery; otherwise pending lists the events not finished (each message holding one is
+// failed, the others acked).
 func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.Account) (res unitResult, pending map[string]error, err error) {
 	now := w.Now()
 	first := msgs[0].msg.Envelopes[0]
@@ -173,11 +155,6 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 		}
 	}
 	r.log = w.Log.With("account", first.AccountID, "batch", r.batch, "events", len(r.ids), "messages", len(msgs))
-	if acct.ID == "" {
-		if acct, err = w.account(ctx, first.AccountID, now); err != nil {
-			return res, nil, err
-		}
-	}
 	r.account, r.billing = acct, ledger.BillingFor(acct, w.Catalog)
 	r.cycle = acct.CycleAt(time.UnixMilli(first.ReceivedAtMs)).Label()
 	for _, env := range r.envs {
@@ -194,24 +171,18 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 	if err := w.hook(ctx, Point{Stage: StageClaim}); err != nil {
 		return res, nil, err
 	}
-	if len(won) > 0 {
-		if err := w.hook(ctx, Point{Stage: ledger.StageBill}); err != nil {
-			return res, nil, err
-		}
-	}
 	members, err := w.batchMembers(ctx, r, won, read)
 	if err != nil {
 		return res, nil, err
 	}
 	res.Events = map[string]Result{}
-	defer func() {
-		res.Scenario, res.Final = res.Events[r.ids[0]].Scenario, res.Events[r.ids[0]].Final
-	}()
 	for _, mb := range members {
 		if !mb.foreign {
 			res.Events[mb.env.EventID] = Result{Scenario: mb.scenario.Name, Final: mb.entry.Status, Billed: won[mb.env.EventID].Billed()}
 			if mb.scenario.Retry {
-				return res, nil, fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
+				// A state no scenario covers is this member's alone: its message is retried,
+				// and the unit's other messages go on.
+				mb.failed = fmt.Errorf("event %s: %s: %w", mb.env.EventID, mb.scenario.Name, errRetry)
 			}
 		}
 	}
@@ -219,13 +190,16 @@ func (w *Worker) processUnit(ctx context.Context, msgs []queued, acct accounts.A
 	return res, pending, err
 }
 
-// claimBatch claims every event of the batch that has no entry, in bounded laps. It reads the
-// batch's durable state first (one BatchGetItem: the entries, the batch's record, the budget row
-// and the meter row's mark), so that a redelivery, or a batch whose events were all sent before,
-// costs that one read and no write, and the claim is planned against the budget as it is. Every
-// lap's transaction is conditional on that state (no entry for what it claims, room on the
-// budget row), so a stale plan is cancelled, never applied; the lap after a cancellation reads
-// the state again. It returns the entries this delivery's claim wrote and the state last read.
+// claimBatch claims every event of the batch that has no entry (or whose entry an earlier release
+// claimed alone), in bounded laps. It reads the batch's durable state first (one BatchGetItem:
+// the entries, the batch's record, per feature the unit may move its budget row and its counter
+// row's mark, the markers of its distinct values, the rollup items it replaces; unitRead), so
+// that a redelivery, or a batch whose events were all sent before, costs that one read and no
+// write, and the claim is planned against the budget as it is. Every lap's transaction is
+// conditional on that state (no entry for what it claims, an entry taken over still unbilled,
+// room on the budget rows, no marker for a value it counts first, a MAX or LATEST row unchanged),
+// so a stale plan is cancelled, never applied; the lap after a cancellation reads the state
+// again. It returns the entries this delivery's claim wrote and the state last read.
 func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger.Entry, *ledger.BatchState, error) {
 	var (
 		read *ledger.BatchState
@@ -261,8 +235,8 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 	// An account that may not spend admits nothing: its events are claimed REJECTED, with no
 	// payload to archive. A first delivery also builds its rows item before the read, for the
 	// plan that admits every member (the common case), so that the plan is all that lies between
-	// the read and the claim.
-	if !r.redelivered && r.billing.Kind != ledger.BillReject {
+	// the read and the claim. A unit of one event reads first (archiveFirstMinEvents).
+	if !r.redelivered && len(r.envs) >= archiveFirstMinEvents && r.billing.Kind != ledger.BillReject {
 		if err := archive(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -357,15 +331,27 @@ func unitLayout(r *batchRun) layout {
 func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledger.BatchClaim, error) {
 	c := ledger.BatchClaim{
 		AccountID: r.account.ID, Batch: r.batch, Cycle: r.cycle, ReceivedAtMs: r.envs[0].ReceivedAtMs,
-		NowMs: r.nowMs, Billing: r.billing,
+		NowMs: r.nowMs, Billing: r.billing, TakeOver: map[string]bool{},
 	}
 	var open []ledger.UnitMember
 	index := map[string]int{}
 	for i, id := range r.ids {
-		if _, ok := read.Entries[id]; !ok {
-			open = append(open, ledger.UnitMember{Entry: claimEntry(r, l, i), Readings: r.reads[i], Refused: r.refused[i]})
-			index[id] = i
+		stored, ok := read.Entries[id]
+		switch {
+		case !ok:
+		case ledger.ClaimedAlone(stored):
+			// An earlier release's per-event worker claimed it and died before billing it:
+			// planned here like an unclaimed one, put over that entry and at its instants.
+			c.TakeOver[id] = true
+		default:
+			continue
 		}
+		e := claimEntry(r, l, i)
+		if c.TakeOver[id] {
+			e.RowInsertedAtMs, e.CreatedAtMs = stored.RowInsertedAtMs, stored.CreatedAtMs
+		}
+		open = append(open, ledger.UnitMember{Entry: e, Readings: r.reads[i], Refused: r.refused[i]})
+		index[id] = i
 	}
 	plan := ledger.PlanUnit(ledger.UnitInput{
 		AccountID: r.account.ID, Unit: r.batch, Cycle: r.cycle, NowMs: r.nowMs, Billing: r.billing,
@@ -382,9 +368,13 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledg
 			return c, fmt.Errorf("batch %s: plan the rollups: %w", r.batch, err)
 		}
 	}
-	admitted := make([]int, len(c.Admit))
-	for k, e := range c.Admit {
-		admitted[k] = index[e.EventID]
+	var admitted []int
+	for _, e := range c.Admit {
+		if !c.TakeOver[e.EventID] {
+			// A member taken over gets its row of its own after the claim, at the instant its
+			// first claim fixed: where that release's worker, were it still running, writes it.
+			admitted = append(admitted, index[e.EventID])
+		}
 	}
 	// The admitted members' rows go with the claim, in the unit's rows item.
 	if len(admitted) == 0 || !c.HasRoomForRows() {
@@ -496,7 +486,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 		members[i] = mb
 		if e, ok := won[env.EventID]; ok {
 			mb.entry = e
-			mb.state = ledger.State{ClaimWon: true, Readable: true, Status: e.Status, Billed: e.Billed()}
+			mb.state = ledger.State{ClaimWon: true, Status: e.Status, Billed: e.Billed()}
 			continue
 		}
 		e, ok := read.Entries[env.EventID]
@@ -511,7 +501,7 @@ func (w *Worker) batchMembers(ctx context.Context, r *batchRun, won map[string]l
 			continue
 		}
 		mb.entry = ledger.Resolve(e, read.Done, read.DoneAtMs)
-		mb.state = ledger.State{Readable: true, Status: mb.entry.Status, Billed: mb.entry.Billed()}
+		mb.state = ledger.State{Status: mb.entry.Status, Billed: mb.entry.Billed()}
 		if mb.entry.Status == ledger.Inserting {
 			probe = append(probe, e.RowRef())
 		}
@@ -570,24 +560,16 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 	archiveNeeded := false
 	var insert []*member
 	for _, mb := range members {
-		if mb.foreign {
+		if mb.foreign || mb.failed != nil {
 			continue
 		}
 		st := mb.scenario.Stages
-		if has(st, ledger.StageBill) {
-			// A batch's entries are claimed checkpointed or rejected; nothing else is.
-			return nil, fmt.Errorf("event %s of batch %s: %s: not a batch entry's state: %w", mb.env.EventID, r.batch, mb.scenario.Name, errRetry)
-		}
 		// This delivery archived what it claimed before claiming it; an entry an earlier
 		// delivery claimed has its object rewritten, byte for byte.
 		if has(st, ledger.StageArchive) && (r.archivedKey == "" || mb.entry.ArchiveKey != r.archivedKey) {
 			archiveNeeded = true
 		}
 		markNeeded = markNeeded || has(st, ledger.StageMark)
-		// A row the claim wrote in the unit's rows item is there (one transaction).
-		if has(st, ledger.StageInsert) && !mb.entry.RowInUnit {
-			insert = append(insert, mb)
-		}
 		if len(st) == 0 {
 			w.Metrics.Count(metrics.EventsDuplicate, 1)
 		}
@@ -598,6 +580,16 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 		}
 	}
 	failed := map[string]error{}
+	for _, mb := range members {
+		if mb.failed != nil {
+			failed[mb.env.EventID] = mb.failed
+			continue
+		}
+		// A row the claim wrote in the unit's rows item is there (one transaction).
+		if !mb.foreign && has(mb.scenario.Stages, ledger.StageInsert) && !mb.entry.RowInUnit {
+			insert = append(insert, mb)
+		}
+	}
 	if len(insert) > 0 {
 		if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageInsert}); err != nil {
 			return nil, err
@@ -620,8 +612,7 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 			continue
 		}
 		// Claimed by another unit: its own entry says where it re-enters.
-		known := mb.entry
-		one, err := w.processOne(ctx, mb.env, mb.ev, r.account, &known)
+		one, err := w.finishAlone(ctx, mb.env, mb.ev, r.account, mb.entry)
 		res.Events[mb.env.EventID] = one
 		if err != nil {
 			failed[mb.env.EventID] = err
@@ -678,8 +669,9 @@ func (w *Worker) storeBatch(ctx context.Context, r *batchRun, members []*member,
 // archiveBatch writes the unit's archive object again (an entry an earlier delivery claimed,
 // whose object this delivery did not write): every member's payload in unit order, each followed
 // by a newline. Its key and bytes derive from the unit alone, so every retry writes the same
-// object; an entry whose recorded location this unit does not lay out fails the unit (it cannot
-// be repaired by retrying, and reaches the DLQ).
+// object. A member whose recorded location this unit does not lay out, and which is not stored,
+// cannot be repaired by retrying: it is failed alone (its message reaches the DLQ, whose alarm
+// calls an operator), and the unit's other members go on.
 func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*member) error {
 	if err := w.hook(ctx, Point{Before: true, Stage: ledger.StageArchive}); err != nil {
 		return err
@@ -689,7 +681,7 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 	stored := map[string]bool{}
 	for _, mb := range members {
 		e := mb.entry
-		if mb.foreign || e.ArchiveKey == "" {
+		if mb.foreign || mb.failed != nil || e.ArchiveKey == "" {
 			continue
 		}
 		if e.ArchiveKey == l.key && e.ArchiveOffset == l.offset[e.EventID] && e.ArchiveLength == int64(len(mb.env.Event)) {
@@ -708,8 +700,9 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 			stored[e.ArchiveKey] = ok
 		}
 		if !ok {
-			return fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
+			mb.failed = fmt.Errorf("batch %s: event %s is recorded at %s [%d, +%d), which is not stored and this unit does not lay out",
 				r.batch, e.EventID, e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength)
+			w.Log.Error("an entry names an archive object that is not stored", "account", r.account.ID, "eventId", e.EventID, "err", mb.failed)
 		}
 	}
 	if write {
@@ -721,7 +714,7 @@ func (w *Worker) archiveBatch(ctx context.Context, r *batchRun, members []*membe
 }
 
 // insertBatch writes the rows of the events that need one, in bulk writes of RowChunk rows. A
-// chunk the sink refuses is written row by row through the per-event insert, which quarantines
+// chunk the sink refuses is written row by row through the one-row insert (finish.go), which quarantines
 // the refused row alone (and, after the bound, ends its event UNINSERTABLE). It returns the
 // events left quarantined for another try.
 func (w *Worker) insertBatch(ctx context.Context, r *batchRun, insert []*member, res *Result) (map[string]error, error) {

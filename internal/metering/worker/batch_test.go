@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -157,14 +159,16 @@ func TestBatch_CapAdmitsExactlyWhatFitsInMessageOrder(t *testing.T) {
 }
 
 // A batch half claimed: some of its events were sent before on their own — one finished, one
-// claimed by a worker that died — so the batch's transaction is cancelled by those members. The
-// next lap claims the rest; the two are finished from their own entries; every event is billed
-// exactly once.
-func TestBatch_HalfClaimedBatch_CancelledByItsClaimedMembers_BillsEachOnce(t *testing.T) {
+// claimed by a unit that died right after its claim, one claimed by an earlier release's
+// per-event worker that died before billing it — so the batch's read finds them claimed. It
+// claims the rest and takes the old entry over; the two claimed by other units are finished
+// from their own entries; every event is billed exactly once.
+func TestBatch_HalfClaimedBatch_BillsEachOnce(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_half", "free", nil)
 	ids := idsN("evt", 5)
-	// ids[0] finished on its own; ids[2] claimed on its own, the worker died before billing.
+	// ids[0] finished on its own; ids[2] claimed on its own, the worker died after the claim;
+	// ids[3] claimed alone by an earlier release, never billed.
 	if _, err := process(t, h, message(t, h, "acct_half", ids[0], nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +177,7 @@ func TestBatch_HalfClaimedBatch_CancelledByItsClaimedMembers_BillsEachOnce(t *te
 		t.Fatalf("not killed: %v", err)
 	}
 	h.Worker().Worker.Hook = nil
+	claimedAlone(t, h, "acct_half", ids[3], h.Clock.Now().UnixMilli())
 	body := packed(t, h, "acct_half", nil, ids...)
 	res, err := process(t, h, body)
 	if err != nil {
@@ -184,14 +189,16 @@ func TestBatch_HalfClaimedBatch_CancelledByItsClaimedMembers_BillsEachOnce(t *te
 	for _, id := range ids {
 		assertStoredOnce(t, h, "acct_half", id, body)
 	}
-	if e := entry(t, h, "acct_half", ids[0]); e.Batch != "" || e.ArchiveKey != "" {
-		t.Errorf("the event finished on its own was taken over by the batch: %+v", e)
+	if e, b := entry(t, h, "acct_half", ids[0]), entry(t, h, "acct_half", ids[1]); e.Batch == b.Batch {
+		t.Errorf("the event finished on its own was claimed again by the batch: %+v", e)
 	}
-	if got := res.Events[ids[2]].Scenario; got != "INSERTING, not billed, no row: bill, store, mark" {
-		t.Errorf("the claimed-alone member re-entered at %q", got)
+	if got := res.Events[ids[2]].Scenario; got != "INSERTING, analytics row present: mark only" {
+		t.Errorf("the member another unit claimed re-entered at %q", got)
 	}
-	if got := res.Events[ids[1]].Scenario; got != "batch claim won, billed: store then mark" {
-		t.Errorf("a member the batch claimed: %q", got)
+	for _, i := range []int{1, 3} {
+		if got := res.Events[ids[i]].Scenario; got != "claim won, billed: store then mark" {
+			t.Errorf("a member the batch claimed (%s): %q", ids[i], got)
+		}
 	}
 	// The redelivery of the whole message acks everything and moves nothing.
 	if _, err := process(t, h, body); err != nil {
@@ -210,7 +217,7 @@ func TestBatch_MemberOwnedByABatchThatDiedAfterItsClaim(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_own", "free", nil)
 	owner := packed(t, h, "acct_own", nil, "evt_a", "evt_shared")
-	h.Worker().Worker.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+	h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 	if _, err := process(t, h, owner); !errors.Is(err, errKilled) {
 		t.Fatalf("not killed: %v", err)
 	}
@@ -292,11 +299,11 @@ func TestBatch_ArchiveWrittenButNotAllRows(t *testing.T) {
 	}
 }
 
-// A pack of event.MaxPackedEvents events, queued before a unit's claim carried its rollup items,
-// needs more than a transaction's 100 items (97 entries, the rows item, the events meter's counter
-// row and mark, its rollup minute and hour): outside coalescing it runs in two parts, as
-// coalescing would split it, every event billed once and its message finished. A redelivery
-// makes the same parts and writes nothing.
+// A pack of event.MaxPackedEvents events, queued before a unit's claim was bounded by what its
+// meters need, needs more than a transaction's 100 items (97 entries, the rows item, the events
+// meter's counter row and mark, its rollup minute and hour): it runs in two parts, every event
+// billed once and its message acked once both are finished. A redelivery makes the same parts
+// and writes nothing.
 func TestBatch_PackPastTheClaimsItems_RunsInParts(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
@@ -511,10 +518,10 @@ func TestBatch_Tiers(t *testing.T) {
 	}
 }
 
-// End to end in batch mode: the batch route packs its events, the worker stores them as one
-// batch, and GET /v1/events/{id} reads each INSERTED (resolved through the batch's record).
+// End to end: the batch route packs its events, the worker stores each pack as a unit, and GET
+// /v1/events/{id} reads each INSERTED (resolved through the unit's record).
 func TestBatch_BatchRouteEndToEnd(t *testing.T) {
-	h := apptest.New(t, apptest.Options{BatchMode: true})
+	h := apptest.New(t)
 	key := h.CreateAccount(t, "acct_e2e", "free", nil)
 	var evs []map[string]any
 	for _, id := range idsN("evt", 100) {
@@ -594,9 +601,10 @@ func TestBatch_TransactionCancelledByOneMember(t *testing.T) {
 	if got := res.Events[ids[1]].Scenario; got != "claimed elsewhere, finished: ack" {
 		t.Errorf("the member claimed in the gap: %q", got)
 	}
+	unit := entry(t, h, "acct_cx", ids[0]).Batch
 	for i, id := range ids {
 		e := entry(t, h, "acct_cx", id)
-		if e.Status != ledger.Inserted || (i == 1) != (e.Batch == "") {
+		if e.Status != ledger.Inserted || (i == 1) != (e.Batch != unit) {
 			t.Errorf("%s: %s batch %q", id, e.Status, e.Batch)
 		}
 		assertStoredOnce(t, h, "acct_cx", id, map[bool]string{true: single, false: body}[i == 1])
@@ -697,11 +705,17 @@ type relayoutLedger struct {
 	body    func(id string) []byte
 	key     string
 	skipPut bool
+	// only, when set, names the members claimed under the older layout; the others keep the
+	// unit's.
+	only map[string]bool
 }
 
 func (l *relayoutLedger) WriteBatchClaim(ctx context.Context, c ledger.BatchClaim) error {
 	var obj []byte
 	for i, e := range c.Admit {
+		if l.only != nil && !l.only[e.EventID] {
+			continue
+		}
 		p := l.body(e.EventID)
 		c.Admit[i].ArchiveKey, c.Admit[i].ArchiveOffset, c.Admit[i].ArchiveLength = l.key, int64(len(obj)), int64(len(p))
 		obj = append(append(obj, p...), '\n')
@@ -733,7 +747,7 @@ func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testi
 			plain := w.Ledger
 			w.Ledger = &relayoutLedger{Ledger: plain, archive: w.Archive, key: "events/dt=2026-11-01/account=acct_old/batch-old.jsonl",
 				body: func(id string) []byte { return payloadOf(t, body, id) }, skipPut: missing}
-			w.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+			w.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 			if _, err := process(t, h, body); !errors.Is(err, errKilled) {
 				t.Fatalf("not killed: %v", err)
 			}
@@ -761,6 +775,35 @@ func TestBatch_EntriesClaimedUnderAnOlderLayout_FinishedFromTheirObject(t *testi
 	}
 }
 
+// A member whose entry names an archive object that is not stored, and that its unit does not
+// lay out, cannot be finished by any retry; in a unit of several messages it fails only the
+// message holding it: the unit's other messages are acked, their events INSERTED, and the
+// failed message alone is left to its redeliveries and the DLQ.
+func TestBatch_AMemberThatCannotBeFinished_FailsOnlyItsMessage(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_iso", "free", nil)
+	w := h.Worker().Worker
+	pack := packed(t, h, "acct_iso", nil, "evt_a", "evt_b")
+	bodies := map[string]string{"pack": pack, "single": message(t, h, "acct_iso", "evt_c", nil)}
+	plain := w.Ledger
+	w.Ledger = &relayoutLedger{Ledger: plain, archive: w.Archive, key: "events/dt=2026-11-01/account=acct_iso/batch-lost.jsonl",
+		body: func(id string) []byte { return payloadOf(t, pack, id) }, skipPut: true, only: map[string]bool{"evt_a": true}}
+	w.Hook = killAt(worker.Point{Stage: worker.StageClaim})
+	if failed := invoke(t, w, bodies); len(failed) != 2 {
+		t.Fatalf("failed %v; want both messages left to a redelivery", failed)
+	}
+	w.Ledger, w.Hook = plain, nil
+	if failed := invoke(t, w, bodies); !slices.Equal(failed, []string{"pack"}) {
+		t.Fatalf("failed %v; want only the message holding the member that cannot be finished", failed)
+	}
+	for _, id := range []string{"evt_b", "evt_c"} {
+		assertStoredOnce(t, h, "acct_iso", id, map[bool]string{true: pack, false: bodies["single"]}[id == "evt_b"])
+	}
+	if e := entry(t, h, "acct_iso", "evt_a"); e.Status != ledger.Inserting {
+		t.Errorf("evt_a: %s; want it left INSERTING for the operator", e.Status)
+	}
+}
+
 // payloadLines is a packed message's events as a unit's archive object holds them: each
 // event's exact bytes, in message order, one to a line.
 func payloadLines(body string) []byte {
@@ -770,4 +813,44 @@ func payloadLines(body string) []byte {
 		out = append(append(out, env.Event...), '\n')
 	}
 	return out
+}
+
+// A unit of one event (sparse traffic: one message an invocation) reads before it archives: a
+// client's resend of an event claimed before, alone in its invocation, costs the one read and
+// writes no archive object; a new event is archived, then claimed. A unit of several events
+// archives first (TestBatch_ArchiveBeforeTheRead_NothingBetweenReadAndClaim).
+func TestBatch_AUnitOfOneEventReadsBeforeItArchives(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_one", "free", nil)
+	w := h.Worker().Worker
+	first := message(t, h, "acct_one", "evt_1", nil)
+	if _, err := process(t, h, first); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var log []string
+	plainL, plainA := w.Ledger, w.Archive
+	w.Ledger, w.Archive = orderLedger{plainL, &mu, &log}, orderArchive{plainA, &mu, &log}
+	defer func() { w.Ledger, w.Archive = plainL, plainA }()
+	h.Clock.Advance(time.Second) // the resend is a new message: another instant, another unit
+	resend := message(t, h, "acct_one", "evt_1", nil)
+	if res, err := process(t, h, resend); err != nil || res.Scenario != "claimed elsewhere, finished: ack" {
+		t.Fatalf("the resend: %q %v", res.Scenario, err)
+	}
+	if got := fmt.Sprint(log); got != "[read]" {
+		t.Errorf("a resend alone in its invocation: %s; want [read]", got)
+	}
+	log = nil
+	fresh := message(t, h, "acct_one", "evt_2", nil)
+	if _, err := process(t, h, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[read archive claim]" {
+		t.Errorf("a new event alone in its invocation: %s; want [read archive claim]", got)
+	}
+	assertStoredOnce(t, h, "acct_one", "evt_1", first)
+	assertStoredOnce(t, h, "acct_one", "evt_2", fresh)
+	if got := used(t, h, "acct_one"); got != 2 {
+		t.Errorf("meter %d, want 2", got)
+	}
 }

@@ -17,11 +17,11 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 )
 
-// Coalescing (batch mode): the messages of one invocation are grouped by account — single-event
-// messages and packed ones alike — into units of at most event.MaxPackedEvents distinct events,
-// each claimed, checkpointed and metered by one transaction and archived in one object
-// (batch.go). A message is acked only when every event in it is finished; a message holding an
-// unfinished event is reported as a batch item failure.
+// Coalescing: the messages of one invocation are grouped by account — single-event messages and
+// packed ones alike — into units of at most event.MaxPackedEvents distinct events, each claimed,
+// checkpointed and metered by one transaction and archived in one object (batch.go). A message is
+// acked only when every event in it is finished; a message holding an unfinished event is
+// reported as a batch item failure. A message alone in its invocation is a unit of its own.
 //
 // A unit's identity is the hash of its messages in unit order, and unit order is fixed by the
 // messages themselves (arrival instant, then the hash of their bytes), never by their order in
@@ -161,34 +161,36 @@ func (q queued) part(n, from, to int) queued {
 	return p
 }
 
-// handleCoalesced is HandleSQS in batch mode. Accounts run concurrently (at most
-// maxBatchConcurrency at once); one account's units run one after another, so they do not
-// contend for its budget row.
-func (w *Worker) handleCoalesced(ctx context.Context, batch events.SQSEvent) events.SQSEventResponse {
-	type failed struct {
-		q   queued
-		err error
-	}
+// outcome is one message's: its events' results, and why it is left to a redelivery (nil: ack).
+type outcome struct {
+	Result
+	err error
+}
+
+// handle runs one invocation and returns each message's outcome by message id. Accounts run
+// concurrently (at most maxAccountConcurrency at once); one account's units run one after
+// another, so they do not contend for its budget row.
+func (w *Worker) handle(ctx context.Context, records []events.SQSMessage) map[string]outcome {
 	var (
-		failures  []events.SQSBatchItemFailure
+		out       = make(map[string]outcome, len(records))
 		byAccount = map[string][]queued{}
 		order     []string
 	)
-	failedIDs := map[string]bool{}
-	fail := func(f failed) {
-		if failedIDs[f.q.id] {
+	fail := func(id string, res Result, err error) {
+		if o, ok := out[id]; ok && o.err != nil {
 			return // a message split in parts fails once
 		}
-		failedIDs[f.q.id] = true
 		w.Metrics.Count(metrics.WorkerFailures, 1)
-		w.Log.Warn("message failed; it will be redelivered", "messageId", f.q.id, "err", f.err)
-		failures = append(failures, events.SQSBatchItemFailure{ItemIdentifier: f.q.id})
+		w.Log.Warn("message failed; it will be redelivered", "messageId", id, "err", err)
+		out[id] = outcome{res, err}
 	}
-	for _, rec := range batch.Records {
+	for _, rec := range records {
 		m, err := event.DecodeMessage(rec.Body)
 		if err != nil {
+			// Ingest never queues such a message; retrying cannot fix it, and after
+			// maxReceiveCount it lands in the DLQ, whose alarm calls an operator.
 			w.Log.Error("undecodable message", "err", err)
-			fail(failed{queued{id: rec.MessageId}, err})
+			fail(rec.MessageId, Result{}, err)
 			continue
 		}
 		raw := m.Raw
@@ -206,37 +208,79 @@ func (w *Worker) handleCoalesced(ctx context.Context, batch events.SQSEvent) eve
 		}
 		byAccount[acct] = append(byAccount[acct], q)
 	}
-	fanout.Each(order, maxBatchConcurrency, func(accountID string) ([]failed, error) {
-		msgs := byAccount[accountID]
-		var out []failed
-		acct, err := w.account(ctx, accountID, w.Now())
-		if err != nil {
-			for _, q := range msgs {
-				out = append(out, failed{q, err})
+	fanout.Each(order, maxAccountConcurrency, func(accountID string) (map[string]outcome, error) {
+		return w.handleAccount(ctx, accountID, byAccount[accountID]), nil
+	}, func(_ string, got map[string]outcome, _ error) {
+		for id, o := range got {
+			if o.err != nil {
+				fail(id, o.Result, o.err)
+				continue
 			}
-			return out, nil
-		}
-		cycle := func(env event.Envelope) string { return acct.CycleAt(time.UnixMilli(env.ReceivedAtMs)).Label() }
-		for _, u := range units(msgs, cycle) {
-			_, pending, err := w.processUnit(ctx, u, acct)
-			for _, q := range u {
-				if err != nil {
-					out = append(out, failed{q, err})
-					continue
-				}
-				for _, env := range q.msg.Envelopes {
-					if e := pending[env.EventID]; e != nil {
-						out = append(out, failed{q, fmt.Errorf("event %s not finished: %w", env.EventID, e)})
-						break
-					}
-				}
-			}
-		}
-		return out, nil
-	}, func(_ string, out []failed, _ error) {
-		for _, f := range out {
-			fail(f)
+			out[id] = o
 		}
 	})
-	return events.SQSEventResponse{BatchItemFailures: failures}
+	return out
+}
+
+// handleAccount runs one account's messages, unit after unit, and returns each message's
+// outcome.
+func (w *Worker) handleAccount(ctx context.Context, accountID string, msgs []queued) map[string]outcome {
+	out := make(map[string]outcome, len(msgs))
+	acct, err := w.account(ctx, accountID, w.Now())
+	if err != nil {
+		for _, q := range msgs {
+			out[q.id] = outcome{err: err}
+		}
+		return out
+	}
+	cycle := func(env event.Envelope) string { return acct.CycleAt(time.UnixMilli(env.ReceivedAtMs)).Label() }
+	for _, u := range units(msgs, cycle) {
+		res, pending, err := w.processUnit(ctx, u, acct)
+		for _, q := range u {
+			o := outcome{Result: messageResult(res, q), err: err}
+			for _, env := range q.msg.Envelopes {
+				if e := pending[env.EventID]; e != nil && o.err == nil {
+					o.err = fmt.Errorf("event %s not finished: %w", env.EventID, e)
+				}
+			}
+			if prev, ok := out[q.id]; ok {
+				o = joined(prev, o)
+			}
+			out[q.id] = o
+		}
+	}
+	return out
+}
+
+// joined is one message's outcome from two of its parts (a message split in parts,
+// splitOversize): the events of both, the first part's first event as the message's own, and
+// the first error — the message is acked only when every part is finished.
+func joined(first, next outcome) outcome {
+	if first.err == nil {
+		first.err = next.err
+	}
+	if first.Events == nil {
+		first.Events = map[string]Result{}
+	}
+	for id, r := range next.Events {
+		first.Events[id] = r
+	}
+	return first
+}
+
+// messageResult is one message's share of its unit's results: its events', the first one's as
+// the message's own.
+func messageResult(unit unitResult, q queued) Result {
+	res := Result{Events: map[string]Result{}}
+	for i, env := range q.msg.Envelopes {
+		one, ok := unit.Events[env.EventID]
+		if !ok {
+			continue
+		}
+		res.Events[env.EventID] = one
+		if i == 0 {
+			res.Scenario, res.Final, res.Billed = one.Scenario, one.Final, one.Billed
+		}
+	}
+	return res
 }

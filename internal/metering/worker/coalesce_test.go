@@ -40,15 +40,6 @@ func countKeys(h *apptest.Harness) *keyCounter {
 	return k
 }
 
-// coalescing is a worker in batch mode: one invocation's messages grouped by account.
-func coalescing(t testing.TB, h *apptest.Harness) *worker.Worker {
-	t.Helper()
-	w := h.Worker().Worker
-	w.Coalesce = true
-	t.Cleanup(func() { w.Coalesce = false })
-	return w
-}
-
 // invoke hands the bodies to the worker as one Lambda batch (message ids m<index>) and returns
 // the ids it reported failed.
 func invoke(t testing.TB, w *worker.Worker, bodies map[string]string) []string {
@@ -96,7 +87,7 @@ func pick(all map[string]string, ids ...string) map[string]string {
 func TestCoalesce_OneUnitPerAccount(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	keys := countKeys(h)
 	h.CreateAccount(t, "acct_a", "free", nil)
 	h.CreateAccount(t, "acct_b", "free", nil)
@@ -140,7 +131,7 @@ func TestCoalesce_OneUnitPerAccount(t *testing.T) {
 func TestCoalesce_SplitsAt97Events(t *testing.T) {
 	calls := instrument.NewCallCounter()
 	h := apptest.New(t, apptest.Options{DynamoDB: calls.Options().DynamoDB})
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_many", "free", nil)
 	if got := invoke(t, w, map[string]string{"w": message(t, h, "acct_many", "warm", nil)}); len(got) != 0 {
 		t.Fatalf("warm-up failed: %v", got)
@@ -163,7 +154,7 @@ func TestCoalesce_SplitsAt97Events(t *testing.T) {
 // messages acked.
 func TestCoalesce_SameEventTwiceInOneInvocation(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_dup", "free", nil)
 	bodies := singles(t, h, "acct_dup", nil, "evt_1", "evt_2")
 	bodies["again"] = bodies["evt_1"]
@@ -186,11 +177,11 @@ func TestCoalesce_SameEventTwiceInOneInvocation(t *testing.T) {
 // own entry, its payload read from the object archived before the claim, billed exactly once.
 func TestCoalesce_CrashAfterClaim_RedeliveryRegroupedDifferently(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_re", "free", nil)
 	ids := idsN("evt", 6)
 	bodies := singles(t, h, "acct_re", map[string]any{"k": "v"}, ids...)
-	w.Hook = killAt(worker.Point{Stage: ledger.StageBill})
+	w.Hook = killAt(worker.Point{Stage: worker.StageClaim})
 	if failed := invoke(t, w, bodies); len(failed) != 6 {
 		t.Fatalf("failed %v; want all six left to a redelivery", failed)
 	}
@@ -226,7 +217,7 @@ func TestCoalesce_CrashAfterClaim_RedeliveryRegroupedDifferently(t *testing.T) {
 // key, same bytes) and claims; then a regrouped delivery of a superset claims only what is new.
 func TestCoalesce_CrashAfterArchiveBeforeClaim_SameUnitSameObject(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	keys := countKeys(h)
 	h.CreateAccount(t, "acct_ar", "free", nil)
 	ids := idsN("evt", 5)
@@ -265,7 +256,7 @@ func TestCoalesce_CrashAfterArchiveBeforeClaim_SameUnitSameObject(t *testing.T) 
 func TestCoalesce_OneMemberLeft_OnlyItsMessageRetried(t *testing.T) {
 	schema := analytics.Schema{MaxDimensions: 2, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
 	h := apptest.New(t, apptest.Options{Schema: &schema})
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_poison", "free", nil)
 	ids := idsN("evt", 4)
 	bodies := singles(t, h, "acct_poison", map[string]any{"a": 1}, ids...)
@@ -301,7 +292,7 @@ func TestCoalesce_OneMemberLeft_OnlyItsMessageRetried(t *testing.T) {
 func TestCoalesce_PackedMessageWithALaterMemberUnfinished_NotAcked(t *testing.T) {
 	schema := analytics.Schema{MaxDimensions: 2, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
 	h := apptest.New(t, apptest.Options{Schema: &schema})
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_pack", "free", nil)
 	p := event.Packed{AccountID: "acct_pack", ReceivedAtMs: h.Clock.Now().UnixMilli()}
 	for _, m := range []struct {
@@ -333,7 +324,7 @@ func TestCoalesce_PackedMessageWithALaterMemberUnfinished_NotAcked(t *testing.T)
 // the member is billed once; every message is acked.
 func TestCoalesce_TransactionCancelledByOneMember(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_cx", "free", nil)
 	ids := idsN("evt", 4)
 	bodies := singles(t, h, "acct_cx", nil, ids...)
@@ -353,9 +344,10 @@ func TestCoalesce_TransactionCancelledByOneMember(t *testing.T) {
 	if race.claims != 2 {
 		t.Errorf("%d claim transactions; want the cancelled one and the next", race.claims)
 	}
+	unit := entry(t, h, "acct_cx", ids[0]).Batch
 	for i, id := range ids {
 		assertStoredOnce(t, h, "acct_cx", id, bodies[id])
-		if e := entry(t, h, "acct_cx", id); (i == 2) != (e.Batch == "") {
+		if e := entry(t, h, "acct_cx", id); (i == 2) != (e.Batch != unit) {
 			t.Errorf("%s: batch %q", id, e.Batch)
 		}
 	}
@@ -368,7 +360,7 @@ func TestCoalesce_TransactionCancelledByOneMember(t *testing.T) {
 // concurrent invocation of the same messages moves nothing more.
 func TestCoalesce_CapExactUnderConcurrentInvocations(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_capc", "free", map[string]any{"events": 7})
 	bodies := singles(t, h, "acct_capc", nil, idsN("evt", 12)...)
 	var wg sync.WaitGroup
@@ -405,7 +397,7 @@ func invokeQuiet(w *worker.Worker, bodies map[string]string) error {
 // end): each cycle's events are their own unit, billed on their own cycle's meter.
 func TestCoalesce_UnitsNeverSpanTwoCycles(t *testing.T) {
 	h := apptest.New(t)
-	w := coalescing(t, h)
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_cyc", "free", nil)
 	start := h.Clock.Now()
 	if got := invoke(t, w, map[string]string{"w": message(t, h, "acct_cyc", "warm", nil)}); len(got) != 0 {

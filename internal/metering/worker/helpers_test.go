@@ -36,15 +36,15 @@ func receiveAll(t testing.TB, h *apptest.Harness, queueURL string) []string {
 	return bodies
 }
 
-// mode is how the tests deliver events: one per message (the per-event pipeline), or packed
-// with a companion event in one message (the batch pipeline). Every crash-window test runs in
-// both.
+// mode is the shape of the message the tests deliver: one event (what POST /v1/events queues,
+// handled alone in its invocation: a unit of one event, as in sparse traffic), or packed with a
+// companion event (what the batch route queues). Every crash-window test runs both.
 type mode struct {
 	name  string
 	batch bool
 }
 
-var modes = []mode{{"PerEvent", false}, {"Batch", true}}
+var modes = []mode{{"Single", false}, {"Packed", true}}
 
 // ids are the events one delivery of id carries in the mode.
 func (m mode) ids(id string) []string {
@@ -54,7 +54,7 @@ func (m mode) ids(id string) []string {
 	return []string{id}
 }
 
-// body is the queue message of id (and, in batch mode, its companion) as ingest sends it.
+// body is the queue message of id (and, packed, its companion) as ingest sends it.
 func (m mode) body(t testing.TB, h *apptest.Harness, accountID, id string, data map[string]any) string {
 	t.Helper()
 	if !m.batch {

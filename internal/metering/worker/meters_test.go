@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -39,11 +40,11 @@ func metersCatalog(t testing.TB) *plans.Catalog {
 	return &c
 }
 
-// metered is a harness on the meters catalog, its worker in batch mode.
+// metered is a harness on the meters catalog, and its worker.
 func metered(t testing.TB) (*apptest.Harness, *worker.Worker) {
 	t.Helper()
-	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), BatchMode: true})
-	return h, coalescing(t, h)
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t)})
+	return h, h.Worker().Worker
 }
 
 // ev is one CloudEvent as a test sends it.
@@ -426,8 +427,8 @@ func (c aggregationCase) ids() []string {
 // counted (plus) accounts alike.
 func TestMeters_CrashWindows_EachAggregationMovesOnce(t *testing.T) {
 	faults := instrument.NewFaults(nil)
-	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), BatchMode: true, DynamoDB: []func(*dynamodb.Options){faults.Option}})
-	w := coalescing(t, h)
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), DynamoDB: []func(*dynamodb.Options){faults.Option}})
+	w := h.Worker().Worker
 	type crash struct {
 		name string
 		hook worker.Hook
@@ -605,8 +606,8 @@ func TestMeters_CapsExactUnderConcurrentInvocations(t *testing.T) {
 // every part is finished.
 func TestMeters_UnitsBoundedByTheItemsTheirClaimNeeds(t *testing.T) {
 	calls := instrument.NewCallCounter()
-	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), BatchMode: true, DynamoDB: calls.Options().DynamoDB})
-	w := coalescing(t, h)
+	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t), DynamoDB: calls.Options().DynamoDB})
+	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_items", "plus", nil)
 	invokeCase(t, h, w, "acct_items", aggregationCase{prime: []ev{login("evt_warm", "warm")}})
 	var singlesEs, packEs []ev
@@ -646,10 +647,10 @@ func TestMeters_UnitsBoundedByTheItemsTheirClaimNeeds(t *testing.T) {
 	}
 }
 
-// Without batch mode each single-event message runs alone; one whose event gives its meters more
-// than the events count runs as a unit of one, so its values move (or it is REJECTED with its
-// reason) exactly as in batch mode, and a redelivery moves nothing again.
-func TestMeters_PerEventMode_MeteredEventRunsAsAUnitOfOne(t *testing.T) {
+// A single-event message alone in its invocation (sparse traffic) is a unit of one: its values
+// move (or it is REJECTED with its reason) exactly as in a unit of several, an event with the
+// events count alone moves that, and a redelivery moves nothing again.
+func TestMeters_SingleEventMessageAlone_IsAUnitOfOne(t *testing.T) {
 	h := apptest.New(t, apptest.Options{Catalog: metersCatalog(t)})
 	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_pe", "free", nil)
@@ -674,5 +675,56 @@ func TestMeters_PerEventMode_MeteredEventRunsAsAUnitOfOne(t *testing.T) {
 	want := map[string]int64{"events": 2, "tokens_in": 1532, "tokens_out": 210, "storage_gb": 0, "active_users": 0, "seats": 0}
 	if got := figures(t, h, "acct_pe"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("figures %v, want %v", got, want)
+	}
+}
+
+// Entries an earlier release's per-event worker claimed alone and never billed are planned by the
+// unit that meets them like unclaimed events: each is read for its meters, checked against the
+// caps in unit order, and put over its old entry — admitted with the values it moved, at the
+// instants its first claim fixed and with a row of its own, or REJECTED whole with its reason (a
+// cap it would cross, a bad value). A distinct value one of them counts first is not counted
+// again by the event after it, and a redelivery moves nothing.
+func TestMeters_EntriesClaimedAloneByAnEarlierRelease_PlannedLikeUnclaimedOnes(t *testing.T) {
+	h, w := metered(t)
+	h.CreateAccount(t, "acct_up", "free", map[string]any{"tokens_in": 2000})
+	old := h.Clock.Now().Add(-time.Minute).UnixMilli()
+	for _, id := range []string{"evt_t1", "evt_t2", "evt_bad", "evt_u"} {
+		claimedAlone(t, h, "acct_up", id, old)
+	}
+	// evt_bad carries a value the meter refuses: storage_gb's /gb is not an integer.
+	bad := ev{id: "evt_bad", typ: "storage.sampled", data: map[string]any{"gb": 1.5}}
+	body := pack(t, h, "acct_up", llmCall("evt_t1", 1500, 100), llmCall("evt_t2", 1000, 100),
+		bad, login("evt_u", "alice"), login("evt_new", "alice"))
+	ctx := context.Background()
+	if _, err := w.Process(ctx, body); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"evt_t1", "evt_u"} {
+		e := entry(t, h, "acct_up", id)
+		if e.Status != ledger.Inserted || !e.Billed() || e.RowInsertedAtMs != old || e.CreatedAtMs != old || e.RowInUnit || len(e.Meters) == 0 {
+			t.Errorf("%s taken over: %+v; want INSERTED with its values, at its first claim's instants, its row its own", id, e)
+		}
+	}
+	if e := entry(t, h, "acct_up", "evt_t2"); e.Status != ledger.Rejected || e.Billed() || !strings.Contains(e.Reason, "meter tokens_in") || e.CreatedAtMs != old {
+		t.Errorf("evt_t2 past the tokens cap: %s billed=%v reason %q created %d", e.Status, e.Billed(), e.Reason, e.CreatedAtMs)
+	}
+	if e := entry(t, h, "acct_up", "evt_bad"); e.Status != ledger.Rejected || e.Billed() || !strings.Contains(e.Reason, "/gb") {
+		t.Errorf("evt_bad with a bad value: %s billed=%v reason %q", e.Status, e.Billed(), e.Reason)
+	}
+	if n := countNew(t, h, "acct_up", []string{"evt_u", "evt_new"}, "alice"); n != 1 {
+		t.Errorf("alice is counted new by %d entries; want the one taken over, first in unit order", n)
+	}
+	want := map[string]int64{"events": 3, "tokens_in": 1500, "tokens_out": 100, "storage_gb": 0, "active_users": 1, "seats": 0}
+	if got := figures(t, h, "acct_up"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("figures %v, want %v", got, want)
+	}
+	if got := ledgerFigures(t, h, "acct_up", "evt_t1", "evt_t2", "evt_bad", "evt_u", "evt_new"); !reflect.DeepEqual(got, want) {
+		t.Errorf("the entries' values make %v, the figures are %v", got, want)
+	}
+	if _, err := w.Process(ctx, body); err != nil {
+		t.Fatal(err)
+	}
+	if got := figures(t, h, "acct_up"); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the redelivery the figures are %v, want %v", got, want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
@@ -24,11 +25,15 @@ const (
 	randomEvents           = 16
 	maxRedeliveryRounds    = 40
 	faultyRounds           = 8 // after these, deliveries run without injected faults
+	// maxInvocationMessages bounds the messages one invocation hands the worker.
+	maxInvocationMessages = 6
 )
 
-// Many random schedules — duplicates, reordering, concurrent deliveries, crashes right before
-// and right after DynamoDB writes, failed reads, and kills between steps — each followed by
-// redeliveries until every event is finished, as SQS would. After each schedule the invariants
+// Many random schedules — duplicates, reordering, concurrent invocations of one to several
+// messages (grouped by account into units, each redelivery grouped anew and counted as one by
+// SQS's receive count), crashes right before and right after DynamoDB writes, failed reads, and
+// kills between steps — each followed by redeliveries until every event is finished, as SQS
+// would. After each schedule the invariants
 // must hold: every event terminal; the meter equals the number of billed events; a capped
 // account billed exactly min(limit, events); every INSERTED event archived byte for byte with
 // its row; no REJECTED event billed.
@@ -85,22 +90,34 @@ func TestWorker_RandomSchedules_KeepTheInvariants(t *testing.T) {
 				h.Worker().Worker.Hook = nil
 			}
 			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+			var invocations [][]int
+			for rest := deliveries; len(rest) > 0; {
+				n := 1 + rng.IntN(min(len(rest), maxInvocationMessages))
+				invocations, rest = append(invocations, rest[:n]), rest[n:]
+			}
 			var failed []int
 			var fmu sync.Mutex
 			var wg sync.WaitGroup
 			slots := make(chan struct{}, 1+rng.IntN(4))
-			for _, i := range deliveries {
+			for _, inv := range invocations {
 				wg.Add(1)
 				slots <- struct{}{}
-				go func(i int) {
+				go func(inv []int) {
 					defer wg.Done()
 					defer func() { <-slots }()
-					if _, err := h.Worker().Worker.Process(context.Background(), bodies[i]); err != nil {
-						fmu.Lock()
-						failed = append(failed, i)
-						fmu.Unlock()
+					var batch events.SQSEvent
+					for k, i := range inv {
+						batch.Records = append(batch.Records, events.SQSMessage{MessageId: strconv.Itoa(k), Body: bodies[i],
+							Attributes: map[string]string{"ApproximateReceiveCount": strconv.Itoa(round + 1)}})
 					}
-				}(i)
+					resp, _ := h.Worker().Worker.HandleSQS(context.Background(), batch)
+					fmu.Lock()
+					defer fmu.Unlock()
+					for _, f := range resp.BatchItemFailures {
+						k, _ := strconv.Atoi(f.ItemIdentifier)
+						failed = append(failed, inv[k])
+					}
+				}(inv)
 			}
 			wg.Wait()
 			deliveries = failed

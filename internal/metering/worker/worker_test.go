@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,47 +116,41 @@ func killAt(p worker.Point) worker.Hook {
 	}
 }
 
-// One test per crash window between two durable writes: kill the worker there, redeliver, and
-// count the money. The meter must move exactly once and storage must end complete. In batch mode
-// the claim, the billing and the analytics rows are one write, so the crash "after the claim"
-// already finds the events billed with their rows, and there is no row write after it to die
-// at: a worker told to die there finishes.
+// One test per crash window between two durable writes of a unit: kill the worker there,
+// redeliver, and count the money. The meter must move exactly once and storage must end
+// complete. The claim is the billing and carries the analytics rows (one transaction), and the
+// unit's archive object is written before it, so a crash before the claim leaves nothing claimed
+// and a crash after it finds the events billed with their rows: the redelivery only marks them.
+// A message of one event (a unit of one, read before it archives) and a packed message of two
+// run every window.
 func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 	windows := []struct {
 		name  string
 		point worker.Point
 		// after the crash, before redelivery
-		wantBilled bool
-		wantRow    bool
+		wantClaimed bool
+		wantDone    bool
 		// the scenario the redelivery picks
 		scenario string
 	}{
-		{"CrashAfterClaimBeforeBilling", worker.Point{Stage: worker.StageClaim}, false, false,
-			"INSERTING, not billed, no row: bill, store, mark"},
-		// The seed's "recovers inserting events with accepted billing without consuming usage again".
-		{"CrashAfterBillingBeforeArchive", worker.Point{Stage: ledger.StageBill}, true, false,
-			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterArchiveBeforeRow", worker.Point{Stage: ledger.StageArchive}, true, false,
-			"INSERTING, billed, no row: store then mark, never bill"},
-		{"CrashAfterRowBeforeMark", worker.Point{Stage: ledger.StageInsert}, true, true,
+		{"CrashBeforeArchive", worker.Point{Before: true, Stage: ledger.StageArchive}, false, false,
+			"claim won, billed: store then mark"},
+		{"CrashAfterArchiveBeforeClaim", worker.Point{Stage: ledger.StageArchive}, false, false,
+			"claim won, billed: store then mark"},
+		// The seed's "recovers inserting events with accepted billing without consuming usage
+		// again": the claim billed them and stored their rows; nothing bills them again.
+		{"CrashAfterClaim", worker.Point{Stage: worker.StageClaim}, true, false,
 			"INSERTING, analytics row present: mark only"},
-		{"CrashBeforeMark", worker.Point{Before: true, Stage: ledger.StageMark}, true, true,
+		{"CrashBeforeMark", worker.Point{Before: true, Stage: ledger.StageMark}, true, false,
 			"INSERTING, analytics row present: mark only"},
+		{"CrashAfterMarkBeforeTheAck", worker.Point{Stage: ledger.StageMark}, true, true,
+			"INSERTED: ack"},
 	}
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_crash", "free", map[string]any{"events": 100})
 	for _, m := range modes {
 		for i, w := range windows {
 			t.Run(m.name+"/"+w.name, func(t *testing.T) {
-				unclaimed := false
-				if m.batch && (w.point == worker.Point{Stage: worker.StageClaim} || w.point == worker.Point{Stage: ledger.StageBill}) {
-					w.wantBilled, w.wantRow, w.scenario = true, true, "INSERTING, analytics row present: mark only"
-				}
-				// A batch archives before it claims: dying after the archive leaves nothing
-				// claimed, and the redelivery claims as if first.
-				if m.batch && w.point == (worker.Point{Stage: ledger.StageArchive}) {
-					unclaimed, w.wantBilled, w.scenario = true, false, "batch claim won, billed: store then mark"
-				}
 				id := fmt.Sprintf("evt_%s_%d", m.name, i)
 				ids := m.ids(id)
 				n := int64(len(ids))
@@ -165,34 +160,25 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 				h.Worker().Worker.Hook = killAt(w.point)
 				_, err := process(t, h, body)
 				h.Worker().Worker.Hook = nil
-				if m.batch && w.point.Stage == ledger.StageInsert {
-					if err != nil {
-						t.Fatalf("a unit whose rows went with its claim reached a row write: %v", err)
-					}
-					for _, id := range ids {
-						assertStoredOnce(t, h, "acct_crash", id, body)
-					}
-					return
-				}
 				if !errors.Is(err, errKilled) {
 					t.Fatalf("the worker was not killed at %s: %v", w.point, err)
 				}
 				for _, id := range ids {
-					if unclaimed {
+					if !w.wantClaimed {
 						if _, err := h.Worker().Ledger.Get(context.Background(), "acct_crash", id); !errors.Is(err, ledger.ErrNotFound) {
 							t.Fatalf("after the crash before the claim: %s read %v, want no entry", id, err)
 						}
 						continue
 					}
 					e := entry(t, h, "acct_crash", id)
-					if e.Status != ledger.Inserting || e.Billed() != w.wantBilled {
-						t.Fatalf("after the crash: %s status %s billed %v; want INSERTING billed=%v", id, e.Status, e.Billed(), w.wantBilled)
+					if want := map[bool]ledger.Status{false: ledger.Inserting, true: ledger.Inserted}[w.wantDone]; e.Status != want || !e.Billed() {
+						t.Fatalf("after the crash: %s status %s billed %v; want %s and billed", id, e.Status, e.Billed(), want)
 					}
-					if row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef()); row != w.wantRow {
-						t.Fatalf("after the crash: %s row present %v, want %v", id, row, w.wantRow)
+					if row, _ := h.Worker().Analytics.Exists(context.Background(), e.RowRef()); !row || !e.RowInUnit {
+						t.Fatalf("after the crash: %s row present %v (in its unit's item %v); the claim wrote it", id, row, e.RowInUnit)
 					}
 				}
-				if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: n, false: 0}[w.wantBilled] {
+				if got := used(t, h, "acct_crash") - before; got != map[bool]int64{true: n, false: 0}[w.wantClaimed] {
 					t.Fatalf("after the crash the meter moved %d", got)
 				}
 
@@ -223,10 +209,10 @@ func TestWorker_CrashWindows_BillOnceAndStoreCompletely(t *testing.T) {
 }
 
 // The worker dies right after each DynamoDB write it makes (the write commits, the answer is
-// lost), or right before it (the write never happens), for every write of the pipeline, every
-// tier and both modes. A redelivery must then finish the events with the meter moved exactly
-// once. If billing were two writes instead of one transaction, the crash between them would bill
-// twice here.
+// lost), or right before it (the write never happens), for every write of a unit — inside the
+// claim transaction, at the done record — every tier and both shapes of message. A redelivery
+// must then finish the events with the meter moved exactly once. If billing were two writes
+// instead of one transaction, the crash between them would bill twice here.
 func TestWorker_CrashAroundEveryWrite_BillsExactlyOnce(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) { crashAroundEveryWrite(t, m) })
@@ -250,8 +236,8 @@ func crashAroundEveryWrite(t *testing.T, m mode) {
 			t.Fatal(err)
 		}
 		writes := faults.Writes()
-		// Claim, row, mark; a unit's rows go with its claim.
-		if writes < map[bool]int{false: 3, true: 2}[m.batch] {
+		// The claim (with the rows) and the done record.
+		if writes < 2 {
 			t.Fatalf("%s: a clean run made %d writes", tier.plan, writes)
 		}
 		per := int64(len(m.ids("x")))
@@ -295,7 +281,8 @@ func crashAroundEveryWrite(t *testing.T, m mode) {
 	}
 }
 
-// 50 events race for a cap of 40: exactly 40 are billed, 10 REJECTED, and the meter reads 40.
+// 50 events, each alone in an invocation of its own, race for a cap of 40: exactly 40 are
+// billed, 10 REJECTED, and the meter reads 40.
 func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T) {
 	h := apptest.New(t)
 	h.CreateAccount(t, "acct_race", "free", map[string]any{"events": 40})
@@ -332,7 +319,8 @@ func TestWorker_LimitRace_FiftyEventsAgainstFortyBillsExactlyForty(t *testing.T)
 	}
 }
 
-// A redelivery of a finished event acks with no write but the refused claim, and changes nothing.
+// A redelivery of a finished event (its unit's read finds it so) acks without a write, and
+// changes nothing.
 func TestWorker_RedeliveryOfFinishedEvents_AcksWithoutWriting(t *testing.T) {
 	faults := instrument.NewFaults(nil)
 	schema := analytics.Schema{MaxDimensions: 1, MaxValueBytes: 1024, MaxDimensionBytes: 1024}
@@ -368,8 +356,8 @@ func TestWorker_RedeliveryOfFinishedEvents_AcksWithoutWriting(t *testing.T) {
 		if err != nil || res.Final != tc.status {
 			t.Errorf("redelivery of %s: %+v %v", tc.id, res, err)
 		}
-		if w := faults.Writes(); w != 1 {
-			t.Errorf("redelivery of %s made %d write calls; want only the refused claim", tc.id, w)
+		if w := faults.Writes(); w != 0 {
+			t.Errorf("redelivery of %s made %d write calls; want none", tc.id, w)
 		}
 		if after := entry(t, h, tc.account, tc.id); !reflect.DeepEqual(after, before) {
 			t.Errorf("redelivery changed %s:\n%+v\n%+v", tc.id, before, after)
@@ -502,90 +490,157 @@ func TestEventSource_PoisonMessageReachesTheDLQ_HealthyOnesAreDeleted(t *testing
 	}
 }
 
-// The scenario rows that only failures reach: a ledger that cannot be read fails the message
-// (and a later delivery finishes it), and a row written without a checkpoint never lets the
-// event skip billing.
-func TestWorker_ScenarioRowsReachedOnlyByFailures(t *testing.T) {
+// A unit whose read or claim fails is retried whole: nothing of it is written, and the
+// redelivery finishes it, billed once.
+func TestWorker_ReadOrClaimFails_TheMessageIsRetried(t *testing.T) {
 	faults := instrument.NewFaults(nil)
 	h := apptest.New(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
 	h.CreateAccount(t, "acct_s", "free", nil)
 	if _, err := process(t, h, message(t, h, "acct_s", "warm", nil)); err != nil {
 		t.Fatal(err)
 	}
-
-	t.Run("claim fails: unreadable, retry", func(t *testing.T) {
-		body := message(t, h, "acct_s", "evt_claim_fails", nil)
-		faults.SetPlan(func(op string, _, _ int) instrument.Fault {
-			if op == "PutItem" {
-				return instrument.CrashBefore
-			}
-			return instrument.NoFault
-		})
-		res, err := process(t, h, body)
-		faults.SetPlan(nil)
-		if err == nil || res.Scenario != "ledger unreadable: fail this message (retry)" {
-			t.Fatalf("%q %v", res.Scenario, err)
-		}
-		if _, err := process(t, h, body); err != nil {
-			t.Fatal(err)
-		}
-		assertStoredOnce(t, h, "acct_s", "evt_claim_fails", body)
-	})
-
-	t.Run("claim lost and the ledger read fails: unreadable, retry", func(t *testing.T) {
-		body := message(t, h, "acct_s", "evt_read_fails", nil)
-		h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
-		_, _ = process(t, h, body)
-		h.Worker().Worker.Hook = nil
-		gets := 0
-		faults.SetPlan(func(op string, _, _ int) instrument.Fault {
-			if op == "GetItem" {
-				if gets++; gets == 2 { // the first read is the account's, the second the ledger's
+	for i, op := range []string{"BatchGetItem", "TransactWriteItems"} {
+		t.Run(op+" fails", func(t *testing.T) {
+			id := fmt.Sprintf("evt_%d", i)
+			body := message(t, h, "acct_s", id, nil)
+			faults.SetPlan(func(got string, _, _ int) instrument.Fault {
+				if got == op {
 					return instrument.CrashBefore
 				}
+				return instrument.NoFault
+			})
+			_, err := process(t, h, body)
+			faults.SetPlan(nil)
+			if err == nil {
+				t.Fatal("the message was acked")
 			}
-			return instrument.NoFault
+			if _, err := h.Worker().Ledger.Get(context.Background(), "acct_s", id); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("after the failed %s: %v, want no entry", op, err)
+			}
+			if _, err := process(t, h, body); err != nil {
+				t.Fatal(err)
+			}
+			assertStoredOnce(t, h, "acct_s", id, body)
+			if got := used(t, h, "acct_s"); got != int64(2+i) {
+				t.Errorf("meter %d, want %d", got, 2+i)
+			}
 		})
-		res, err := process(t, h, body)
-		faults.SetPlan(nil)
-		if err == nil || res.Scenario != "ledger unreadable: fail this message (retry)" {
-			t.Fatalf("%q %v", res.Scenario, err)
+	}
+}
+
+// claimedAlone leaves id's entry as the per-event worker of an earlier release left it when it
+// claimed the event and died before its billing transaction, at the instant now.
+func claimedAlone(t testing.TB, h *apptest.Harness, accountID, id string, now int64) {
+	t.Helper()
+	err := testenv.PutClaimedAlone(context.Background(), h.Env.Clients.DynamoDB, h.Env.Names.Table(resources.TableLedger), testenv.ClaimedAlone{
+		AccountID: accountID, EventID: id, Cycle: "2026-11", RowInsertedAtMs: now, ReceivedAtMs: now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Upgrading from a release whose per-event worker claimed an event and died before billing it:
+// the message comes back to this release's worker, whose unit takes the entry over — claims it
+// in its transaction, checkpointed, over the old entry — and bills it exactly once. Its row is
+// its own, at the instant the old claim fixed (where that release's worker, still running during
+// the upgrade, would write it too), and its payload is in the unit's object. The worker dies in
+// every window of the take-over; at a limit of one, an old entry past the limit is REJECTED.
+func TestWorker_EntryClaimedAloneByAnEarlierRelease_TakenOverAndBilledOnce(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_old", "free", map[string]any{"events": 100})
+	old := h.Clock.Now().Add(-time.Minute).UnixMilli()
+	for i, point := range []*worker.Point{
+		nil,
+		{Stage: ledger.StageArchive},
+		{Stage: worker.StageClaim},
+		{Before: true, Stage: ledger.StageInsert},
+		{Stage: ledger.StageInsert},
+		{Before: true, Stage: ledger.StageMark},
+	} {
+		for _, m := range modes {
+			name := m.name + "/clean"
+			if point != nil {
+				name = m.name + "/" + strings.ReplaceAll(point.String(), " ", "-")
+			}
+			t.Run(name, func(t *testing.T) {
+				id := fmt.Sprintf("evt_old_%s_%d", m.name, i)
+				claimedAlone(t, h, "acct_old", id, old)
+				body := m.body(t, h, "acct_old", id, map[string]any{"k": "v"})
+				before := used(t, h, "acct_old")
+				if point != nil {
+					h.Worker().Worker.Hook = killAt(*point)
+					if _, err := process(t, h, body); !errors.Is(err, errKilled) {
+						t.Fatalf("not killed at %s: %v", point, err)
+					}
+					h.Worker().Worker.Hook = nil
+				}
+				res, err := process(t, h, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if point == nil && res.Events[id].Scenario != "claim won, billed: store then mark" {
+					t.Errorf("the entry claimed alone re-entered at %q", res.Events[id].Scenario)
+				}
+				for _, each := range m.ids(id) {
+					assertStoredOnce(t, h, "acct_old", each, body)
+				}
+				e := entry(t, h, "acct_old", id)
+				if e.RowInsertedAtMs != old || e.CreatedAtMs != old || e.RowInUnit || e.Batch == "" || e.ArchiveKey == "" {
+					t.Errorf("the entry taken over: %+v; want its row its own at %d, its payload in its unit's object", e, old)
+				}
+				if got := used(t, h, "acct_old") - before; got != int64(len(m.ids(id))) {
+					t.Errorf("the meter moved %d for %d events", got, len(m.ids(id)))
+				}
+			})
 		}
+	}
+	t.Run("past the limit", func(t *testing.T) {
+		h.CreateAccount(t, "acct_full", "free", map[string]any{"events": 1})
+		claimedAlone(t, h, "acct_full", "evt_a", old)
+		claimedAlone(t, h, "acct_full", "evt_b", old)
+		body := packed(t, h, "acct_full", nil, "evt_a", "evt_b")
 		if _, err := process(t, h, body); err != nil {
 			t.Fatal(err)
 		}
-		assertStoredOnce(t, h, "acct_s", "evt_read_fails", body)
-		if got := used(t, h, "acct_s"); got != 3 {
-			t.Errorf("meter %d, want 3", got)
+		if a, b := entry(t, h, "acct_full", "evt_a"), entry(t, h, "acct_full", "evt_b"); a.Status != ledger.Inserted || b.Status != ledger.Rejected || b.Billed() || b.Reason == "" {
+			t.Errorf("evt_a %s, evt_b %s billed %v reason %q; want the first INSERTED, the second REJECTED with its reason", a.Status, b.Status, b.Billed(), b.Reason)
+		}
+		if got := used(t, h, "acct_full"); got != 1 {
+			t.Errorf("meter %d, want 1", got)
 		}
 	})
+}
 
-	t.Run("row present without a checkpoint: bill then mark", func(t *testing.T) {
-		body := message(t, h, "acct_s", "evt_row_first", map[string]any{"k": "v"})
-		h.Worker().Worker.Hook = killAt(worker.Point{Stage: worker.StageClaim})
-		_, _ = process(t, h, body)
-		h.Worker().Worker.Hook = nil
-		e := entry(t, h, "acct_s", "evt_row_first")
-		_, ev, _ := event.DecodeEnvelope(body)
-		row, err := analytics.RowFor(analytics.DefaultSchema, ev, "acct_s", e.ReceivedAtMs, e.RowInsertedAtMs, e.Cycle,
-			archive.Key("acct_s", "evt_row_first", e.RowInsertedAtMs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Worker().Analytics.Write(context.Background(), row); err != nil {
-			t.Fatal(err)
-		}
-		res, err := process(t, h, body)
-		if err != nil || res.Scenario != "INSERTING, row present, not billed: bill then mark" || !res.Billed {
-			t.Fatalf("%+v %v", res, err)
-		}
-		if e := entry(t, h, "acct_s", "evt_row_first"); e.Status != ledger.Inserted || !e.Billed() {
-			t.Errorf("entry %+v", e)
-		}
-		if got := used(t, h, "acct_s"); got != 4 {
-			t.Errorf("meter %d, want 4", got)
-		}
-	})
+// A hand-written row (or a sink that reordered) in front of an entry claimed alone and never
+// billed does not let the event skip billing: the unit takes the entry over and bills it, and its
+// row, written at the same instant, is still the one row.
+func TestWorker_RowPresentWithoutACheckpoint_BilledOnceOneRow(t *testing.T) {
+	h := apptest.New(t)
+	h.CreateAccount(t, "acct_row", "free", nil)
+	now := h.Clock.Now().UnixMilli()
+	claimedAlone(t, h, "acct_row", "evt_row_first", now)
+	body := message(t, h, "acct_row", "evt_row_first", map[string]any{"k": "v"})
+	_, ev, _ := event.DecodeEnvelope(body)
+	row, err := analytics.RowFor(analytics.DefaultSchema, ev, "acct_row", now, now, "2026-11", archive.Key("acct_row", "evt_row_first", now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Worker().Analytics.Write(context.Background(), row); err != nil {
+		t.Fatal(err)
+	}
+	res, err := process(t, h, body)
+	if err != nil || !res.Billed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	assertStoredOnce(t, h, "acct_row", "evt_row_first", body)
+	rows, err := h.Worker().Analytics.Rows(context.Background(), "acct_row", 0, analytics.MaxInstantMs)
+	if err != nil || len(rows) != 1 {
+		t.Errorf("%d analytics rows (%v); want the one", len(rows), err)
+	}
+	if got := used(t, h, "acct_row"); got != 1 {
+		t.Errorf("meter %d, want 1", got)
+	}
 }
 
 // An UNINSERTABLE event is re-driven from the archive once its cause is fixed: it is stored and

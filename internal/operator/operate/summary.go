@@ -12,36 +12,50 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 )
 
-// maxListed bounds the event ids a summary lists for each inconsistency.
+// maxListed bounds the event ids (and object keys) a summary lists for each inconsistency.
 const maxListed = 20
 
-// Summary is what Ferry holds for one account's events, counted: the ledger by status and the
-// archive, with the events where the two disagree (an accepted event must be archived, and only
-// an accepted one is).
+// Summary is what Ferry holds for one account's events, counted: the ledger by status (each
+// entry as its readers see it: a unit's INSERTING entry is INSERTED once its unit is recorded
+// done) and the archive, with the events where the two disagree: an accepted event must be
+// archived where its entry says.
 type Summary struct {
 	Account string         `json:"account"`
 	Ledger  map[string]int `json:"ledger"`
-	// Archived counts the account's archived payloads.
+	// Archived counts the INSERTED events whose payload's archive object is stored.
 	Archived int `json:"archived"`
-	// InsertedNotArchived and ArchivedNotInserted list (at most maxListed) event ids.
+	// Objects counts the account's archive objects. A unit's object holds every member's
+	// payload; one whose members were all claimed by other units first is pointed to by none
+	// (Unreferenced), which is waste, not loss.
+	Objects int `json:"objects"`
+	// InsertedNotArchived lists (at most maxListed) INSERTED events whose object is missing;
+	// Unreferenced (at most maxListed) objects no INSERTED event's entry points into.
 	InsertedNotArchived []string `json:"insertedNotArchived"`
-	ArchivedNotInserted []string `json:"archivedNotInserted"`
+	Unreferenced        []string `json:"unreferenced"`
 }
 
-// Summarize reads every ledger entry of the account (a strongly consistent scan: an operator's
-// read, never a function's) and every archived payload of it.
+// summaryEntry is the part of a ledger item a summary reads: an event's entry, or (pk starting
+// "#batch#") a unit's record of being done.
+type summaryEntry struct {
+	PK                  string `dynamodbav:"pk"`
+	EventID             string `dynamodbav:"eventId"`
+	Status              string `dynamodbav:"status"`
+	RowInsertedAtMs     int64  `dynamodbav:"rowInsertedAtMs"`
+	BillingAcceptedAtMs int64  `dynamodbav:"billingAcceptedAtMs"`
+	ArchiveKey          string `dynamodbav:"archiveKey"`
+	Batch               string `dynamodbav:"batch"`
+	DoneAtMs            int64  `dynamodbav:"doneAtMs"`
+}
+
+// Summarize reads every ledger item of the account (a strongly consistent scan: an operator's
+// read, never a function's) and lists every archive object of it.
 func (s *Stack) Summarize(ctx context.Context, accountID string) (Summary, error) {
-	out := Summary{Account: accountID, Ledger: map[string]int{}, InsertedNotArchived: []string{}, ArchivedNotInserted: []string{}}
-	type entry struct {
-		EventID         string `dynamodbav:"eventId"`
-		Status          string `dynamodbav:"status"`
-		RowInsertedAtMs int64  `dynamodbav:"rowInsertedAtMs"`
-	}
-	keys := map[string]string{} // archive key → status
+	out := Summary{Account: accountID, Ledger: map[string]int{}, InsertedNotArchived: []string{}, Unreferenced: []string{}}
+	var entries []ledger.Entry
+	done := map[string]int64{}
 	p := dynamodb.NewScanPaginator(s.Ledger.DB, &dynamodb.ScanInput{
 		TableName: aws.String(s.Ledger.Table), ConsistentRead: aws.Bool(true),
 		FilterExpression:          aws.String("accountId = :a"),
@@ -52,16 +66,22 @@ func (s *Stack) Summarize(ctx context.Context, accountID string) (Summary, error
 		if err != nil {
 			return out, fmt.Errorf("scan the ledger: %w", err)
 		}
-		var entries []entry
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &entries); err != nil {
+		var items []summaryEntry
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
 			return out, err
 		}
-		for _, e := range entries {
-			out.Ledger[e.Status]++
-			keys[archive.Key(accountID, e.EventID, e.RowInsertedAtMs)] = e.Status
+		for _, it := range items {
+			if strings.HasPrefix(it.PK, "#batch#") {
+				done[it.Batch] = it.DoneAtMs
+				continue
+			}
+			entries = append(entries, ledger.Entry{
+				AccountID: accountID, EventID: it.EventID, Status: ledger.Status(it.Status), RowInsertedAtMs: it.RowInsertedAtMs,
+				BillingAcceptedAtMs: it.BillingAcceptedAtMs, ArchiveKey: it.ArchiveKey, Batch: it.Batch,
+			})
 		}
 	}
-	archived := map[string]bool{}
+	objects := map[string]bool{}
 	marker := "/account=" + accountID + "/"
 	lp := s3.NewListObjectsV2Paginator(s.Archive.Client, &s3.ListObjectsV2Input{Bucket: aws.String(s.Archive.Bucket), Prefix: aws.String("events/")})
 	for lp.HasMorePages() {
@@ -71,31 +91,37 @@ func (s *Stack) Summarize(ctx context.Context, accountID string) (Summary, error
 		}
 		for _, o := range page.Contents {
 			if k := aws.ToString(o.Key); strings.Contains(k, marker) {
-				archived[k] = true
+				objects[k] = true
 			}
 		}
 	}
-	out.Archived = len(archived)
-	for k, status := range keys {
-		if status == string(ledger.Inserted) && !archived[k] {
-			out.InsertedNotArchived = append(out.InsertedNotArchived, eventOf(k))
+	out.Objects = len(objects)
+	referenced := map[string]bool{}
+	for _, e := range entries {
+		at, recorded := done[e.Batch]
+		e = ledger.Resolve(e, recorded, at)
+		out.Ledger[string(e.Status)]++
+		if e.Status != ledger.Inserted {
+			continue
+		}
+		key := e.ArchiveLocation().Key
+		referenced[key] = true
+		if objects[key] {
+			out.Archived++
+		} else {
+			out.InsertedNotArchived = append(out.InsertedNotArchived, e.EventID)
 		}
 	}
-	for k := range archived {
-		if keys[k] != string(ledger.Inserted) {
-			out.ArchivedNotInserted = append(out.ArchivedNotInserted, eventOf(k))
+	for k := range objects {
+		if !referenced[k] {
+			out.Unreferenced = append(out.Unreferenced, k)
 		}
 	}
-	for _, list := range []*[]string{&out.InsertedNotArchived, &out.ArchivedNotInserted} {
+	for _, list := range []*[]string{&out.InsertedNotArchived, &out.Unreferenced} {
 		sort.Strings(*list)
 		if len(*list) > maxListed {
 			*list = (*list)[:maxListed]
 		}
 	}
 	return out, nil
-}
-
-// eventOf is the (escaped) event id an archive key names.
-func eventOf(key string) string {
-	return strings.TrimSuffix(key[strings.LastIndex(key, "/")+1:], ".json")
 }

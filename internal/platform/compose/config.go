@@ -62,6 +62,25 @@ func (s Settings) BoolOr(name string, unset bool) (bool, error) {
 	return on, nil
 }
 
+// RetiredBool checks a true/false setting an earlier release read and this one does not. Unset,
+// or set to same — what this release does anyway — it changes nothing: the function starts, and
+// logs that the setting is ignored. Set to anything else, the deployment asks for behaviour this
+// release no longer has, and the function refuses to start, naming the setting and why (what
+// replaced it), rather than silently running something other than what was asked for.
+func (c *Composer) RetiredBool(name string, same bool, why string) error {
+	raw := c.settings.Get(name)
+	if raw == "" {
+		return nil
+	}
+	if on, err := strconv.ParseBool(raw); err != nil || on != same {
+		return fmt.Errorf("%s=%q: %s; remove the setting", name, raw, why)
+	}
+	if c.Log != nil {
+		c.Log.Warn("retired setting ignored: it asks for what this release does anyway; remove it", "setting", name, "value", raw, "why", why)
+	}
+	return nil
+}
+
 // SettingsFromEnv reads Ferry's variables (FERRY_*) from the process environment: a Lambda
 // function's settings, as the CDK app set them.
 func SettingsFromEnv() Settings {

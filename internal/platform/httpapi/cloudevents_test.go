@@ -15,7 +15,6 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
-	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 )
 
@@ -63,7 +62,7 @@ func archived(t *testing.T, h *apptest.Harness, accountID, id string) cloudevent
 	if err != nil {
 		t.Fatalf("ledger %s: %v", id, err)
 	}
-	raw, err := h.Worker().Archive.Get(context.Background(), archive.Key(accountID, id, e.RowInsertedAtMs))
+	raw, err := h.Worker().Archive.Read(context.Background(), e.ArchiveLocation())
 	if err != nil {
 		t.Fatal(err)
 	}

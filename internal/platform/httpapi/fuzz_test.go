@@ -36,7 +36,6 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/holds"
-	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/event"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -276,7 +275,7 @@ func (s *fuzzStack) checkEvent(t *testing.T, id string, sent []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := s.h.Worker().Archive.Get(context.Background(), archive.Key("acct_fuzz", id, e.RowInsertedAtMs))
+	obj, err := s.h.Worker().Archive.Read(context.Background(), e.ArchiveLocation())
 	if err != nil {
 		t.Fatalf("archive of %q: %v", id, err)
 	}

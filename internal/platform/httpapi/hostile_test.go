@@ -25,7 +25,6 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
-	"github.com/ferrymeter/ferry/internal/metering/archive"
 	"github.com/ferrymeter/ferry/internal/metering/ingest"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
@@ -42,11 +41,14 @@ func rawEvent(idJSON, dataJSON string) string {
 	return s + "}"
 }
 
-// ledgerItems counts the items of the ledger table.
+// ledgerItems counts the events' entries in the ledger table.
 func ledgerItems(t *testing.T, h *apptest.Harness) int {
 	t.Helper()
+	// Events' entries only: a unit's record of being done (pk "#batch#…") is not an event's.
 	out, err := h.Env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
 		TableName: aws.String(h.Env.Names.Table(resources.TableLedger)), Select: types.SelectCount,
+		FilterExpression:          aws.String("NOT begins_with(pk, :record)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":record": &types.AttributeValueMemberS{Value: "#batch#"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +57,9 @@ func ledgerItems(t *testing.T, h *apptest.Harness) int {
 }
 
 // storedEvent checks an event the worker processed: INSERTED and billed, archived as the exact
-// bytes sent, its analytics row under the exact id; it returns the row's item.
-func storedEvent(t *testing.T, h *apptest.Harness, accountID, id string, sent []byte) map[string]types.AttributeValue {
+// bytes sent, one analytics row under the exact id (where its entry says: its unit's rows item,
+// or a row of its own); it returns the row.
+func storedEvent(t *testing.T, h *apptest.Harness, accountID, id string, sent []byte) analytics.Row {
 	t.Helper()
 	ctx := context.Background()
 	e, err := h.Worker().Ledger.Get(ctx, accountID, id)
@@ -66,28 +69,30 @@ func storedEvent(t *testing.T, h *apptest.Harness, accountID, id string, sent []
 	if e.Status != ledger.Inserted || !e.Billed() || e.EventID != id {
 		t.Errorf("%q: status %s billed %v id %q", id, e.Status, e.Billed(), e.EventID)
 	}
-	obj, err := h.Worker().Archive.Get(ctx, archive.Key(accountID, id, e.RowInsertedAtMs))
+	obj, err := h.Worker().Archive.Read(ctx, e.ArchiveLocation())
 	if err != nil {
 		t.Fatalf("archive %q: %v", id, err)
 	}
 	if sent != nil && !bytes.Equal(obj, bytes.TrimSpace(sent)) {
 		t.Errorf("%q: the archive holds other bytes than were sent:\n%s\n%s", id, obj, sent)
 	}
-	out, err := h.Env.Clients.DynamoDB.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(h.Env.Names.Table(resources.TableAnalytics)),
-		Key: map[string]types.AttributeValue{
-			"pk": &types.AttributeValueMemberS{Value: accountID},
-			"sk": &types.AttributeValueMemberS{Value: analytics.SortKey(id, e.RowInsertedAtMs)},
-		},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil || out.Item == nil {
-		t.Fatalf("analytics row %q: %v", id, err)
+	if ok, err := h.Worker().Analytics.Exists(ctx, e.RowRef()); err != nil || !ok {
+		t.Fatalf("analytics row %q where its entry says (%+v): %v %v", id, e.RowRef(), ok, err)
 	}
-	if got := out.Item["eventId"].(*types.AttributeValueMemberS).Value; got != id {
-		t.Errorf("the row's eventId is %q, want %q", got, id)
+	rows, err := h.Worker().Analytics.Rows(ctx, accountID, 0, analytics.MaxInstantMs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out.Item
+	var found []analytics.Row
+	for _, r := range rows {
+		if r.EventID == id {
+			found = append(found, r)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%q has %d analytics rows, want 1", id, len(found))
+	}
+	return found[0]
 }
 
 // Defect 1: an id holding invalid UTF-8 was enqueued, answered 503 after the SQS client's MD5
@@ -115,7 +120,7 @@ func TestHostile_InvalidUTF8_RefusedBeforeAnythingIsQueued(t *testing.T) {
 		})
 	}
 	if n := queued(t, h); n != 0 {
-		t.Errorf("%d messages queued for refused bodies", n)
+		t.Errorf("%d events queued for refused bodies", n)
 	}
 	h.Drain(t, 0)
 	if n := ledgerItems(t, h); n != 0 {
@@ -266,8 +271,7 @@ func TestHostile_Emoji_QueuedBilledAndStoredExactly(t *testing.T) {
 	h.Drain(t, 0)
 	row := storedEvent(t, h, "acct_e", "emoji-😀", []byte(single))
 	storedEvent(t, h, "acct_e", "emoji-🦀", []byte(item))
-	dims := row["dims"].(*types.AttributeValueMemberM).Value
-	if dims["m"].(*types.AttributeValueMemberS).Value != "🚀 launch" || dims["note"].(*types.AttributeValueMemberS).Value != "🎉" {
+	if dims := row.Dimensions; dims["m"] != "🚀 launch" || dims["note"] != "🎉" {
 		t.Errorf("dimensions %v", dims)
 	}
 	if got := h.Do(t, "GET", "/v1/events/emoji-%F0%9F%98%80", key, nil).JSON(t); got["id"] != "emoji-😀" || got["status"] != "INSERTED" {
@@ -292,12 +296,10 @@ func TestHostile_ALongPrompt_StoredWhole_ItsRowCutAndMarked(t *testing.T) {
 	h.Drain(t, 0)
 	row := storedEvent(t, h, "acct_p", "evt_p1", []byte(long))
 	storedEvent(t, h, "acct_p", "evt_p2", []byte(longest))
-	dims := row["dims"].(*types.AttributeValueMemberM).Value
-	if got := dims["prompt"].(*types.AttributeValueMemberS).Value; got != prompt[:analytics.MaxDimensionValueBytes] {
+	if got, _ := row.Dimensions["prompt"].(string); got != prompt[:analytics.MaxDimensionValueBytes] {
 		t.Errorf("prompt dimension is %d bytes, want the first %d", len(got), analytics.MaxDimensionValueBytes)
 	}
-	cut := row["truncated"].(*types.AttributeValueMemberM).Value
-	if cut["dims.prompt"].(*types.AttributeValueMemberN).Value != "2048" || len(cut) != 1 {
+	if cut := row.Truncated; cut["dims.prompt"] != 2048 || len(cut) != 1 {
 		t.Errorf("truncated %v, want dims.prompt: 2048", cut)
 	}
 	if got := h.Counter.Get(metrics.EventsUninsertable) + h.Counter.Get(metrics.EventsQuarantined); got != 0 {
@@ -326,7 +328,7 @@ func TestHostile_AControlCharacterInIdempotencyKey_IsAProblem(t *testing.T) {
 	resp.Body.Close()
 	assertProblem(t, apptest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, 400, "invalid-header")
 	if n := queued(t, h); n != 0 || records(t, h) != 0 {
-		t.Errorf("%d messages queued, %d idempotency records", n, records(t, h))
+		t.Errorf("%d events queued, %d idempotency records", n, records(t, h))
 	}
 }
 

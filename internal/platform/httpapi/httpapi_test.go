@@ -176,7 +176,7 @@ func TestIngest_BadInputGetsAProblemAndQueuesNothing(t *testing.T) {
 	r := h.Do(t, "POST", "/v1/events", key, ce("e"), "Content-Type", "text/plain")
 	assertProblem(t, r, 415, "unsupported-media-type")
 	if n := queued(t, h); n != 0 {
-		t.Errorf("bad requests queued %d messages", n)
+		t.Errorf("bad requests queued %d events", n)
 	}
 }
 
@@ -198,7 +198,7 @@ func TestIngest_BatchCollapsesDuplicatesAndAnswersPerItem(t *testing.T) {
 		}
 	}
 	if n := queued(t, h); n != 3 {
-		t.Errorf("queued %d messages, want 3", n)
+		t.Errorf("queued %d events, want 3", n)
 	}
 }
 

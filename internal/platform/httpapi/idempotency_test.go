@@ -48,13 +48,14 @@ func problemType(t *testing.T, r apptest.Response) string {
 // maxQueueReceives bounds the receive loop of queued.
 const maxQueueReceives = 50
 
-// queued counts the messages on the events queue (distinct SQS message ids) and leaves them
-// visible again for the worker.
+// queued counts the events on the events queue (the events of distinct SQS messages: the batch
+// route packs several to a message) and leaves the messages visible again for the worker.
 func queued(t testing.TB, h *apptest.Harness) int {
 	t.Helper()
 	ctx := context.Background()
 	url := h.Env.Names.QueueURL(resources.QueueEvents)
 	handles := map[string]string{}
+	events := 0
 	for range maxQueueReceives {
 		out, err := h.Env.Clients.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
@@ -66,6 +67,13 @@ func queued(t testing.TB, h *apptest.Harness) int {
 			break
 		}
 		for _, m := range out.Messages {
+			if _, seen := handles[aws.ToString(m.MessageId)]; !seen {
+				msg, err := event.DecodeMessage(aws.ToString(m.Body))
+				if err != nil {
+					t.Fatalf("a queued message does not decode: %v", err)
+				}
+				events += len(msg.Envelopes)
+			}
 			handles[aws.ToString(m.MessageId)] = aws.ToString(m.ReceiptHandle)
 		}
 	}
@@ -76,7 +84,7 @@ func queued(t testing.TB, h *apptest.Harness) int {
 			t.Fatalf("release message: %v", err)
 		}
 	}
-	return len(handles)
+	return events
 }
 
 // records counts the idempotency table's items.
@@ -141,7 +149,7 @@ func TestIdempotency_PostEvent_RepeatRunsNothing(t *testing.T) {
 		sameAnswer(t, first, h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1"))
 	}
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -167,7 +175,7 @@ func TestIdempotency_BinaryEvent_OtherAttributesUnderTheSameKeyAre422(t *testing
 		}
 	}
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -181,7 +189,7 @@ func TestIdempotency_WithoutTheHeader_RequestsRunAsBefore(t *testing.T) {
 		}
 	}
 	if n := queued(t, h); n != 2 {
-		t.Errorf("%d messages queued, want 2", n)
+		t.Errorf("%d events queued, want 2", n)
 	}
 	if n := records(t, h); n != 0 {
 		t.Errorf("%d idempotency records for unkeyed requests", n)
@@ -202,7 +210,7 @@ func TestIdempotency_InvalidKey_400AndNothingRuns(t *testing.T) {
 		}
 	}
 	if n := queued(t, h); n != 0 {
-		t.Errorf("%d messages queued for refused keys", n)
+		t.Errorf("%d events queued for refused keys", n)
 	}
 	longest := strings.Repeat("k", idempotency.MaxKeyLength)
 	if r := h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, longest); r.Status != http.StatusAccepted {
@@ -246,7 +254,7 @@ func TestIdempotency_SameKeyAnotherRequest_422AndNothingRuns(t *testing.T) {
 		t.Errorf("re-serialised body: %d %v %s", r.Status, r.Header, r.Body)
 	}
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -279,7 +287,7 @@ func TestIdempotency_KeyOfAnotherAccount_IsIndependent(t *testing.T) {
 		}
 	}
 	if n := queued(t, h); n != 2 {
-		t.Errorf("%d messages queued, want 2 (one per account)", n)
+		t.Errorf("%d events queued, want 2 (one per account)", n)
 	}
 }
 
@@ -339,7 +347,7 @@ func TestIdempotency_ServerError_ReleasesTheKey_RetryRuns(t *testing.T) {
 	}
 	sameAnswer(t, retry, h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1"))
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -393,7 +401,7 @@ func TestIdempotency_RepeatWhileTheFirstRuns_409RetryAfter_ThenReplay(t *testing
 	}
 	sameAnswer(t, first, h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1"))
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -453,7 +461,7 @@ func TestIdempotency_IdenticalRequestsAtOnce_ExactlyOneEffect(t *testing.T) {
 		return h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1")
 	}), http.StatusAccepted)
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 
 	created := check("accounts", raceRequests(t, racers, func() apptest.Response {
@@ -498,7 +506,7 @@ func TestIdempotency_CrashBetweenClaimAndCompletion_TakenOverAfterTheLease(t *te
 		t.Fatalf("within the lease: %d %v %s", busy.Status, busy.Header, busy.Body)
 	}
 	if n := queued(t, h); n != 0 {
-		t.Fatalf("%d messages queued before the takeover", n)
+		t.Fatalf("%d events queued before the takeover", n)
 	}
 	h.Clock.Advance(time.Second)
 	ran := h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1")
@@ -507,7 +515,7 @@ func TestIdempotency_CrashBetweenClaimAndCompletion_TakenOverAfterTheLease(t *te
 	}
 	sameAnswer(t, ran, h.Do(t, http.MethodPost, "/v1/events", key, cloudEvent("evt_1"), keyHeader, "k1"))
 	if n := queued(t, h); n != 1 {
-		t.Errorf("%d messages queued, want 1", n)
+		t.Errorf("%d events queued, want 1", n)
 	}
 }
 
@@ -537,7 +545,7 @@ func TestIdempotency_CrashAfterTheEffectBeforeTheRecord_RerunBillsOnce(t *testin
 		t.Fatalf("takeover: %d %v %s", ran.Status, ran.Header, ran.Body)
 	}
 	if n := queued(t, h); n != 2 {
-		t.Errorf("%d messages queued, want 2 (the first run's and the takeover's)", n)
+		t.Errorf("%d events queued, want 2 (the first run's and the takeover's)", n)
 	}
 	h.Drain(t, 0)
 	u := h.Do(t, http.MethodGet, "/v1/usage?feature=events", key, nil).JSON(t)
@@ -593,7 +601,7 @@ func TestIdempotency_Batch_GrownBatchUnderTheOldKeyRefused_ItemsBillOnce(t *test
 		t.Errorf("grown batch under the old key: %d %s", r.Status, r.Body)
 	}
 	if n := queued(t, h); n != 2 {
-		t.Fatalf("%d messages queued, want 2", n)
+		t.Fatalf("%d events queued, want 2", n)
 	}
 	if r := h.Do(t, http.MethodPost, "/v1/events/batch", key, three, keyHeader, "flush-2"); r.Status != http.StatusAccepted || replayed(r) {
 		t.Fatalf("grown batch under a new key: %d %s", r.Status, r.Body)
@@ -622,7 +630,7 @@ func TestIdempotency_Batch_DuplicateItemsCollapsed_ReplayIdentical(t *testing.T)
 	}
 	sameAnswer(t, first, h.Do(t, http.MethodPost, "/v1/events/batch", key, batch, keyHeader, "flush-1"))
 	if n := queued(t, h); n != 2 {
-		t.Errorf("%d messages queued, want 2", n)
+		t.Errorf("%d events queued, want 2", n)
 	}
 }
 

@@ -171,10 +171,10 @@ const (
 
 // EventSourceBatchSize is how many messages one invocation of a queue's consumer gets, and
 // EventSourceBatchingWindow how long Lambda gathers them first (SQS allows more than 10 only with
-// a window): the deployment's event sources and `ferry dev`'s read both. In batch mode the worker
-// groups an invocation's messages by account into units of at most 97 events
-// (event.MaxPackedEvents: one transaction holds 97 entries, the meter row, its mark and the
-// unit's analytics rows item), so 97 single-event messages of one account are one transaction and one archive object; a bigger
+// a window): the deployment's event sources and `ferry dev`'s read both. The worker groups an
+// invocation's messages by account into units of at most 97 events (event.MaxPackedEvents: one
+// transaction holds 97 entries, the meter row, its mark and the unit's analytics rows item), so
+// 97 single-event messages of one account are one transaction and one archive object; a bigger
 // batch would leave a remainder unit, a smaller one pays the per-unit writes more often. Failed
 // messages are reported one by one (ReportBatchItemFailures), so a bigger batch costs no
 // redelivered work; the second of gathering is the latency a single event pays for it. Lambda
@@ -480,11 +480,18 @@ const (
 	// EnvStripeAPIKeySecretARN, EnvStripeAPIBase).
 	EnvReportKinde = "FERRY_REPORT_KINDE" // "true": report usage to Kinde's meters
 
-	// EnvBatchMode "true" packs the batch route's events several to a queue message, and the
-	// worker groups each invocation's messages by account into units it claims, meters and
-	// archives at once (README, "Batch mode" and "Performance").
-	EnvBatchMode = "FERRY_BATCH_MODE"
+	// EnvRetiredBatchMode is a setting earlier releases read on the ingest and worker functions
+	// to choose between two worker designs: "true" the design every deployment now runs, anything
+	// else the per-event worker, which was retired. This release uses it for nothing; those two
+	// functions only check it at start (RetiredBatchModeWhy).
+	EnvRetiredBatchMode = "FERRY_BATCH_MODE"
 )
+
+// RetiredBatchModeWhy is what replaced EnvRetiredBatchMode: the ingest and worker functions start
+// with it set to true, the design they run anyway, logging that it is ignored, and refuse to start
+// with any other value, which asks for a worker this release does not have.
+const RetiredBatchModeWhy = "the per-event worker was retired: every deployment runs the one worker design " +
+	"(units of one account's events, claimed and metered in one transaction; docs/performance.md)"
 
 // Environment kinds for EnvVar.
 const (
@@ -638,10 +645,8 @@ const SweeperTimeout = 50 * time.Second
 // Functions lists every function. Capabilities add theirs here.
 var Functions = []Function{
 	{
-		Name:    FunctionIngest,
-		Purpose: "POST /v1/events: authenticate, advisory gate, enqueue",
-		// Batch mode packs the batch route's events several to a message.
-		Settings: []string{EnvBatchMode},
+		Name:     FunctionIngest,
+		Purpose:  "POST /v1/events: authenticate, advisory gate, enqueue",
 		Timeout:  10 * time.Second,
 		MemoryMB: 256,
 		Tables:   map[string]Access{TableAPIKeys: Read, TableAccounts: Read, TableUsage: Read, TableLedger: Read, TableIdempotency: ReadWrite},
@@ -677,10 +682,8 @@ var Functions = []Function{
 		Buckets: map[string]Access{BucketArchive: Read},
 	},
 	{
-		Name:    FunctionWorker,
-		Purpose: "the SQS worker: claim, bill, archive, insert, mark",
-		// Batch mode groups an invocation's messages by account into units.
-		Settings: []string{EnvBatchMode},
+		Name:     FunctionWorker,
+		Purpose:  "the SQS worker: claim, bill, archive, insert, mark",
 		Timeout:  WorkerTimeout,
 		MemoryMB: 512,
 		Tables: map[string]Access{

@@ -49,7 +49,7 @@ func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 	return a
 }
 
-// bill bills n new events for the account through the ledger's billing path, as the worker does.
+// bill bills n new events for the account through the worker.
 func (r *rig) bill(t *testing.T, acct accounts.Account, n int) { t.Helper(); r.Bill(t, acct, n) }
 
 // report runs the reporter, then the drainer, as the schedules do.

@@ -31,7 +31,7 @@ func meterRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	stand := apptest.NewStandIns(t, catalog)
-	h := apptest.New(t, apptest.Options{Catalog: &catalog, BatchMode: true, Settings: stand.Settings})
+	h := apptest.New(t, apptest.Options{Catalog: &catalog, Settings: stand.Settings})
 	h.MeterAPI().Reconciler.ConfirmWait = 10 * time.Millisecond
 	h.MeterAPI().Reconciler.RecheckWait = 10 * time.Millisecond
 	stand.Stripe.SetClock(h.Clock.Now)

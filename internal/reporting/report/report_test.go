@@ -49,7 +49,7 @@ func (r *rig) linked(t *testing.T, id, plan string) accounts.Account {
 	return a
 }
 
-// bill bills n events through the ledger's billing path, as the worker does.
+// bill bills n events through the worker.
 func (r *rig) bill(t *testing.T, acct accounts.Account, n int) { t.Helper(); r.Bill(t, acct, n) }
 
 func (r *rig) run(t *testing.T) report.Result {
@@ -420,9 +420,11 @@ func TestState_LeaseTakenOverOnlyOnceLapsed_ReleasedOnlyByItsHolder(t *testing.T
 }
 
 // A mark already present costs no write: once a row is marked, billing another event on it is
-// one transaction of the same two writes as without marks (the meter and the checkpoint), plus
-// a check of the mark. Only the first write after a report pays for the mark. (A counted plan's
-// events land on 64 shards, each with its own mark: see make bench for the amortized figure.)
+// one transaction of the same writes as without marks (the entry with its checkpoint, the meter,
+// the unit's rows item, the events meter's rollup minute and hour), plus a check of the mark,
+// read with the unit's state. Only the first
+// write after a report pays for the mark. (A counted plan's units land on 64 shards, each with
+// its own mark: see make bench for the amortized figure.)
 func TestMarks_APresentMarkCostsNoWrite(t *testing.T) {
 	meter := instrument.NewRequestMeter()
 	r := newRig(t, meter.Option)
@@ -431,13 +433,16 @@ func TestMarks_APresentMarkCostsNoWrite(t *testing.T) {
 	meter.Reset()
 	r.bill(t, acct, 1)
 	ops := meter.Snapshot()
-	if tx := ops["TransactWriteItems"]; tx.Calls != 1 || tx.WriteUnits != 4 || tx.ReadUnits != 2 || tx.Errors != 0 {
-		t.Errorf("TransactWriteItems %+v; want 1 call, 4 write units (meter and checkpoint), 2 read units (the mark's check)", tx)
+	if tx := ops["TransactWriteItems"]; tx.Calls != 1 || tx.WriteUnits != 10 || tx.ReadUnits != 2 || tx.Errors != 0 {
+		t.Errorf("TransactWriteItems %+v; want 1 call, 10 write units (the entry, the meter, the rows item, two rollup items), 2 read units (the mark's check)", tx)
 	}
 	if put := ops["PutItem"]; put.Calls != 1 || put.WriteUnits != 1 {
-		t.Errorf("PutItem %+v; want the claim alone", put)
+		t.Errorf("PutItem %+v; want the unit's done record alone", put)
 	}
-	if get := ops["GetItem"]; get.Calls != 0 {
-		t.Errorf("GetItem %+v; want none", get)
+	if upd := ops["UpdateItem"]; upd.Calls != 0 {
+		t.Errorf("UpdateItem %+v; want none", upd)
+	}
+	if get, read := ops["GetItem"], ops["BatchGetItem"]; get.Calls != 1 || read.Calls != 1 {
+		t.Errorf("GetItem %+v, BatchGetItem %+v; want the account's read and the unit's (which reads the mark)", get, read)
 	}
 }
