@@ -126,7 +126,7 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 			if err := json.Unmarshal(answer, &resp); err != nil || len(resp.BatchItemFailures) != 0 {
 				t.Fatalf("answer %s (%v); want no batch item failures", answer, err)
 			}
-			store := &ledger.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableLedger),
+			store := &ledger.Table{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableLedger),
 				Usage: usage.Table{DB: env.Clients.DynamoDB, Name: env.Names.Table(resources.TableUsage)}}
 			e, err := store.Get(context.Background(), fixtureAccountID, "evt_fixture_1")
 			if err != nil || e.Status != ledger.Inserted {
@@ -163,7 +163,7 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 			if err := json.Unmarshal(answer, &resp); err != nil || len(resp.BatchItemFailures) != 0 {
 				t.Fatalf("answer %s (%v); want no batch item failures", answer, err)
 			}
-			store := &inbox.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableInbox)}
+			store := &inbox.Table{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableInbox)}
 			e, err := store.Get(context.Background(), billingEventID)
 			if err != nil || e.Status != inbox.Ignored || e.Reason == "" {
 				t.Errorf("the billing event: %+v, %v; want it IGNORED with its reason", e, err)

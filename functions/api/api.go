@@ -34,11 +34,11 @@ var Builder = compose.Builder{Function: resources.FunctionAPI, Build: build}
 type Parts struct {
 	Accounts   *accounts.Service
 	Usage      usage.Table
-	Ledger     *ledger.DynamoStore
+	Ledger     *ledger.Table
 	Archive    *archive.S3
 	Limits     limits.Source
 	Allowances *allowance.Service
-	Inbox      *inbox.DynamoStore
+	Inbox      *inbox.Table
 	Reader     *inbox.Reader
 	Rollups    *rollup.Store
 	HTTP       *httpapi.Server
@@ -52,7 +52,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := &Parts{
 		// The operator routes create accounts with their keys and link provider ids to them.
 		Accounts: &accounts.Service{
-			Store: &accounts.DynamoStore{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
+			Store: &accounts.Table{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
 				KeysTable: c.Table(resources.TableAPIKeys, resources.ReadWrite), LinksTable: c.Table(resources.TableAccountLinks, resources.ReadWrite)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
@@ -65,20 +65,20 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		// and an allowance feature's grant rows.
 		Limits: limits.Compose(context.Background(), c),
 		Allowances: &allowance.Service{
-			Store:   &allowance.DynamoStore{DB: db, Table: c.Table(resources.TableGrants, resources.Read)},
+			Store:   &allowance.Table{DB: db, Table: c.Table(resources.TableGrants, resources.Read)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
 	}
 	// The ledger: event status, the failed-event lists, and an operator's redrive (which reopens
 	// an UNINSERTABLE entry and queues its archived payload again).
-	p.Ledger = &ledger.DynamoStore{DB: db, Table: c.Table(resources.TableLedger, resources.ReadWrite), Usage: p.Usage}
+	p.Ledger = &ledger.Table{DB: db, Table: c.Table(resources.TableLedger, resources.ReadWrite), Usage: p.Usage}
 	redrive := &worker.Redrive{
 		Ledger: p.Ledger, Archive: p.Archive,
 		Queue: &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send)},
 		NowMs: func() int64 { return c.Now().UnixMilli() },
 	}
 	// The billing-events routes read the inbox and replay (a write and a nudge).
-	p.Inbox = &inbox.DynamoStore{DB: db, Table: c.Table(resources.TableInbox, resources.ReadWrite)}
+	p.Inbox = &inbox.Table{DB: db, Table: c.Table(resources.TableInbox, resources.ReadWrite)}
 	nudger := &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)}
 	p.Reader = &inbox.Reader{Store: p.Inbox, Nudger: nudger, Log: c.Log, Now: c.Now}
 	sessions := httpapi.Sessions(c, resources.ReadWrite)
@@ -87,7 +87,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Limits: p.Limits, Allowances: p.Allowances, BillingEvents: p.Reader,
 		FailedEvents: p.Ledger, Redrive: redrive,
 		UsageQuery: p.Rollups, UsageMeters: usageMeters(c),
-		HoldLister: &holds.DynamoStore{DB: db, Table: c.Table(resources.TableHolds, resources.Read)},
+		HoldLister: &holds.Table{DB: db, Table: c.Table(resources.TableHolds, resources.Read)},
 		Console:    newConsoleDeps(c, sessions),
 	}
 	fn := c.Function(p)

@@ -36,8 +36,8 @@ type routes struct {
 	Catalog  plans.Catalog
 	// Events reads an event's ledger entry; FailedEvents lists an account's REJECTED and
 	// UNINSERTABLE events; Redrive queues an UNINSERTABLE one again from the archive.
-	Events       *ledger.DynamoStore
-	FailedEvents *ledger.DynamoStore
+	Events       *ledger.Table
+	FailedEvents *ledger.Table
 	Redrive      *worker.Redrive
 	// Limits is where the next admission reads its limit; GET /v1/usage shows that limit.
 	Limits limits.Source
@@ -45,7 +45,7 @@ type routes struct {
 	Allowances *allowance.Service
 	// BillingEvents reads and replays stored billing events; HoldLister lists an account's holds.
 	BillingEvents *inbox.Reader
-	HoldLister    *holds.DynamoStore
+	HoldLister    *holds.Table
 	// UsageQuery answers GET /v1/usage/query over the meters the deployment defines
 	// (UsageMeters).
 	UsageQuery  UsageQuerier

@@ -37,7 +37,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := &Parts{
 		// Accounts: authenticate keys, and stamp the first usage that fixes the billing cycle.
 		Accounts: &accounts.Service{
-			Store: &accounts.DynamoStore{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
+			Store: &accounts.Table{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
 				KeysTable: c.Table(resources.TableAPIKeys, resources.Read)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
@@ -46,12 +46,12 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		// An allowance feature's limit is the sum of its grant rows; the first admission of a
 		// cycle writes the cycle's opening row.
 		Allowances: &allowance.Service{
-			Store:   &allowance.DynamoStore{DB: db, Table: c.Table(resources.TableGrants, resources.ReadWrite)},
+			Store:   &allowance.Table{DB: db, Table: c.Table(resources.TableGrants, resources.ReadWrite)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
 	}
 	p.Holds = &holds.Service{
-		Store: &holds.DynamoStore{
+		Store: &holds.Table{
 			DB: db, Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: p.Usage,
 			RateLimits: ratelimit.Table{DB: db, Name: c.Table(resources.TableRateLimits, resources.ReadWrite)},
 		},

@@ -23,8 +23,8 @@ var Builder = compose.Builder{Function: resources.FunctionInbox, Build: build}
 type Parts struct {
 	Accounts   *accounts.Service
 	Allowances *allowance.Service
-	Store      *inbox.DynamoStore
-	Worker     *inbox.Worker
+	Store      *inbox.Table
+	Worker     *inbox.Applier
 	// MeterMarks is the reconciler's reader of the provider meter marks.
 	MeterMarks inbox.MeterMarks
 }
@@ -35,17 +35,17 @@ func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p 
 func build(c *compose.Composer) (*compose.Function, error) {
 	db := c.DynamoDB()
 	// Accounts: the plan and status an event changes, found through the provider's link.
-	store := &accounts.DynamoStore{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
+	store := &accounts.Table{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite),
 		LinksTable: c.Table(resources.TableAccountLinks, resources.Read)}
 	p := &Parts{
 		Accounts: &accounts.Service{Store: store, Catalog: c.Config.Catalog, Now: c.Now},
 		Allowances: &allowance.Service{
-			Store:   &allowance.DynamoStore{DB: db, Table: c.Table(resources.TableGrants, resources.ReadWrite)},
+			Store:   &allowance.Table{DB: db, Table: c.Table(resources.TableGrants, resources.ReadWrite)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
 	}
 	// The apply transactions span the account and its grant rows.
-	p.Store = &inbox.DynamoStore{DB: db, Table: c.Table(resources.TableInbox, resources.ReadWrite), Accounts: store,
+	p.Store = &inbox.Table{DB: db, Table: c.Table(resources.TableInbox, resources.ReadWrite), Accounts: store,
 		Grants: p.Allowances.Store}
 	stripeReader := stripewebhook.Interpreter{}
 	refetch, err := objects.ConfigFromSettings(context.Background(), c)
@@ -61,7 +61,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 			stripeReader.Refetch = client
 		}
 	}
-	p.Worker = &inbox.Worker{
+	p.Worker = &inbox.Applier{
 		Store: p.Store, Accounts: p.Accounts, Grants: p.Allowances.Store, Catalog: c.Config.Catalog,
 		Nudger:  &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)},
 		Metrics: c.Metrics, Log: c.Log, Now: c.Now,

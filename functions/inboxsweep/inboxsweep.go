@@ -15,8 +15,8 @@ var Builder = compose.Builder{Function: resources.FunctionInboxSweep, Build: bui
 
 // Parts are the services the inbox sweep runs on.
 type Parts struct {
-	Store  *inbox.DynamoStore
-	Worker *inbox.Worker
+	Store  *inbox.Table
+	Worker *inbox.Applier
 }
 
 // PartsOf returns the parts of a function Builder built.
@@ -24,9 +24,9 @@ func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p 
 
 func build(c *compose.Composer) (*compose.Function, error) {
 	// The sweep only reads which events are due and nudges the worker; it applies nothing.
-	p := &Parts{Store: &inbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.Read)}}
+	p := &Parts{Store: &inbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.Read)}}
 	nudger := &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)}
-	p.Worker = &inbox.Worker{Store: p.Store, Nudger: nudger, Metrics: c.Metrics, Log: c.Log, Now: c.Now}
+	p.Worker = &inbox.Applier{Store: p.Store, Nudger: nudger, Metrics: c.Metrics, Log: c.Log, Now: c.Now}
 	fn := c.Function(p)
 	// A run fails when it cannot nudge, which the function's Errors alarm reports; the next run
 	// nudges again.

@@ -17,7 +17,7 @@ var Builder = compose.Builder{Function: resources.FunctionIngest, Build: build}
 // Parts are the services the ingest function runs on.
 type Parts struct {
 	Usage  usage.Table
-	Ledger *ledger.DynamoStore
+	Ledger *ledger.Table
 	Ingest *ingest.Service
 	HTTP   *httpapi.Server
 }
@@ -33,7 +33,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	}
 	// The advisory gate reads the ledger (is this a retry?) and the budget row; it writes nothing.
 	p := &Parts{Usage: usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.Read)}}
-	p.Ledger = &ledger.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.Read), Usage: p.Usage}
+	p.Ledger = &ledger.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.Read), Usage: p.Usage}
 	p.Ingest = &ingest.Service{
 		Queue:  &ingest.SQSQueue{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueEvents, resources.Send), Meters: c.Config.Catalog.Meters},
 		Ledger: p.Ledger, Usage: p.Usage, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,

@@ -27,7 +27,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := reporting.Compose(c)
 	// The cycles to reconcile soon: Ferry's own requests, and the inbox's marks of provider
 	// meters that changed (Kinde's customer.meter_usage_updated).
-	store := &inbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.ReadWrite)}
+	store := &inbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.ReadWrite)}
 	p.Reconciler.Marks = reconcile.Sources{p.Requests, reconcile.InboxMarks{Marks: inbox.MeterMarkReader{Store: store}}}
 	fn := c.Function(p)
 	// A cycle it could not report stays marked for the next run; a run fails only when Ferry's

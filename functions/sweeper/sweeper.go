@@ -27,7 +27,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := &Parts{Usage: usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.ReadWrite)}}
 	// The sweep settles lapsed holds; it admits none, so it needs no accounts, limits or rate.
 	p.Holds = &holds.Service{
-		Store:   &holds.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: p.Usage},
+		Store:   &holds.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: p.Usage},
 		Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 	}
 	fn := c.Function(p)

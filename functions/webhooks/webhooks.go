@@ -18,7 +18,7 @@ var Builder = compose.Builder{Function: resources.FunctionWebhooks, Build: build
 
 // Parts are the services the webhooks function runs on.
 type Parts struct {
-	Store    *inbox.DynamoStore
+	Store    *inbox.Table
 	Intake   *inbox.Intake
 	Receiver *intake.Receiver
 	HTTP     *httpapi.Server
@@ -30,7 +30,7 @@ func PartsOf(fn *compose.Function) *Parts { p, _ := fn.Parts.(*Parts); return p 
 func build(c *compose.Composer) (*compose.Function, error) {
 	cfg, err := intake.ConfigFromSettings(context.Background(), c)
 	c.Fail(err)
-	p := &Parts{Store: &inbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.ReadWrite)}}
+	p := &Parts{Store: &inbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableInbox, resources.ReadWrite)}}
 	nudger := &inbox.SQSNudger{Client: c.Clients.SQS, URL: c.QueueURL(resources.QueueInbox, resources.Send)}
 	p.Intake = &inbox.Intake{Store: p.Store, Nudger: nudger, Metrics: c.Metrics, Log: c.Log, Now: c.Now}
 	p.Receiver = &intake.Receiver{Config: cfg, Intake: p.Intake, Metrics: c.Metrics, Log: c.Log, Now: c.Now}

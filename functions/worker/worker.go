@@ -21,7 +21,7 @@ var Builder = compose.Builder{Function: resources.FunctionWorker, Build: build}
 type Parts struct {
 	Accounts  *accounts.Service
 	Usage     usage.Table
-	Ledger    *ledger.DynamoStore
+	Ledger    *ledger.Table
 	Archive   *archive.S3
 	Analytics *analytics.DynamoWriter
 	Worker    *eventworker.Worker
@@ -39,7 +39,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 	p := &Parts{
 		// The worker reads accounts and stamps the first usage; it never touches API keys.
 		Accounts: &accounts.Service{
-			Store:   &accounts.DynamoStore{DB: c.DynamoDB(), AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite)},
+			Store:   &accounts.Table{DB: c.DynamoDB(), AccountsTable: c.Table(resources.TableAccounts, resources.ReadWrite)},
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
 		Usage:     usage.Table{DB: c.DynamoDB(), Name: c.Table(resources.TableUsage, resources.ReadWrite)},
@@ -47,7 +47,7 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Analytics: &analytics.DynamoWriter{DB: c.DynamoDB(), Table: c.Table(resources.TableAnalytics, resources.ReadWrite)},
 	}
 	// A unit's claim puts its rows item in the same transaction.
-	p.Ledger = &ledger.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.ReadWrite), Usage: p.Usage,
+	p.Ledger = &ledger.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.ReadWrite), Usage: p.Usage,
 		Analytics: p.Analytics.Table}
 	p.Worker = &eventworker.Worker{
 		Accounts: p.Accounts, Ledger: p.Ledger, Archive: p.Archive, Analytics: p.Analytics,

@@ -42,7 +42,7 @@ const (
 // account as read; the conditions make the write refuse a decision that a newer change, or an
 // unlinking, overtook since. A refused item cancels the transaction, which the caller resolves
 // by reading the account again.
-func (s *DynamoStore) BillingChangeItem(c BillingChange) types.TransactWriteItem {
+func (s *Table) BillingChangeItem(c BillingChange) types.TransactWriteItem {
 	sets := []string{"#updatedAtMs = :now"}
 	conds := []string{strings.Replace(billingLinked, "%s", c.LinkKind.Field(), 1)}
 	values := map[string]types.AttributeValue{":now": dynamo.N(c.NowMs), ":link": dynamo.S(c.LinkID)}
@@ -72,7 +72,7 @@ func (s *DynamoStore) BillingChangeItem(c BillingChange) types.TransactWriteItem
 // rows, its meter mark) to the account it was resolved to when the event changes nothing on the
 // account itself: it refuses the transaction unless the account is still linked to the provider
 // id the event was resolved through.
-func (s *DynamoStore) LinkCheckItem(accountID string, kind LinkKind, linkID string) types.TransactWriteItem {
+func (s *Table) LinkCheckItem(accountID string, kind LinkKind, linkID string) types.TransactWriteItem {
 	cond := strings.Replace(billingLinked, "%s", kind.Field(), 1)
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 aws.String(s.AccountsTable),

@@ -17,9 +17,9 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// DynamoStore keeps accounts in the accounts table, key hashes in the apikeys table and
+// Table keeps accounts in the accounts table, key hashes in the apikeys table and
 // linked provider ids in the account links table.
-type DynamoStore struct {
+type Table struct {
 	DB            *dynamodb.Client
 	AccountsTable string
 	KeysTable     string
@@ -129,7 +129,7 @@ const (
 )
 
 // Create implements Store.
-func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) error {
+func (s *Table) Create(ctx context.Context, a Account, keyHash string) error {
 	acct, err := attributevalue.MarshalMap(accountItem{
 		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits),
 		CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs,
@@ -180,7 +180,7 @@ func (s *DynamoStore) Create(ctx context.Context, a Account, keyHash string) err
 }
 
 // Get implements Store.
-func (s *DynamoStore) Get(ctx context.Context, id string) (Account, error) {
+func (s *Table) Get(ctx context.Context, id string) (Account, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.AccountsTable),
 		Key:            map[string]types.AttributeValue{"id": dynamo.S(id)},
@@ -201,7 +201,7 @@ func (s *DynamoStore) Get(ctx context.Context, id string) (Account, error) {
 
 // putLink is the transaction item that links a provider id to an account, only if it names no
 // account yet.
-func (s *DynamoStore) putLink(kind LinkKind, id, accountID string, nowMs int64) (types.TransactWriteItem, error) {
+func (s *Table) putLink(kind LinkKind, id, accountID string, nowMs int64) (types.TransactWriteItem, error) {
 	item, err := attributevalue.MarshalMap(linkItem{Link: linkKey(kind, id), AccountID: accountID, CreatedAtMs: nowMs})
 	if err != nil {
 		return types.TransactWriteItem{}, err
@@ -213,7 +213,7 @@ func (s *DynamoStore) putLink(kind LinkKind, id, accountID string, nowMs int64) 
 }
 
 // deleteLink is the transaction item that unlinks a provider id (see the link conditions).
-func (s *DynamoStore) deleteLink(kind LinkKind, id string) types.TransactWriteItem {
+func (s *Table) deleteLink(kind LinkKind, id string) types.TransactWriteItem {
 	return types.TransactWriteItem{Delete: &types.Delete{
 		TableName: aws.String(s.LinksTable),
 		Key:       map[string]types.AttributeValue{"link": dynamo.S(linkKey(kind, id))},
@@ -221,7 +221,7 @@ func (s *DynamoStore) deleteLink(kind LinkKind, id string) types.TransactWriteIt
 }
 
 // takenLink returns the first of a's links that names another account than owner, if any.
-func (s *DynamoStore) takenLink(ctx context.Context, a Account, owner string) *LinkTakenError {
+func (s *Table) takenLink(ctx context.Context, a Account, owner string) *LinkTakenError {
 	for _, kind := range LinkKinds {
 		id := a.Link(kind)
 		if id == "" {
@@ -236,7 +236,7 @@ func (s *DynamoStore) takenLink(ctx context.Context, a Account, owner string) *L
 
 // Update implements Store. An update that changes linked ids changes the account and its link
 // items in one transaction, conditioned on the links it read.
-func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, nowMs int64) (Account, error) {
+func (s *Table) Update(ctx context.Context, id string, in UpdateInput, nowMs int64) (Account, error) {
 	if len(in.Links) == 0 {
 		return s.update(ctx, id, in, nowMs, Account{})
 	}
@@ -262,7 +262,7 @@ func (s *DynamoStore) Update(ctx context.Context, id string, in UpdateInput, now
 var errLinksMoved = errors.New("the account's links changed since they were read")
 
 // update writes in. current is the account as read before, when in changes links.
-func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, nowMs int64, current Account) (Account, error) {
+func (s *Table) update(ctx context.Context, id string, in UpdateInput, nowMs int64, current Account) (Account, error) {
 	sets := []string{strings.TrimPrefix(updatePrefix, "SET ")}
 	values := map[string]types.AttributeValue{":now": dynamo.N(nowMs)}
 	cond := accountExists
@@ -362,7 +362,7 @@ func (s *DynamoStore) update(ctx context.Context, id string, in UpdateInput, now
 // updateWithLinks writes an account update and its link changes in one transaction. A
 // cancellation is explained from durable state: the account is gone, a new id names another
 // account, the agreement day is locked, or the links moved under us (read again).
-func (s *DynamoStore) updateWithLinks(ctx context.Context, id string, in UpdateInput, update, cond string,
+func (s *Table) updateWithLinks(ctx context.Context, id string, in UpdateInput, update, cond string,
 	values map[string]types.AttributeValue, links []types.TransactWriteItem) (Account, error) {
 	items := append([]types.TransactWriteItem{{Update: &types.Update{
 		TableName:                 aws.String(s.AccountsTable),
@@ -399,7 +399,7 @@ func (s *DynamoStore) updateWithLinks(ctx context.Context, id string, in UpdateI
 }
 
 // AccountIDForLink implements Store.
-func (s *DynamoStore) AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error) {
+func (s *Table) AccountIDForLink(ctx context.Context, kind LinkKind, id string) (string, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.LinksTable),
 		Key:            map[string]types.AttributeValue{"link": dynamo.S(linkKey(kind, id))},
@@ -419,7 +419,7 @@ func (s *DynamoStore) AccountIDForLink(ctx context.Context, kind LinkKind, id st
 }
 
 // AccountIDForKey implements Store.
-func (s *DynamoStore) AccountIDForKey(ctx context.Context, keyHash string) (string, error) {
+func (s *Table) AccountIDForKey(ctx context.Context, keyHash string) (string, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.KeysTable),
 		Key:       map[string]types.AttributeValue{"keyHash": dynamo.S(keyHash)},
@@ -438,7 +438,7 @@ func (s *DynamoStore) AccountIDForKey(ctx context.Context, keyHash string) (stri
 }
 
 // MarkUsageStarted implements Store.
-func (s *DynamoStore) MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error) {
+func (s *Table) MarkUsageStarted(ctx context.Context, id string, nowMs int64) (Account, error) {
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.AccountsTable),
 		Key:                       map[string]types.AttributeValue{"id": dynamo.S(id)},

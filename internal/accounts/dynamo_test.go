@@ -18,9 +18,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // An update decided on links it read before another update changed them must not commit: it
 // would delete a link item that is no longer the account's and leave the other update's link
 // item behind, naming the account under an id it no longer has.
-func TestDynamoStore_RelinkDecidedOnStaleLinks_IsRefusedAndLeavesNoStrayLink(t *testing.T) {
+func TestTable_RelinkDecidedOnStaleLinks_IsRefusedAndLeavesNoStrayLink(t *testing.T) {
 	env := testenv.New(t)
-	s := &DynamoStore{
+	s := &Table{
 		DB: env.Clients.DynamoDB, AccountsTable: env.Names.Table(resources.TableAccounts),
 		KeysTable: env.Names.Table(resources.TableAPIKeys), LinksTable: env.Names.Table(resources.TableAccountLinks),
 	}

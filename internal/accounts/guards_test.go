@@ -13,8 +13,8 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
-func storeOn(env *testenv.Env, db *dynamodb.Client) *DynamoStore {
-	return &DynamoStore{DB: db, AccountsTable: env.Names.Table(resources.TableAccounts),
+func storeOn(env *testenv.Env, db *dynamodb.Client) *Table {
+	return &Table{DB: db, AccountsTable: env.Names.Table(resources.TableAccounts),
 		KeysTable: env.Names.Table(resources.TableAPIKeys), LinksTable: env.Names.Table(resources.TableAccountLinks)}
 }
 

@@ -76,7 +76,7 @@ func (s *Service) List(ctx context.Context, in ListInput) (Page, error) {
 
 // List implements Store: one page of the accounts table's list index (keys only, in id order,
 // begins_with the prefix), then the accounts themselves in one strongly consistent BatchGetItem.
-func (s *DynamoStore) List(ctx context.Context, prefix, cursor string, limit int) (Page, error) {
+func (s *Table) List(ctx context.Context, prefix, cursor string, limit int) (Page, error) {
 	cond := "#listKey = :list"
 	values := map[string]types.AttributeValue{":list": dynamo.S(resources.AccountsListValue)}
 	if prefix != "" {

@@ -39,9 +39,9 @@ const (
 	lapsedKeyCondition = "#leaseShard = :shard AND #leaseExpiresAtMs <= :now"
 )
 
-// DynamoStore keeps holds and their steps in the holds table. Its transactions span the holds
+// Table keeps holds and their steps in the holds table. Its transactions span the holds
 // table, the budget rows of the usage table and the rate-limit counters.
-type DynamoStore struct {
+type Table struct {
 	DB         *dynamodb.Client
 	Table      string
 	Usage      usage.Table
@@ -165,7 +165,7 @@ func expiresAt(fromMs int64) int64 { return time.UnixMilli(fromMs).Add(Retention
 // Reserve implements Store: one transaction puts the hold (only if its key names no hold yet),
 // holds its amount on the budget row (only if committed stays within the limit) and counts it
 // against the account's rate limit (only if the window has room).
-func (s *DynamoStore) Reserve(ctx context.Context, h Hold, rate ratelimit.Limit, now time.Time) error {
+func (s *Table) Reserve(ctx context.Context, h Hold, rate ratelimit.Limit, now time.Time) error {
 	item, err := attributevalue.MarshalMap(itemOf(h))
 	if err != nil {
 		return fmt.Errorf("encode hold %s: %w", h.ID, err)
@@ -182,7 +182,7 @@ func (s *DynamoStore) Reserve(ctx context.Context, h Hold, rate ratelimit.Limit,
 
 // ReadReservation implements Store: the hold (if its key names one), the budget row and the
 // rate counter, in one strongly consistent snapshot.
-func (s *DynamoStore) ReadReservation(ctx context.Context, accountID, holdID, feature, cycleLabel string, rate ratelimit.Limit, now time.Time) (Reservation, error) {
+func (s *Table) ReadReservation(ctx context.Context, accountID, holdID, feature, cycleLabel string, rate ratelimit.Limit, now time.Time) (Reservation, error) {
 	out, err := s.DB.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
 		{Get: &types.Get{TableName: aws.String(s.Table), Key: holdKey(accountID, holdID)}},
 		s.Usage.GetBudget(accountID, feature, cycleLabel),
@@ -205,7 +205,7 @@ func (s *DynamoStore) ReadReservation(ctx context.Context, accountID, holdID, fe
 }
 
 // Get implements Store.
-func (s *DynamoStore) Get(ctx context.Context, accountID, holdID string) (Hold, error) {
+func (s *Table) Get(ctx context.Context, accountID, holdID string) (Hold, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.Table), Key: holdKey(accountID, holdID), ConsistentRead: aws.Bool(true),
 	})
@@ -220,7 +220,7 @@ func (s *DynamoStore) Get(ctx context.Context, accountID, holdID string) (Hold, 
 
 // ReadCharge implements Store: the hold and the step's stored answer (if the step key was
 // charged before), in one strongly consistent snapshot.
-func (s *DynamoStore) ReadCharge(ctx context.Context, accountID, holdID, key string) (Hold, *Step, error) {
+func (s *Table) ReadCharge(ctx context.Context, accountID, holdID, key string) (Hold, *Step, error) {
 	out, err := s.DB.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
 		{Get: &types.Get{TableName: aws.String(s.Table), Key: holdKey(accountID, holdID)}},
 		{Get: &types.Get{TableName: aws.String(s.Table), Key: stepKey(accountID, holdID, key)}},
@@ -249,7 +249,7 @@ func (s *DynamoStore) ReadCharge(ctx context.Context, accountID, holdID, key str
 // Charge implements Store: one transaction stores the step's answer under its key (only if the
 // key is new) and moves the hold's usage and lease (only if the hold is still RUNNING at the
 // revision the step was decided on).
-func (s *DynamoStore) Charge(ctx context.Context, h Hold, st Step) error {
+func (s *Table) Charge(ctx context.Context, h Hold, st Step) error {
 	item, err := attributevalue.MarshalMap(stepItem{
 		PK: partition(h.AccountID, h.ID), SK: stepPrefix + st.Key, HoldID: h.ID, Key: st.Key,
 		Requested: st.Requested, Charged: st.Charged, Capped: st.Capped, Used: st.Used, Amount: st.Amount,
@@ -282,7 +282,7 @@ func (s *DynamoStore) Charge(ctx context.Context, h Hold, st Step) error {
 // it is still RUNNING at the revision the settlement was decided on) and moves the budget row:
 // the charged part to used, the rest back to the limit. The final version is written whole
 // rather than updated so that it carries no lease shard and so leaves the sparse lease index.
-func (s *DynamoStore) Settle(ctx context.Context, h Hold, st Settlement, nowMs int64) error {
+func (s *Table) Settle(ctx context.Context, h Hold, st Settlement, nowMs int64) error {
 	final := h
 	final.Status, final.Used, final.Charged, final.Released = st.Status, st.Used, st.Charged, st.Released
 	final.SettledAtMs, final.UpdatedAtMs, final.Rev = nowMs, nowMs, h.Rev+1
@@ -327,7 +327,7 @@ func (s *DynamoStore) Settle(ctx context.Context, h Hold, st Settlement, nowMs i
 // LapsedLeases implements Store: the running holds of one lease shard whose lease ran out by
 // nowMs, oldest first, reading at most maxPages pages of pageSize. The index is eventually
 // consistent: callers re-read each hold before acting on it.
-func (s *DynamoStore) LapsedLeases(ctx context.Context, shard int, nowMs int64, pageSize int32, maxPages int) ([]Ref, error) {
+func (s *Table) LapsedLeases(ctx context.Context, shard int, nowMs int64, pageSize int32, maxPages int) ([]Ref, error) {
 	var refs []Ref
 	var start map[string]types.AttributeValue
 	for range maxPages {
@@ -367,7 +367,7 @@ func decodeHold(item map[string]types.AttributeValue) (Hold, error) {
 	return it.hold(), nil
 }
 
-func (s *DynamoStore) write(ctx context.Context, what string, items []types.TransactWriteItem) error {
+func (s *Table) write(ctx context.Context, what string, items []types.TransactWriteItem) error {
 	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if err != nil {
 		return s.translate(what, err)
@@ -377,7 +377,7 @@ func (s *DynamoStore) write(ctx context.Context, what string, items []types.Tran
 
 // translate turns a cancelled transaction into ErrCancelled. Which condition failed is not read
 // from the error: the service re-reads durable state to find out.
-func (s *DynamoStore) translate(what string, err error) error {
+func (s *Table) translate(what string, err error) error {
 	if dynamo.IsTransactionCanceled(err) {
 		return fmt.Errorf("%s: %w", what, ErrCancelled)
 	}

@@ -40,7 +40,7 @@ type Page struct {
 // themselves in one strongly consistent BatchGetItem. A hold that left the status since the index
 // was read (a settlement; indexes are eventually consistent) is left out rather than shown as it
 // was.
-func (s *DynamoStore) List(ctx context.Context, accountID string, status Status, cursor string, limit int) (Page, error) {
+func (s *Table) List(ctx context.Context, accountID string, status Status, cursor string, limit int) (Page, error) {
 	if !status.Valid() {
 		return Page{}, problem.Input(fmt.Sprintf("status must be %s, %s or %s", Running, Expired, Settled))
 	}

@@ -40,7 +40,7 @@ type Ref struct {
 	HoldID    string
 }
 
-// Store is where holds live. DynamoStore implements it.
+// Store is where holds live. Table implements it.
 type Store interface {
 	// Reserve opens h, holding h.Amount on the budget row under h.Limit, and counts it against
 	// rate, in one transaction.

@@ -72,9 +72,9 @@ type Parts struct {
 	Reconciler  *reconcile.Reconciler
 	Corrections *corrections.Service
 	Evidence    *reconcile.EvidenceStore
-	Review      *review.DynamoStore
+	Review      *review.Table
 	Requests    *reconcile.Requests
-	Outbox      *outbox.DynamoStore
+	Outbox      *outbox.Table
 	State       *report.StateStore
 	// KindeMeter and Stripe are the providers' clients (nil when usage is not reported there).
 	KindeMeter *kinde.Client
@@ -97,8 +97,8 @@ func Drainer(c *compose.Composer) *Parts {
 		c.Fail(err)
 		p.Stripe = client
 	}
-	p.Outbox = &outbox.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableOutbox, resources.ReadWrite)}
-	p.Review = &review.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableReview, resources.ReadWrite), Metrics: c.Metrics}
+	p.Outbox = &outbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableOutbox, resources.ReadWrite)}
+	p.Review = &review.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableReview, resources.ReadWrite), Metrics: c.Metrics}
 	p.Drainer = &outbox.Drainer{Store: p.Outbox, Review: p.Review, Metrics: c.Metrics, Log: c.Log, Now: c.Now, Sender: unconfiguredStripe{}}
 	if p.Stripe != nil {
 		p.Drainer.Sender = p.Stripe
@@ -112,7 +112,7 @@ func Compose(c *compose.Composer) *Parts {
 	p := Drainer(c)
 	db := c.DynamoDB()
 	p.Accounts = &accounts.Service{
-		Store:   &accounts.DynamoStore{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.Read)},
+		Store:   &accounts.Table{DB: db, AccountsTable: c.Table(resources.TableAccounts, resources.Read)},
 		Catalog: c.Config.Catalog, Now: c.Now,
 	}
 	p.Usage = usage.Table{DB: db, Name: c.Table(resources.TableUsage, resources.ReadWrite)}

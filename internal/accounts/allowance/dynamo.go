@@ -32,8 +32,8 @@ const (
 	headAt    = "#rev = :rev"
 )
 
-// DynamoStore keeps grant rows in the grants table.
-type DynamoStore struct {
+// Table keeps grant rows in the grants table.
+type Table struct {
 	DB    *dynamodb.Client
 	Table string
 }
@@ -61,7 +61,7 @@ func headKey(pk string) map[string]types.AttributeValue {
 }
 
 // Read returns a cycle's rows and their revision, strongly consistent, in one Query.
-func (s *DynamoStore) Read(ctx context.Context, accountID, feature, label string) (Cycle, error) {
+func (s *Table) Read(ctx context.Context, accountID, feature, label string) (Cycle, error) {
 	c := Cycle{AccountID: accountID, Feature: feature, Label: label}
 	pk := partition(accountID, feature, label)
 	var start map[string]types.AttributeValue
@@ -103,7 +103,7 @@ func (s *DynamoStore) Read(ctx context.Context, accountID, feature, label string
 // no condition of their own: the head's guard already refuses any write decided on rows that
 // changed since, a repeated row included. Callers that commit them in a transaction of their
 // own (with an effect and its mark) resolve a cancellation by reading the cycle again.
-func (s *DynamoStore) Items(c Cycle, add []Grant, nowMs int64) ([]types.TransactWriteItem, error) {
+func (s *Table) Items(c Cycle, add []Grant, nowMs int64) ([]types.TransactWriteItem, error) {
 	if err := Validate(c, add); err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (s *DynamoStore) Items(c Cycle, add []Grant, nowMs int64) ([]types.Transact
 
 // Add writes rows to a cycle read as c in a transaction of their own. It returns ErrCancelled
 // when the transaction was cancelled (nothing was written); the caller reads the cycle again.
-func (s *DynamoStore) Add(ctx context.Context, c Cycle, add []Grant, nowMs int64) error {
+func (s *Table) Add(ctx context.Context, c Cycle, add []Grant, nowMs int64) error {
 	items, err := s.Items(c, add, nowMs)
 	if err != nil || len(items) == 0 {
 		return err

@@ -13,7 +13,7 @@ import (
 
 // Service answers what an account's allowance is in a cycle.
 type Service struct {
-	Store   *DynamoStore
+	Store   *Table
 	Catalog plans.Catalog
 	Now     func() time.Time
 }

@@ -143,7 +143,7 @@ var testAblations = []struct{ guards, target string }{
 	// removed; the package's test unlinks the customer there.
 	{"accounts.billing-check.linked", "./internal/webhooks/inbox TestWorker_GrantOnlyPaymentForAnUnlinkedCustomer_Ignored"},
 	// The recorded concurrent histories stop being linearizable without the guards they rest on.
-	{"idempotency.claim.absent", "./internal/platform/idempotency TestDynamoStore_ConcurrentHistory_IsLinearizable"},
+	{"idempotency.claim.absent", "./internal/platform/idempotency TestTable_ConcurrentHistory_IsLinearizable"},
 	{"usage.hold.cap,usage.hold.cap-room", "./internal/holds TestBudget_ConcurrentHistory_IsLinearizable"},
 	// Claims racing on one busy hour's MAX and LATEST items: without either guard, a stale plan
 	// lowers a maximum or brings back an earlier value, and the query stops equalling the ledger.

@@ -114,7 +114,7 @@ func (effects) post(w http.ResponseWriter, r *http.Request) error {
 	st.byActor[a] = e
 	defer func() { e.ended = true }()
 	fn := s.Env.API()
-	store := fn.HTTP.Keys.Store.(*idempotency.DynamoStore)
+	store := fn.HTTP.Keys.Store.(*idempotency.Table)
 	_, err := store.DB.UpdateItem(r.Context(), &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(store.Table),
 		Key:                       map[string]types.AttributeValue{"pk": dynamo.S("harness-effect#" + st.acct.ID + "#" + k.key)},

@@ -395,7 +395,7 @@ func (d *Drive) pollAndInvoke(ctx context.Context, c consumer, what string) erro
 // in the ledger, and its account's usage counted.
 func (d *Drive) checkMetered(ctx context.Context, worker consumer, eventID string) error {
 	env := worker.fn.Env
-	store := &ledger.DynamoStore{DB: d.admin.DynamoDB, Table: env[resources.EnvVar("TABLE", resources.TableLedger)],
+	store := &ledger.Table{DB: d.admin.DynamoDB, Table: env[resources.EnvVar("TABLE", resources.TableLedger)],
 		Usage: usage.Table{DB: d.admin.DynamoDB, Name: env[resources.EnvVar("TABLE", resources.TableUsage)]}}
 	e, err := store.Get(ctx, fixtureAccountID, eventID)
 	if err != nil || e.Status != ledger.Inserted {
@@ -408,7 +408,7 @@ func (d *Drive) checkMetered(ctx context.Context, worker consumer, eventID strin
 // checkSettled reads the billing event in the table the inbox worker's environment names: its
 // customer links no account, so it is IGNORED with its reason.
 func (d *Drive) checkSettled(ctx context.Context, worker consumer, id string) error {
-	store := &inbox.DynamoStore{DB: d.admin.DynamoDB, Table: worker.fn.Env[resources.EnvVar("TABLE", resources.TableInbox)]}
+	store := &inbox.Table{DB: d.admin.DynamoDB, Table: worker.fn.Env[resources.EnvVar("TABLE", resources.TableInbox)]}
 	e, err := store.Get(ctx, id)
 	if err != nil || e.Status != inbox.Ignored || e.Reason == "" {
 		return &FunctionError{Function: worker.fn.Name, Reason: fmt.Sprintf("the billing event %s in %s: %v (status %q, reason %q); want it IGNORED with its reason", id, store.Table, err, e.Status, e.Reason), Logs: d.lastLogs}

@@ -201,7 +201,7 @@ func MeterRowSK(b Billing, batch string) string {
 
 // WriteBatchClaim writes one lap's claim in one TransactWriteItems. A cancelled transaction is
 // ErrCancelled: which condition failed, only ReadBatch says.
-func (s *DynamoStore) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
+func (s *Table) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 	items := make([]types.TransactWriteItem, 0, c.Items())
 	rowSK := MeterRowSK(c.Billing, c.Batch)
 	if c.Rows.item != nil && s.Analytics == "" {
@@ -297,7 +297,7 @@ const maxTransactItems = 100
 // claimPut is the put of one entry of a claim: conditional on the entry's absence, or, for an
 // entry an earlier release claimed alone (c.TakeOver), on its being still unbilled and
 // INSERTING, with the instants that claim fixed.
-func (s *DynamoStore) claimPut(c BatchClaim, e Entry, it entryItem) (types.TransactWriteItem, error) {
+func (s *Table) claimPut(c BatchClaim, e Entry, it entryItem) (types.TransactWriteItem, error) {
 	cond, values := claimCondition, map[string]types.AttributeValue(nil)
 	if c.TakeOver[e.EventID] {
 		cond, values = takeOverCondition, map[string]types.AttributeValue{":inserting": dynamo.S(string(Inserting))}
@@ -319,7 +319,7 @@ func (s *DynamoStore) claimPut(c BatchClaim, e Entry, it entryItem) (types.Trans
 // entries of the unit's events and the batch's item from the ledger; per feature the unit may
 // move, its budget row and its counter row's report mark; the markers of its distinct values;
 // and the extra items asked for.
-func (s *DynamoStore) ReadBatch(ctx context.Context, r BatchRead) (BatchState, error) {
+func (s *Table) ReadBatch(ctx context.Context, r BatchRead) (BatchState, error) {
 	accountID, batch := r.AccountID, r.Batch
 	keys := []ItemKey{{s.Table, map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))}}}
 	for _, id := range r.EventIDs {
@@ -409,7 +409,7 @@ func (s *DynamoStore) ReadBatch(ctx context.Context, r BatchRead) (BatchState, e
 // MarkBatchDone records that every event of the batch's message is finished: from then on the
 // batch's INSERTING entries read as INSERTED. It is conditional on the item not existing, so the
 // first record's instant stays; a record already there counts as done.
-func (s *DynamoStore) MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error {
+func (s *Table) MarkBatchDone(ctx context.Context, accountID, batch string, nowMs int64) error {
 	item, err := attributevalue.MarshalMap(batchItem{PK: batchKey(accountID, batch), AccountID: accountID, Batch: batch, DoneAtMs: nowMs})
 	if err != nil {
 		return err
@@ -421,7 +421,7 @@ func (s *DynamoStore) MarkBatchDone(ctx context.Context, accountID, batch string
 }
 
 // BatchDone reads whether a batch's item is present (strongly consistent), and its instant.
-func (s *DynamoStore) BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error) {
+func (s *Table) BatchDone(ctx context.Context, accountID, batch string) (bool, int64, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.Table), Key: map[string]types.AttributeValue{"pk": dynamo.S(batchKey(accountID, batch))},
 		ConsistentRead: aws.Bool(true),

@@ -31,7 +31,7 @@ func batchClaim(batch string, ids ...string) ledger.BatchClaim {
 }
 
 // readEvents reads a batch's entries and its events budget row.
-func readEvents(ctx context.Context, s *ledger.DynamoStore, batch string, ids ...string) (ledger.BatchState, error) {
+func readEvents(ctx context.Context, s *ledger.Table, batch string, ids ...string) (ledger.BatchState, error) {
 	return s.ReadBatch(ctx, ledger.BatchRead{AccountID: acct, Batch: batch, Cycle: cycle, EventIDs: ids,
 		Features: []ledger.FeatureRead{{Feature: plans.FeatureEvents, Row: usage.BudgetSK, Budget: true}}})
 }

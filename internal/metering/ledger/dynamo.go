@@ -49,9 +49,9 @@ const (
 	failureSet = "#failureKey = :failureKey, #failedAtMs = :now"
 )
 
-// DynamoStore is the ledger on DynamoDB. A unit's claim spans the ledger, usage and analytics
+// Table is the ledger on DynamoDB. A unit's claim spans the ledger, usage and analytics
 // tables.
-type DynamoStore struct {
+type Table struct {
 	DB    *dynamodb.Client
 	Table string
 	Usage usage.Table
@@ -104,13 +104,13 @@ func (it entryItem) entry() Entry {
 	}
 }
 
-func (s *DynamoStore) key(accountID, eventID string) map[string]types.AttributeValue {
+func (s *Table) key(accountID, eventID string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": dynamo.S(Key(accountID, eventID))}
 }
 
 // Get reads an entry with a strongly consistent read, resolved (Resolve): an INSERTING entry of
 // a batch recorded done reads INSERTED.
-func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry, error) {
+func (s *Table) Get(ctx context.Context, accountID, eventID string) (Entry, error) {
 	e, err := s.GetStored(ctx, accountID, eventID)
 	if err != nil || e.Status != Inserting || e.Batch == "" {
 		return e, err
@@ -123,7 +123,7 @@ func (s *DynamoStore) Get(ctx context.Context, accountID, eventID string) (Entry
 }
 
 // GetStored reads an entry as stored, with a strongly consistent read.
-func (s *DynamoStore) GetStored(ctx context.Context, accountID, eventID string) (Entry, error) {
+func (s *Table) GetStored(ctx context.Context, accountID, eventID string) (Entry, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.Table),
 		Key:            s.key(accountID, eventID),
@@ -143,7 +143,7 @@ func (s *DynamoStore) GetStored(ctx context.Context, accountID, eventID string) 
 }
 
 // Quarantine counts one refused analytics row and returns the new count.
-func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error) {
+func (s *Table) Quarantine(ctx context.Context, accountID, eventID, reason string, nowMs int64) (int, error) {
 	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
@@ -166,13 +166,13 @@ func (s *DynamoStore) Quarantine(ctx context.Context, accountID, eventID, reason
 
 // MarkUninsertable ends an INSERTING entry as UNINSERTABLE: its payload is archived, its row
 // cannot be written, and an operator re-drives it once the cause is fixed.
-func (s *DynamoStore) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
+func (s *Table) MarkUninsertable(ctx context.Context, accountID, eventID string, nowMs int64) error {
 	return s.setFinal(ctx, accountID, eventID, Uninsertable, insertingCondition, nowMs)
 }
 
 // MarkInserted ends a billed INSERTING entry as INSERTED. It is idempotent: an entry some other
 // delivery already marked counts as done.
-func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error {
+func (s *Table) MarkInserted(ctx context.Context, accountID, eventID string, nowMs int64) error {
 	err := s.setFinal(ctx, accountID, eventID, Inserted, markCondition, nowMs)
 	if errors.Is(err, ErrNotInserting) {
 		e, gerr := s.Get(ctx, accountID, eventID)
@@ -186,7 +186,7 @@ func (s *DynamoStore) MarkInserted(ctx context.Context, accountID, eventID strin
 	return err
 }
 
-func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
+func (s *Table) setFinal(ctx context.Context, accountID, eventID string, status Status, cond string, nowMs int64) error {
 	update := finalUpdate
 	values := map[string]types.AttributeValue{
 		":status": dynamo.S(string(status)), ":now": dynamo.N(nowMs), ":inserting": dynamo.S(string(Inserting)),
@@ -217,7 +217,7 @@ func (s *DynamoStore) setFinal(ctx context.Context, accountID, eventID string, s
 
 // Reopen puts an UNINSERTABLE entry back to INSERTING with its quarantine count cleared, so a
 // redelivery stores it again (it stays billed: the scenario table never bills it twice).
-func (s *DynamoStore) Reopen(ctx context.Context, accountID, eventID string, nowMs int64) error {
+func (s *Table) Reopen(ctx context.Context, accountID, eventID string, nowMs int64) error {
 	_, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.Table),
 		Key:                      s.key(accountID, eventID),
@@ -247,7 +247,7 @@ const (
 
 // Known reports which of an account's event ids already have a ledger entry, with strongly
 // consistent reads.
-func (s *DynamoStore) Known(ctx context.Context, accountID string, eventIDs []string) (map[string]bool, error) {
+func (s *Table) Known(ctx context.Context, accountID string, eventIDs []string) (map[string]bool, error) {
 	known := map[string]bool{}
 	for start := 0; start < len(eventIDs); start += maxBatchGetKeys {
 		ids := eventIDs[start:min(start+maxBatchGetKeys, len(eventIDs))]

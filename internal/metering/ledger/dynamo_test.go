@@ -65,8 +65,8 @@ func (w *wire) ops(op string) []call {
 	return out
 }
 
-func store(env *testenv.Env, db *dynamodb.Client) *ledger.DynamoStore {
-	return &ledger.DynamoStore{DB: db, Table: env.Names.Table(resources.TableLedger),
+func store(env *testenv.Env, db *dynamodb.Client) *ledger.Table {
+	return &ledger.Table{DB: db, Table: env.Names.Table(resources.TableLedger),
 		Usage: usage.Table{DB: db, Name: env.Names.Table(resources.TableUsage)}}
 }
 
@@ -76,7 +76,7 @@ func capped(limit int64) ledger.Billing {
 
 // marked puts the budget row's report mark, as it is in the steady state (see usage/marks.go): a
 // claim then only checks it, in its one transaction.
-func marked(t *testing.T, s *ledger.DynamoStore) {
+func marked(t *testing.T, s *ledger.Table) {
 	t.Helper()
 	_, err := s.DB.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		s.Usage.MarkPut(acct, plans.FeatureEvents, cycle, usage.BudgetSK, nowMs),
@@ -86,7 +86,7 @@ func marked(t *testing.T, s *ledger.DynamoStore) {
 	}
 }
 
-func eventsUsed(t *testing.T, s *ledger.DynamoStore) int64 {
+func eventsUsed(t *testing.T, s *ledger.Table) int64 {
 	t.Helper()
 	tot, err := s.Usage.Read(context.Background(), acct, plans.FeatureEvents, cycle)
 	if err != nil {
@@ -96,7 +96,7 @@ func eventsUsed(t *testing.T, s *ledger.DynamoStore) int64 {
 }
 
 // finished claims (and so bills) an event alone in a unit of its own, and marks it INSERTED.
-func finished(t *testing.T, s *ledger.DynamoStore, id string) error {
+func finished(t *testing.T, s *ledger.Table, id string) error {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.WriteBatchClaim(ctx, batchClaim("u_"+id, id)); err != nil {
@@ -106,7 +106,7 @@ func finished(t *testing.T, s *ledger.DynamoStore, id string) error {
 }
 
 // unchanged reports how a step on a finished entry changed it.
-func unchanged(ctx context.Context, s *ledger.DynamoStore, id string, before ledger.Entry) error {
+func unchanged(ctx context.Context, s *ledger.Table, id string, before ledger.Entry) error {
 	after, err := s.Get(ctx, acct, id)
 	if err != nil {
 		return err

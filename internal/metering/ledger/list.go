@@ -37,7 +37,7 @@ type FailedPage struct {
 // sparse failure index, then the entries themselves in one strongly consistent BatchGetItem. An
 // entry that left the status since the index was read (a redrive; indexes are eventually
 // consistent) is left out rather than shown as it was.
-func (s *DynamoStore) ListFailed(ctx context.Context, accountID string, status Status, cursor string, limit int) (FailedPage, error) {
+func (s *Table) ListFailed(ctx context.Context, accountID string, status Status, cursor string, limit int) (FailedPage, error) {
 	if !status.Failed() {
 		return FailedPage{}, problem.Input(fmt.Sprintf("status must be %s or %s", Rejected, Uninsertable))
 	}

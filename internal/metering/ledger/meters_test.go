@@ -28,7 +28,7 @@ func meterClaim(unit, id string, m ledger.Move, markers ...ledger.Marker) ledger
 }
 
 // readRow reads a feature's budget row as a claim's read does.
-func readRow(ctx context.Context, s *ledger.DynamoStore, feature string) (usage.Row, error) {
+func readRow(ctx context.Context, s *ledger.Table, feature string) (usage.Row, error) {
 	st, err := s.ReadBatch(ctx, ledger.BatchRead{AccountID: acct, Batch: "probe", Cycle: cycle,
 		Features: []ledger.FeatureRead{{Feature: feature, Row: usage.BudgetSK, Budget: true}}})
 	return st.Unit.Rows[feature], err

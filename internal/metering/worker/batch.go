@@ -35,7 +35,7 @@ import (
 //     located in the unit's archive object, or REJECTED (past a cap, or with a value its meter
 //     refuses) with its reason, moves every meter the admitted members match once, with the
 //     markers of distinct values counted first and the rollup writes, and puts the admitted
-//     members' analytics rows (ledger.PlanUnit, ledger.DynamoStore.WriteBatchClaim). A cancelled
+//     members' analytics rows (ledger.PlanUnit, ledger.Table.WriteBatchClaim). A cancelled
 //     transaction is resolved from durable state (ReadBatch), and the next lap claims what is
 //     still unclaimed, admitting members in unit order while they fit.
 //  3. Each member's scenario is picked from the ordered table in package ledger, from durable

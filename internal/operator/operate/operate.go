@@ -30,7 +30,7 @@ const DevEnvFile = "_dev.env"
 // Stack is a stack as an operator reaches it: every resource.
 type Stack struct {
 	Names     resources.Names
-	Ledger    *ledger.DynamoStore
+	Ledger    *ledger.Table
 	Archive   *archive.S3
 	Analytics *analytics.DynamoWriter
 	Queue     *ingest.SQSQueue
@@ -54,7 +54,7 @@ func FromEnv(ctx context.Context, envFile string) (*Stack, error) {
 	}
 	return &Stack{
 		Names: names,
-		Ledger: &ledger.DynamoStore{
+		Ledger: &ledger.Table{
 			DB: c.DynamoDB, Table: names.Table(resources.TableLedger),
 			Usage: usage.Table{DB: c.DynamoDB, Name: names.Table(resources.TableUsage)},
 		},

@@ -24,7 +24,7 @@ func stackOf(h *apptest.Harness) *operate.Stack {
 	c, n := h.Env.Clients, h.Env.Names
 	return &operate.Stack{
 		Names:   n,
-		Ledger:  &ledger.DynamoStore{DB: c.DynamoDB, Table: n.Table(resources.TableLedger), Usage: usage.Table{DB: c.DynamoDB, Name: n.Table(resources.TableUsage)}},
+		Ledger:  &ledger.Table{DB: c.DynamoDB, Table: n.Table(resources.TableLedger), Usage: usage.Table{DB: c.DynamoDB, Name: n.Table(resources.TableUsage)}},
 		Archive: &archive.S3{Client: c.S3, Bucket: n.Bucket(resources.BucketArchive)},
 		Now:     time.Now,
 	}

@@ -17,19 +17,19 @@ import (
 // keyPrefix starts a session item's key in the console table, which also keeps the lab slots.
 const keyPrefix = "session#"
 
-// DynamoStore keeps sessions in the console table, one item per session, keyed by its token's
+// Table keeps sessions in the console table, one item per session, keyed by its token's
 // hash. The TTL attribute lets DynamoDB delete an item some time after it expired.
-type DynamoStore struct {
+type Table struct {
 	DB    *dynamodb.Client
 	Table string
 }
 
-func (s *DynamoStore) key(hash string) map[string]types.AttributeValue {
+func (s *Table) key(hash string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": dynamo.S(keyPrefix + hash)}
 }
 
 // Put implements Store.
-func (s *DynamoStore) Put(ctx context.Context, sess Session) error {
+func (s *Table) Put(ctx context.Context, sess Session) error {
 	added, err := dynamo.PutNew(ctx, s.DB, s.Table, map[string]types.AttributeValue{
 		"pk":                          dynamo.S(keyPrefix + sess.Hash),
 		"csrf":                        dynamo.S(sess.CSRF),
@@ -47,7 +47,7 @@ func (s *DynamoStore) Put(ctx context.Context, sess Session) error {
 }
 
 // Get implements Store.
-func (s *DynamoStore) Get(ctx context.Context, hash string) (Session, error) {
+func (s *Table) Get(ctx context.Context, hash string) (Session, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.Table), Key: s.key(hash), ConsistentRead: aws.Bool(true),
 	})
@@ -64,7 +64,7 @@ func (s *DynamoStore) Get(ctx context.Context, hash string) (Session, error) {
 }
 
 // Delete implements Store.
-func (s *DynamoStore) Delete(ctx context.Context, hash string) error {
+func (s *Table) Delete(ctx context.Context, hash string) error {
 	if _, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: s.key(hash)}); err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}

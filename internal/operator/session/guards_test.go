@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // token and expiry: a session is never silently replaced by another.
 func TestGuard_ASessionIsNeverReplaced(t *testing.T) {
 	testenv.NeedsGuard(t, "session.put.new", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
-		s, ctx := &session.DynamoStore{DB: db, Table: env.Names.Table(resources.TableConsole)}, context.Background()
+		s, ctx := &session.Table{DB: db, Table: env.Names.Table(resources.TableConsole)}, context.Background()
 		first := session.Session{Hash: "h1", CSRF: "csrf-first", CreatedAtMs: 1_000, ExpiresAtMs: 4_000_000_000_000}
 		if err := s.Put(ctx, first); err != nil {
 			return err

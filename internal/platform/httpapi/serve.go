@@ -41,7 +41,7 @@ func Serve(c *compose.Composer, fn *compose.Function, handlers Handlers, auth Au
 	server := NewServer(c.Entry.Name, c.Routes(), handlers, auth, c.Log)
 	if needs(resources.Route.Mutating) {
 		keys := &idempotency.Service{
-			Store: &idempotency.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableIdempotency, resources.ReadWrite)},
+			Store: &idempotency.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableIdempotency, resources.ReadWrite)},
 			Now:   c.Now,
 		}
 		server.Use(Idempotency(keys, c.Log))
@@ -53,7 +53,7 @@ func Serve(c *compose.Composer, fn *compose.Function, handlers Handlers, auth Au
 
 // AccountsReader authenticates account keys over the granted key and account tables, read-only.
 func AccountsReader(c *compose.Composer) *accounts.Service {
-	store := &accounts.DynamoStore{
+	store := &accounts.Table{
 		DB:            c.DynamoDB(),
 		AccountsTable: c.Table(resources.TableAccounts, resources.Read),
 		KeysTable:     c.Table(resources.TableAPIKeys, resources.Read),
@@ -65,7 +65,7 @@ func AccountsReader(c *compose.Composer) *accounts.Service {
 // signs in and out (ReadWrite); every other function with operator routes only checks sessions.
 func Sessions(c *compose.Composer, access resources.Access) *session.Service {
 	return &session.Service{
-		Store: &session.DynamoStore{DB: c.DynamoDB(), Table: c.Table(resources.TableConsole, access)},
+		Store: &session.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableConsole, access)},
 		Now:   c.Now,
 	}
 }

@@ -12,7 +12,7 @@
 // entry in the route table, internal/platform/httpapi), by a TTL attribute.
 //
 // The decisions are pure functions over the stored record (Decide, Retain),
-// the DynamoDB adapter (DynamoStore) only writes and translates conditional-check failures into
+// the DynamoDB adapter (Table) only writes and translates conditional-check failures into
 // ErrClaimed and ErrClaimLost, and Service strings them together.
 //
 // # Keys inside bodies are not a second contract

@@ -43,14 +43,14 @@ const (
 	ownClaimCondition = "#token = :token"
 )
 
-// DynamoStore keeps records in the idempotency table, one item per record.
-type DynamoStore struct {
+// Table keeps records in the idempotency table, one item per record.
+type Table struct {
 	DB    *dynamodb.Client
 	Table string
 }
 
 // Claim implements Store: a conditional insert that exactly one request can win.
-func (s *DynamoStore) Claim(ctx context.Context, rec Record) error {
+func (s *Table) Claim(ctx context.Context, rec Record) error {
 	added, err := dynamo.PutNew(ctx, s.DB, s.Table, item(rec))
 	if err != nil {
 		return fmt.Errorf("claim record %s: %w", rec.ID, err)
@@ -64,7 +64,7 @@ func (s *DynamoStore) Claim(ctx context.Context, rec Record) error {
 // TakeOver implements Store. The condition pins the exact claim that was read (its token) and
 // checks again, at the new claim's time, that it is expired: past its retention, or in flight
 // past its lease. Of two requests taking over one claim, only one matches the old token.
-func (s *DynamoStore) TakeOver(ctx context.Context, old, rec Record) error {
+func (s *Table) TakeOver(ctx context.Context, old, rec Record) error {
 	cond := takeOverCondition
 	_, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                aws.String(s.Table),
@@ -88,7 +88,7 @@ func (s *DynamoStore) TakeOver(ctx context.Context, old, rec Record) error {
 }
 
 // Get implements Store.
-func (s *DynamoStore) Get(ctx context.Context, id string) (Record, error) {
+func (s *Table) Get(ctx context.Context, id string) (Record, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.Table),
 		Key:            map[string]types.AttributeValue{attrPK: dynamo.S(id)},
@@ -104,7 +104,7 @@ func (s *DynamoStore) Get(ctx context.Context, id string) (Record, error) {
 }
 
 // Complete implements Store.
-func (s *DynamoStore) Complete(ctx context.Context, rec Record) error {
+func (s *Table) Complete(ctx context.Context, rec Record) error {
 	update, cond := completeUpdate, ownClaimCondition
 	headers := make(map[string]types.AttributeValue, len(rec.Header))
 	for k, v := range rec.Header {
@@ -136,7 +136,7 @@ func (s *DynamoStore) Complete(ctx context.Context, rec Record) error {
 }
 
 // Release implements Store.
-func (s *DynamoStore) Release(ctx context.Context, rec Record) error {
+func (s *Table) Release(ctx context.Context, rec Record) error {
 	cond := ownClaimCondition
 	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                aws.String(s.Table),

@@ -20,7 +20,7 @@ import (
 // condition, tells the two claims apart — their expiry does not.
 func TestGuard_TakeoverReplacesOnlyTheClaimItRead(t *testing.T) {
 	testenv.NeedsGuard(t, "idempotency.takeover.token", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
-		s := &idempotency.DynamoStore{DB: db, Table: env.Names.Table(resources.TableIdempotency)}
+		s := &idempotency.Table{DB: db, Table: env.Names.Table(resources.TableIdempotency)}
 		ctx := context.Background()
 		t0 := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 		claim := func(token string, at time.Time) idempotency.Record {

@@ -107,9 +107,9 @@ const (
 // Concurrent clients claim, take over, complete, release and read two records; the history they
 // record, with each call's start and end, is linearizable against the record store's model
 // (checked by porcupine).
-func TestDynamoStore_ConcurrentHistory_IsLinearizable(t *testing.T) {
+func TestTable_ConcurrentHistory_IsLinearizable(t *testing.T) {
 	env := testenv.New(t)
-	store := &idempotency.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
+	store := &idempotency.Table{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
 	ops := recordHistory(t, store, 1)
 	res, info := porcupine.CheckOperationsVerbose(recordModel, ops, time.Minute)
 	if res != porcupine.Ok {
@@ -130,7 +130,7 @@ func TestRecordModel_TwoClaimsOfOneRecordBothLanding_IsNotLinearizable(t *testin
 }
 
 // recordHistory runs the clients and returns what they recorded.
-func recordHistory(t *testing.T, store *idempotency.DynamoStore, seed uint64) []porcupine.Operation {
+func recordHistory(t *testing.T, store *idempotency.Table, seed uint64) []porcupine.Operation {
 	t.Helper()
 	ctx := context.Background()
 	epoch := time.Now()

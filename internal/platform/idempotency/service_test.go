@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // fixture is a Service over a fresh idempotency table with a settable clock.
 type fixture struct {
 	svc   *idempotency.Service
-	store *idempotency.DynamoStore
+	store *idempotency.Table
 	clock *testclock.Clock
 }
 
@@ -31,7 +31,7 @@ func newFixture(t *testing.T) fixture {
 	t.Helper()
 	env := testenv.New(t)
 	clock := testclock.New(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC))
-	store := &idempotency.DynamoStore{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
+	store := &idempotency.Table{DB: env.Clients.DynamoDB, Table: env.Names.Table(resources.TableIdempotency)}
 	return fixture{svc: &idempotency.Service{Store: store, Now: clock.Now}, store: store, clock: clock}
 }
 
@@ -246,7 +246,7 @@ func race(t *testing.T, n int, begin func() (idempotency.Outcome, error)) map[id
 
 // The table alone reveals neither the client's key nor the answer: an account's creation answer
 // carries its API key, which Ferry otherwise stores only as a hash.
-func TestDynamoStore_HoldsNeitherTheKeyNorAReadableAnswer(t *testing.T) {
+func TestTable_HoldsNeitherTheKeyNorAReadableAnswer(t *testing.T) {
 	f := newFixture(t)
 	key := "0f1e2d3c-client-key"
 	req := idempotency.Request{Scope: "operator", Route: "POST /v1/accounts", Key: key, Fingerprint: "fp"}

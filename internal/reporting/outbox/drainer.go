@@ -28,14 +28,14 @@ type Sender interface {
 	Send(ctx context.Context, e stripe.MeterEvent) error
 }
 
-// Store is what the drainer reads and writes (DynamoStore implements it).
+// Store is what the drainer reads and writes (Table implements it).
 type Store interface {
 	Get(ctx context.Context, ref Ref) (Row, error)
 	Rewrite(ctx context.Context, next Row, prev int64) (Row, error)
 	Due(ctx context.Context, nowMs int64, limit int) ([]Ref, error)
 }
 
-// Reviewer lists what a person must settle (review.DynamoStore implements it).
+// Reviewer lists what a person must settle (review.Table implements it).
 type Reviewer interface {
 	Add(ctx context.Context, e review.Entry) (bool, error)
 }

@@ -41,8 +41,8 @@ var (
 // Ref names a row.
 type Ref struct{ PK, SK string }
 
-// DynamoStore keeps the outbox in its table.
-type DynamoStore struct {
+// Table keeps the outbox in its table.
+type Table struct {
 	DB    *dynamodb.Client
 	Table string
 }
@@ -120,7 +120,7 @@ func (it rowItem) row() Row {
 
 // InsertItem is the transaction item that writes a new row (PENDING, due at once), only if no
 // row has its key. The reporter and the reconciler put it in one transaction with lastSent.
-func (s *DynamoStore) InsertItem(r Row) (types.TransactWriteItem, error) {
+func (s *Table) InsertItem(r Row) (types.TransactWriteItem, error) {
 	r.Status, r.Rev = Pending, 1
 	if r.NextAttemptAtMs == 0 {
 		r.NextAttemptAtMs = r.CreatedAtMs
@@ -136,7 +136,7 @@ func (s *DynamoStore) InsertItem(r Row) (types.TransactWriteItem, error) {
 }
 
 // Get reads a row (strongly consistent).
-func (s *DynamoStore) Get(ctx context.Context, ref Ref) (Row, error) {
+func (s *Table) Get(ctx context.Context, ref Ref) (Row, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true),
 		Key: map[string]types.AttributeValue{"pk": dynamo.S(ref.PK), "sk": dynamo.S(ref.SK)},
@@ -157,7 +157,7 @@ func (s *DynamoStore) Get(ctx context.Context, ref Ref) (Row, error) {
 // Rewrite replaces a row read at revision prev with next (whose Rev becomes prev+1), only if no
 // one wrote it since. The row is written whole, so a row that is no longer due leaves the due
 // index (the local emulator ignores REMOVE).
-func (s *DynamoStore) Rewrite(ctx context.Context, next Row, prev int64) (Row, error) {
+func (s *Table) Rewrite(ctx context.Context, next Row, prev int64) (Row, error) {
 	next.Rev = prev + 1
 	item, err := attributevalue.MarshalMap(itemOf(next))
 	if err != nil {
@@ -180,7 +180,7 @@ func (s *DynamoStore) Rewrite(ctx context.Context, next Row, prev int64) (Row, e
 
 // Due returns up to limit rows that need a drainer by nowMs, oldest first within each shard. The
 // index is eventually consistent: the drainer re-reads every row before acting on it.
-func (s *DynamoStore) Due(ctx context.Context, nowMs int64, limit int) ([]Ref, error) {
+func (s *Table) Due(ctx context.Context, nowMs int64, limit int) ([]Ref, error) {
 	var refs []Ref
 	for shard := range resources.OutboxDueShards {
 		var start map[string]types.AttributeValue
@@ -221,7 +221,7 @@ const maxDuePages = 10
 const maxCyclePages = 50
 
 // Cycle returns every row of one (account, feature, cycle), oldest key first.
-func (s *DynamoStore) Cycle(ctx context.Context, account, feature, cycle string) ([]Row, error) {
+func (s *Table) Cycle(ctx context.Context, account, feature, cycle string) ([]Row, error) {
 	var rows []Row
 	var start map[string]types.AttributeValue
 	for range maxCyclePages {

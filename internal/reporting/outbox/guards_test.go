@@ -22,7 +22,7 @@ func guardRow() outbox.Row {
 // A second report of the same total under the same identifier is refused: one identifier, one row.
 func TestGuard_OneIdentifierIsOneRow(t *testing.T) {
 	testenv.NeedsGuard(t, "outbox.insert.absent", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
-		s, ctx := &outbox.DynamoStore{DB: db, Table: env.Names.Table(resources.TableOutbox)}, context.Background()
+		s, ctx := &outbox.Table{DB: db, Table: env.Names.Table(resources.TableOutbox)}, context.Background()
 		for i := range 2 {
 			item, err := s.InsertItem(guardRow())
 			if err != nil {
@@ -43,7 +43,7 @@ func TestGuard_OneIdentifierIsOneRow(t *testing.T) {
 // A drainer that read a row before another one rewrote it cannot rewrite it.
 func TestGuard_ALateDrainerNeverRewritesARowChangedSince(t *testing.T) {
 	testenv.NeedsGuard(t, "outbox.rewrite.rev", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
-		s, ctx := &outbox.DynamoStore{DB: db, Table: env.Names.Table(resources.TableOutbox)}, context.Background()
+		s, ctx := &outbox.Table{DB: db, Table: env.Names.Table(resources.TableOutbox)}, context.Background()
 		item, err := s.InsertItem(guardRow())
 		if err != nil {
 			return err

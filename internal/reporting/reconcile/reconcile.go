@@ -97,7 +97,7 @@ type Reconciler struct {
 	Usage    usage.Table
 	Ledger   *LedgerReader
 	State    *report.StateStore
-	Outbox   *outbox.DynamoStore
+	Outbox   *outbox.Table
 	Drainer  Drainer
 	Accounts interface {
 		Get(ctx context.Context, id string) (accounts.Account, error)

@@ -68,7 +68,7 @@ type KindeMeter interface {
 	RecordAbsolute(ctx context.Context, agreementID, featureCode string, total int64) error
 }
 
-// Reviewer lists what a person must settle (review.DynamoStore implements it).
+// Reviewer lists what a person must settle (review.Table implements it).
 type Reviewer interface {
 	Add(ctx context.Context, e review.Entry) (bool, error)
 }
@@ -97,7 +97,7 @@ type Reporter struct {
 	Usage    usage.Table
 	Marks    *MarkIndex
 	State    *StateStore
-	Outbox   *outbox.DynamoStore
+	Outbox   *outbox.Table
 	Accounts Accounts
 	Catalog  plans.Catalog
 	// Kinde is the Kinde client; nil means usage is not reported to Kinde.

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // The same entry listed twice is listed once: its alarm calls a person once.
 func TestGuard_AnEntryIsListedOnce(t *testing.T) {
 	testenv.NeedsGuard(t, "review.add.absent", func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
-		s := &review.DynamoStore{DB: db, Table: env.Names.Table(resources.TableReview)}
+		s := &review.Table{DB: db, Table: env.Names.Table(resources.TableReview)}
 		e := review.Entry{Account: "acct_g", Feature: "events", Cycle: "2026-11", Provider: "stripe",
 			Reason: review.ClosedCycleDrift, Ledger: 10, Sent: 9, AtMs: 1_000}
 		for i, want := range []bool{true, false} {

@@ -75,8 +75,8 @@ const listPartition = "review"
 // maxListPages bounds one read of the list.
 const maxListPages = 20
 
-// DynamoStore keeps the list in the review table.
-type DynamoStore struct {
+// Table keeps the list in the review table.
+type Table struct {
 	DB      *dynamodb.Client
 	Table   string
 	Metrics metrics.Recorder
@@ -99,7 +99,7 @@ type entryItem struct {
 
 // Add lists an entry; added is false when the same entry was already listed. A new entry counts
 // ReviewListed, whose alarm calls a person.
-func (s *DynamoStore) Add(ctx context.Context, e Entry) (added bool, err error) {
+func (s *Table) Add(ctx context.Context, e Entry) (added bool, err error) {
 	item, err := attributevalue.MarshalMap(entryItem{
 		PK: listPartition, SK: e.key(), Account: e.Account, Feature: e.Feature, Cycle: e.Cycle, Provider: e.Provider,
 		Reason: string(e.Reason), Ledger: e.Ledger, Sent: e.Sent, Meter: e.Meter, Detail: e.Detail, AtMs: e.AtMs,
@@ -122,7 +122,7 @@ func (s *DynamoStore) Add(ctx context.Context, e Entry) (added bool, err error) 
 }
 
 // List returns every entry, newest first.
-func (s *DynamoStore) List(ctx context.Context) ([]Entry, error) {
+func (s *Table) List(ctx context.Context) ([]Entry, error) {
 	var out []Entry
 	var start map[string]types.AttributeValue
 	for range maxListPages {

@@ -67,14 +67,14 @@ const (
 	clearCondition = "#rev = :rev"
 )
 
-// DynamoStore keeps the inbox in its table. Its apply transactions also span the accounts
+// Table keeps the inbox in its table. Its apply transactions also span the accounts
 // table (the plan and status) and the grants table (the allowance rows), through those
 // packages' own item builders.
-type DynamoStore struct {
+type Table struct {
 	DB       *dynamodb.Client
 	Table    string
-	Accounts *accounts.DynamoStore
-	Grants   *allowance.DynamoStore
+	Accounts *accounts.Table
+	Grants   *allowance.Table
 }
 
 type eventItem struct {
@@ -209,7 +209,7 @@ func receiptOf(id string, r Receipt, expiresAt int64) (map[string]types.Attribut
 
 // Insert implements Store: the event, its payload and its first receipt, in one transaction
 // that commits only if no event has this id yet.
-func (s *DynamoStore) Insert(ctx context.Context, e Event, payload []byte, r Receipt) error {
+func (s *Table) Insert(ctx context.Context, e Event, payload []byte, r Receipt) error {
 	ev, err := attributevalue.MarshalMap(itemOf(e))
 	if err != nil {
 		return fmt.Errorf("encode billing event %s: %w", e.ID, err)
@@ -233,7 +233,7 @@ func (s *DynamoStore) Insert(ctx context.Context, e Event, payload []byte, r Rec
 }
 
 // AddCopy implements Store: one more sighting of a stored event and its receipt, together.
-func (s *DynamoStore) AddCopy(ctx context.Context, id string, r Receipt) error {
+func (s *Table) AddCopy(ctx context.Context, id string, r Receipt) error {
 	receipt, err := receiptOf(id, r, time.UnixMilli(r.ReceivedAtMs).Add(Retention).Unix())
 	if err != nil {
 		return err
@@ -254,7 +254,7 @@ func (s *DynamoStore) AddCopy(ctx context.Context, id string, r Receipt) error {
 }
 
 // Get implements Store: the event, strongly consistent.
-func (s *DynamoStore) Get(ctx context.Context, id string) (Event, error) {
+func (s *Table) Get(ctx context.Context, id string) (Event, error) {
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: eventKey(id), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return Event{}, fmt.Errorf("read billing event %s: %w", id, err)
@@ -266,7 +266,7 @@ func (s *DynamoStore) Get(ctx context.Context, id string) (Event, error) {
 }
 
 // Load implements Store: the event and its payload, strongly consistent, in one round trip.
-func (s *DynamoStore) Load(ctx context.Context, id string) (Event, []byte, error) {
+func (s *Table) Load(ctx context.Context, id string) (Event, []byte, error) {
 	items, err := dynamo.BatchGet(ctx, s.DB, s.Table, []map[string]types.AttributeValue{eventKey(id), payloadKey(id)})
 	if err != nil {
 		return Event{}, nil, fmt.Errorf("load billing event %s: %w", id, err)
@@ -300,7 +300,7 @@ func (s *DynamoStore) Load(ctx context.Context, id string) (Event, []byte, error
 
 // transition is the update that moves an event from its state as read (rev) to next: every
 // field a transition may change, never the seen count (copies add to it concurrently).
-func (s *DynamoStore) transition(next Event, readRev int64) (*types.Update, error) {
+func (s *Table) transition(next Event, readRev int64) (*types.Update, error) {
 	it := itemOf(next)
 	sets := map[string]types.AttributeValue{
 		"status": dynamo.S(it.Status), "attempts": dynamo.N(int64(it.Attempts)), "replays": dynamo.N(int64(it.Replays)),
@@ -337,7 +337,7 @@ func (s *DynamoStore) transition(next Event, readRev int64) (*types.Update, erro
 
 // Transition implements Store: one status change (a claim, a failure, a replay, DEAD),
 // conditioned on the revision the event was read at. ErrCancelled: it moved since.
-func (s *DynamoStore) Transition(ctx context.Context, readRev int64, next Event) error {
+func (s *Table) Transition(ctx context.Context, readRev int64, next Event) error {
 	u, err := s.transition(next, readRev)
 	if err != nil {
 		return err
@@ -361,7 +361,7 @@ func (s *DynamoStore) Transition(ctx context.Context, readRev int64, next Event)
 // claim's revision, the account change on the event being newer than the account's and on the
 // account's link (checked on its own when the event changes nothing on the account), the grant rows on the version of the rows they were decided from. A refused
 // condition cancels everything; ErrCancelled.
-func (s *DynamoStore) Apply(ctx context.Context, claimedRev int64, marked Event, d Decision) error {
+func (s *Table) Apply(ctx context.Context, claimedRev int64, marked Event, d Decision) error {
 	mark, err := s.transition(marked, claimedRev)
 	if err != nil {
 		return err
@@ -394,7 +394,7 @@ func markSK(m MeterMark) string {
 	return m.AccountID + "#" + m.Cycle + "#" + feature
 }
 
-func (s *DynamoStore) markItem(m MeterMark) types.TransactWriteItem {
+func (s *Table) markItem(m MeterMark) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(s.Table),
 		Key: map[string]types.AttributeValue{
@@ -410,7 +410,7 @@ func (s *DynamoStore) markItem(m MeterMark) types.TransactWriteItem {
 }
 
 // Receipts implements Store: an event's receipts, oldest first, at most limit.
-func (s *DynamoStore) Receipts(ctx context.Context, id string, limit int) ([]Receipt, error) {
+func (s *Table) Receipts(ctx context.Context, id string, limit int) ([]Receipt, error) {
 	out, err := s.DB.Query(ctx, &dynamodb.QueryInput{
 		TableName:                aws.String(s.Table),
 		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
@@ -440,7 +440,7 @@ func (s *DynamoStore) Receipts(ctx context.Context, id string, limit int) ([]Rec
 // Due implements Store: the ids of events that are not final and due by nowMs (received,
 // failed past their backoff, or processing past their lease), oldest first, at most limit. The
 // index is eventually consistent; the worker re-reads each event before acting on it.
-func (s *DynamoStore) Due(ctx context.Context, nowMs int64, limit int) ([]string, error) {
+func (s *Table) Due(ctx context.Context, nowMs int64, limit int) ([]string, error) {
 	var ids []string
 	var start map[string]types.AttributeValue
 	for range maxDuePages {
@@ -489,7 +489,7 @@ type Page struct {
 // by status, by both, or all — and fetches the page's events in one strongly consistent
 // BatchGetItem. An event that left the query's status or account since the index was read
 // (indexes are eventually consistent) is left out of the page rather than shown as it was.
-func (s *DynamoStore) List(ctx context.Context, q ListQuery) (Page, error) {
+func (s *Table) List(ctx context.Context, q ListQuery) (Page, error) {
 	index, attr, value := resources.IndexInboxAll, resources.InboxAttrListAll, listAllValue
 	switch {
 	case q.AccountID != "" && q.Status != "":
@@ -570,7 +570,7 @@ func decodeCursor(cursor string) (string, error) {
 }
 
 // MeterMarkReader reads and clears meter marks (see MeterMarks).
-type MeterMarkReader struct{ Store *DynamoStore }
+type MeterMarkReader struct{ Store *Table }
 
 // meterCursor is a position in the marks: a shard and the last key read in it.
 func encodeMeterCursor(shard int, sk string) string {
@@ -663,7 +663,7 @@ func (r MeterMarkReader) Clear(ctx context.Context, m MeterMark) (bool, error) {
 	return true, nil
 }
 
-func (s *DynamoStore) write(ctx context.Context, what string, items []types.TransactWriteItem) error {
+func (s *Table) write(ctx context.Context, what string, items []types.TransactWriteItem) error {
 	_, err := s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if dynamo.IsTransactionCanceled(err) {
 		return fmt.Errorf("%s: %w", what, ErrCancelled)

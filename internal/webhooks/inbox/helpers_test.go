@@ -55,10 +55,10 @@ func newHarness(t *testing.T, opts ...apptest.Options) *harness {
 
 // The composed functions' services the tests drive directly, each from the function that has it
 // in AWS (and with that function's IAM-guarded clients).
-func (h *harness) worker() *inbox.Worker     { return h.Inbox().Worker }
-func (h *harness) store() *inbox.DynamoStore { return h.Inbox().Store }
-func (h *harness) sweeper() *inbox.Worker    { return h.InboxSweep().Worker }
-func (h *harness) intake() *inbox.Intake     { return h.Webhooks().Intake }
+func (h *harness) worker() *inbox.Applier  { return h.Inbox().Worker }
+func (h *harness) store() *inbox.Table     { return h.Inbox().Store }
+func (h *harness) sweeper() *inbox.Applier { return h.InboxSweep().Worker }
+func (h *harness) intake() *inbox.Intake   { return h.Webhooks().Intake }
 func (h *harness) meterMarks() inbox.MeterMarks {
 	return h.Inbox().MeterMarks
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/platform/retry"
 )
 
-// Store is where the inbox lives. DynamoStore implements it.
+// Store is where the inbox lives. Table implements it.
 type Store interface {
 	// Insert stores a new event, its payload and its first receipt together; ErrCancelled if
 	// the event exists (or the write met another).
@@ -140,12 +140,12 @@ func (in *Intake) Accept(ctx context.Context, d Delivery) (Stored, error) {
 	return stored, nil
 }
 
-// Worker claims stored events and applies them.
-type Worker struct {
+// Applier claims stored events and applies them.
+type Applier struct {
 	Store Store
 	// Accounts resolves a customer to its account; Grants reads the allowance rows.
 	Accounts     *accounts.Service
-	Grants       *allowance.DynamoStore
+	Grants       *allowance.Table
 	Catalog      plans.Catalog
 	Interpreters map[Source]Interpreter
 	Nudger       Nudger
@@ -171,7 +171,7 @@ const maxReasonBytes = 500
 // Process looks at one event and, if it is due, claims and applies it. An error means the
 // work stopped where it was (a worker that dies leaves the same state): the event stays as
 // durable state says, and a later nudge or the sweep takes it up again.
-func (w *Worker) Process(ctx context.Context, id string) (Outcome, error) {
+func (w *Applier) Process(ctx context.Context, id string) (Outcome, error) {
 	if !ValidID(id) {
 		return Outcome{}, fmt.Errorf("process billing event %q: not an event id", id)
 	}
@@ -241,7 +241,7 @@ func rereadIfCancelled(err error) error {
 // transaction from durable state: if the event moved (a replay, or another worker after this
 // one's lease lapsed) the work is not this worker's any more; if it did not, what the effect
 // was decided from moved, and the worker decides again.
-func (w *Worker) apply(ctx context.Context, claimed Event, payload []byte) (Outcome, error) {
+func (w *Applier) apply(ctx context.Context, claimed Event, payload []byte) (Outcome, error) {
 	log := w.Log.With("event", claimed.ID, "source", claimed.Source, "type", claimed.Type, "attempt", claimed.Attempts)
 	interp, ok := w.Interpreters[claimed.Source]
 	if !ok {
@@ -312,7 +312,7 @@ func (e *stopped) Error() string { return e.cause.Error() }
 
 // inputs reads what the claimed event's effect is decided from: the linked account and, for
 // the kinds that grant, the allowance rows of the account's cycle at the event time.
-func (w *Worker) inputs(ctx context.Context, claimed Event, facts Facts) (ApplyInput, error) {
+func (w *Applier) inputs(ctx context.Context, claimed Event, facts Facts) (ApplyInput, error) {
 	in := ApplyInput{Event: claimed, Facts: facts, Catalog: w.Catalog, NowMs: w.Now().UnixMilli()}
 	for _, ref := range facts.Customers {
 		a, err := w.Accounts.Linked(ctx, ref.Kind, ref.ID)
@@ -354,7 +354,7 @@ func markedAs(claimed Event, d Decision, nowMs int64) Event {
 // fail ends a claimed event's failed attempt: FAILED until its backoff ends, or DEAD after the
 // last attempt. If even that write fails, the work stops where it is (a worker that died there
 // leaves the same state) and the lease lapses.
-func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome, error) {
+func (w *Applier) fail(ctx context.Context, claimed Event, cause error) (Outcome, error) {
 	now := w.Now().UnixMilli()
 	status, next := AfterFailure(claimed, now)
 	failed := claimed
@@ -384,13 +384,13 @@ func (w *Worker) fail(ctx context.Context, claimed Event, cause error) (Outcome,
 // event is never looked at again, so a write that commits but whose answer is lost must not take
 // the alarm with it. A write that does not commit leaves the event to a later attempt, which
 // raises it again (an alarm twice, never none).
-func (w *Worker) dead(e Event) {
+func (w *Applier) dead(e Event) {
 	w.Metrics.Count(metrics.InboxDead, 1)
 	w.Log.Error("billing event is DEAD: replay it once the cause is fixed", "event", e.ID, "source", e.Source,
 		"type", e.Type, "attempts", e.Attempts, "reason", e.Reason)
 }
 
-func (w *Worker) done(log *slog.Logger, e Event, d Decision) {
+func (w *Applier) done(log *slog.Logger, e Event, d Decision) {
 	if d.Status == Applied {
 		w.Metrics.Count(metrics.InboxApplied, 1)
 		log.Info("billing event applied", "account", d.AccountID, "result", d.Result)
@@ -423,7 +423,7 @@ type SweepResult struct {
 // Sweep nudges the worker for every event that is due: stored but never nudged (a nudge was
 // lost), failed and past its backoff, or processing past its lease (its worker stopped). It
 // is what keeps a stored event from being stranded.
-func (w *Worker) Sweep(ctx context.Context) (SweepResult, error) {
+func (w *Applier) Sweep(ctx context.Context) (SweepResult, error) {
 	ids, err := w.Store.Due(ctx, w.Now().UnixMilli(), maxSweep)
 	res := SweepResult{Found: len(ids)}
 	if err != nil {

@@ -73,7 +73,7 @@ func atoi(s string) int {
 // responses. A message whose event is not due yet is answered with a delayed nudge of its own
 // (when the lease lapses, when the backoff ends) and deleted; a message whose work stopped on
 // an error is reported failed, so SQS hands it back after its visibility timeout.
-func (w *Worker) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+func (w *Applier) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
 	for _, m := range batch.Records {
 		if err := w.handleMessage(ctx, m.Body); err != nil {
@@ -84,7 +84,7 @@ func (w *Worker) HandleSQS(ctx context.Context, batch events.SQSEvent) (events.S
 	return resp, nil
 }
 
-func (w *Worker) handleMessage(ctx context.Context, body string) error {
+func (w *Applier) handleMessage(ctx context.Context, body string) error {
 	var n nudge
 	if err := json.Unmarshal([]byte(body), &n); err != nil || !ValidID(n.ID) {
 		// Never sent by Ferry: leave it to the dead-letter queue and its alarm.
