@@ -56,14 +56,16 @@ try {
   await open("#/accounts/" + account, "table.standing");
   await page.locator("#usage-chart").waitFor();
   await shot("account");
-  // The usage chart draws the usage query's rows: its bars add up to its rows. (This stack runs
-  // the per-event pipeline, whose claims do not write rollups yet, so the rows are not compared
-  // with the standing here.)
+  // The usage chart reads the usage query: its bars and its rows add up to what the cycle's
+  // standing says was used (every event of the account was sent today, and every unit's claim
+  // writes the rollups the query reads).
   const usage = await page.evaluate(() => ({
     chart: [...document.querySelectorAll("#usage-chart rect")].reduce((s, r) => s + Number(r.dataset.value), 0),
     table: [...document.querySelectorAll("#usage-table tbody td.num")].reduce((s, td) => s + Number(td.textContent), 0),
+    used: Number(document.querySelector('table.standing[data-feature="events"] tbody tr td:nth-child(3)').textContent),
   }));
-  expect("usage over time, its bars summed against its rows", usage.chart, usage.table);
+  expect("usage over time, its bars summed", usage.chart, usage.used);
+  expect("usage over time, its rows summed", usage.table, usage.used);
 
   step("events: redrive the UNINSERTABLE event");
   await open("#/events?account=" + account, `[data-redrive="${eventId}"]`);
