@@ -105,14 +105,14 @@ corrections_bounded() {
 	done
 	corr() { call POST /v1/usage/corrections "$ADMIN" "$(body "$1")" -H "$json" -H "Idempotency-Key: corr-${RUN}-$2"; }
 	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-5,\"reason\":\"refund\"}" past
-	expect "a correction of -5 against 3 events" 400 invalid-request 'below zero'
+	expect "a correction of -5 against 3 events" 409 conflict 'below zero'
 	grep -qF '"usage":3' "$TMP/body" || fail "the refusal does not carry the cycle's usage (3)"
 	call GET "/v1/usage?feature=events" "$key" ""
 	expect "nothing was stored" 200 "" '"corrections":0'
 	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-3,\"reason\":\"refund\"}" all
 	expect "a correction of -3: exactly the usage" 201
 	corr "{\"account\":\"$id\",\"feature\":\"events\",\"units\":-1,\"reason\":\"refund\"}" more
-	expect "-1 more, counting the earlier correction" 400 invalid-request 'below zero'
+	expect "-1 more, counting the earlier correction" 409 conflict 'below zero'
 	grep -qF '"usage":0' "$TMP/body" || fail "the refusal does not carry the usage left (0)"
 	local cycle
 	for cycle in 2019-01 0000-01; do
