@@ -1182,13 +1182,13 @@ func seedRollups(account string, instants ...string) func(t *testing.T, c *confo
 	return func(t *testing.T, c *conformanceRun) {
 		t.Helper()
 		s := &rollup.Store{DB: c.h.Env.Clients.DynamoDB, Table: c.h.Env.Names.Table(resources.TableRollups)}
-		var cs []rollup.Contribution
+		var cs []meter.Contribution
 		for _, at := range instants {
 			when, err := time.Parse(time.RFC3339, at)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
+			cs = append(cs, meter.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 		}
 		if err := s.Apply(context.Background(), account, cs); err != nil {
 			t.Fatal(err)

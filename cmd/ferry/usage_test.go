@@ -46,10 +46,10 @@ func TestUsage_PrintsTheQuerysTable(t *testing.T) {
 	t.Setenv(resources.EnvAdminKey, apptest.AdminKey)
 	h.CreateAccount(t, "acct_cli", "free", nil)
 	s := &rollup.Store{DB: h.Env.Clients.DynamoDB, Table: h.Env.Names.Table(resources.TableRollups)}
-	var cs []rollup.Contribution
+	var cs []meter.Contribution
 	for _, at := range []string{"2026-11-13T18:29:00Z", "2026-11-13T18:30:00Z", "2026-11-14T02:00:00Z"} {
 		when, _ := time.Parse(time.RFC3339, at)
-		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
+		cs = append(cs, meter.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 	}
 	if err := s.Apply(context.Background(), "acct_cli", cs); err != nil {
 		t.Fatal(err)

@@ -187,10 +187,10 @@ func fillMonth(ctx context.Context, store *rollup.Store, account string, o Query
 	for range o.Events {
 		sums[cell{rng.IntN(minutes), rng.IntN(groups)}] += 1 + rng.Int64N(benchQueryMaxTokens)
 	}
-	byHour := map[int][]rollup.Contribution{}
+	byHour := map[int][]meter.Contribution{}
 	for c, v := range sums {
 		at := benchQueryMonth.Add(time.Duration(c.minute) * time.Minute)
-		byHour[c.minute/60] = append(byHour[c.minute/60], rollup.Contribution{
+		byHour[c.minute/60] = append(byHour[c.minute/60], meter.Contribution{
 			Meter: benchQueryMeter.Name, Aggregation: benchQueryMeter.Aggregation, AtMs: at.UnixMilli(),
 			Group: []string{benchQueryModels[c.group/len(benchQueryRegions)], benchQueryRegions[c.group%len(benchQueryRegions)]}, Value: v,
 		})

@@ -130,18 +130,6 @@ type Marker struct {
 	Hash    string
 }
 
-// Contribution is what one admitted event adds to one meter, for the rollups: the instant the
-// event was received, its group, its value (a UNIQUE_COUNT sighting only when it was new) and,
-// for LATEST, its order key.
-type Contribution struct {
-	Meter       string
-	Aggregation meter.Aggregation
-	AtMs        int64
-	Group       []string
-	Value       int64
-	OrderKey    string
-}
-
 // UnitPlan is a unit's claim, planned.
 type UnitPlan struct {
 	// Admit are the admitted entries, each with the values it moves; Reject the refused ones,
@@ -151,7 +139,7 @@ type UnitPlan struct {
 	Moves  []Move
 	// Markers are the distinct values the unit counts first.
 	Markers       []Marker
-	Contributions []Contribution
+	Contributions []meter.Contribution
 }
 
 // feature accumulates one feature's part of a unit's claim as members are admitted.
@@ -268,7 +256,7 @@ func admit(p *UnitPlan, in UnitInput, m UnitMember, acc func(meter.Reading) *fea
 	for _, r := range m.Readings {
 		a := acc(r)
 		a.events++
-		c := Contribution{Meter: r.Meter, Aggregation: r.Aggregation, AtMs: m.Entry.ReceivedAtMs, Group: r.Group, Value: r.Value, OrderKey: r.OrderKey}
+		c := meter.Contribution{Meter: r.Meter, Aggregation: r.Aggregation, AtMs: m.Entry.ReceivedAtMs, Group: r.Group, Value: r.Value, OrderKey: r.OrderKey}
 		switch r.Aggregation {
 		case meter.UniqueCount:
 			h := r.DistinctHash()

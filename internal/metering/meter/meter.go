@@ -501,3 +501,22 @@ func quoteCut(s string) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// Contribution is one admitted event's part in one meter: what a unit's claim adds to that
+// meter's rollups (the ledger plans it, the rollups write it).
+type Contribution struct {
+	Meter       string
+	Aggregation Aggregation
+	// AtMs is the instant Ferry received the event (epoch milliseconds): its window, and its
+	// billing cycle's.
+	AtMs int64
+	// Group are the event's values of the meter's dimensions, in definition order; a dimension
+	// the event lacks is "".
+	Group []string
+	// Value is what the event adds (SUM), 1 (COUNT, and UNIQUE_COUNT's first sighting of a value
+	// in the cycle), or the event's value (MAX, LATEST): 0..MaxValue.
+	Value int64
+	// OrderKey orders LATEST contributions: the one with the largest key is the latest
+	// (LatestOrderKey builds it).
+	OrderKey string
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 )
 
@@ -41,7 +42,7 @@ type Store struct {
 
 // Read reads what PlanWrites needs before planning cs's writes: the items Keys lists, strongly
 // consistent.
-func (s *Store) Read(ctx context.Context, account string, cs []Contribution) (map[string]Item, error) {
+func (s *Store) Read(ctx context.Context, account string, cs []meter.Contribution) (map[string]Item, error) {
 	keys := Keys(account, cs)
 	var got []map[string]types.AttributeValue
 	for start := 0; start < len(keys); start += dynamo.MaxBatchGetKeys {
@@ -58,7 +59,7 @@ func (s *Store) Read(ctx context.Context, account string, cs []Contribution) (ma
 // they need, with the writes of claim (the caller's own items: a claim's entries). It is the
 // package's own write path, the one the worker's claim transaction carries too; a cancelled
 // transaction is ErrCancelled, and the caller reads its own state again before another try.
-func (s *Store) Apply(ctx context.Context, account string, cs []Contribution, claim ...types.TransactWriteItem) error {
+func (s *Store) Apply(ctx context.Context, account string, cs []meter.Contribution, claim ...types.TransactWriteItem) error {
 	read, err := s.Read(ctx, account, cs)
 	if err != nil {
 		return err

@@ -56,16 +56,16 @@ type usageEvent struct {
 
 // contributions are e's parts in the meters; firstUser says whether its claim is the first to
 // see its user in the cycle (UNIQUE_COUNT counts it there).
-func (e usageEvent) contributions(firstUser bool) []rollup.Contribution {
+func (e usageEvent) contributions(firstUser bool) []meter.Contribution {
 	ms := e.receivedAt.UnixMilli()
-	cs := []rollup.Contribution{
+	cs := []meter.Contribution{
 		{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms, Group: []string{e.model, e.region}, Value: e.tokens},
 		{Meter: "calls", Aggregation: meter.Count, AtMs: ms, Value: 1},
 		{Meter: "peak", Aggregation: meter.Max, AtMs: ms, Group: []string{e.region}, Value: e.gb},
 		{Meter: "seats", Aggregation: meter.Latest, AtMs: ms, Value: e.seats, OrderKey: rollup.LatestOrderKey(e.happened.UnixMilli(), e.id)},
 	}
 	if firstUser {
-		cs = append(cs, rollup.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: ms, Group: []string{e.model}, Value: 1})
+		cs = append(cs, meter.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: ms, Group: []string{e.model}, Value: 1})
 	}
 	return cs
 }
@@ -118,7 +118,7 @@ func (c *claimStore) claimUnit(ctx context.Context, unit []usageEvent) error {
 			return err
 		}
 		var claim []types.TransactWriteItem
-		var cs []rollup.Contribution
+		var cs []meter.Contribution
 		marked := map[string]bool{}
 		for _, e := range distinct {
 			if present[ledger.Key(c.account, e.id)] {

@@ -60,14 +60,14 @@ func itemID(pk, sk string) string { return pk + "\n" + sk }
 // read), and the hour item of an additive meter with dimensions (the groups it keeps decide
 // which of them a plan may add, MaxItemGroupBytes). An additive meter without dimensions has one
 // group and reads nothing.
-func needsRead(c Contribution, hour bool) bool {
+func needsRead(c meter.Contribution, hour bool) bool {
 	return !c.Aggregation.Additive() || hour && len(c.Group) > 0
 }
 
 // Keys lists the items to read, strongly consistent, before planning a claim of these
 // contributions (see needsRead), deduplicated and in key order. The contributions may be those of
 // more events than the claim then admits: PlanWrites needs only the items of what it plans.
-func Keys(account string, cs []Contribution) []map[string]types.AttributeValue {
+func Keys(account string, cs []meter.Contribution) []map[string]types.AttributeValue {
 	seen := map[string]bool{}
 	type key struct{ pk, sk string }
 	var keys []key
@@ -101,7 +101,7 @@ func Keys(account string, cs []Contribution) []map[string]types.AttributeValue {
 // WriteCount is how many items a claim of these contributions writes at most: one per (meter,
 // minute) and one per (meter, hour). A unit counts it against the transaction's 100 items as it
 // grows.
-func WriteCount(account string, cs []Contribution) int {
+func WriteCount(account string, cs []meter.Contribution) int {
 	seen := map[string]bool{}
 	for _, c := range cs {
 		at := time.UnixMilli(c.AtMs)
@@ -185,7 +185,7 @@ func cellBytes(name string, c Cell) int {
 
 // validate refuses contributions no caller should build: each is a programmer's error, since the
 // worker validates every event against its meters before it contributes.
-func validate(account string, cs []Contribution) error {
+func validate(account string, cs []meter.Contribution) error {
 	if account == "" || strings.Contains(account, "#") {
 		return fmt.Errorf("rollup: account %q", account)
 	}
@@ -272,7 +272,7 @@ func fold(agg meter.Aggregation, cell Cell, had bool, c Cell) Cell {
 // A group an hour item has no room for is counted in OtherGroup, there and in the minute item.
 // Minute items carry their expiry. The writes are in key order, so the same contributions and
 // read always plan the same writes.
-func PlanWrites(table, account string, cs []Contribution, read map[string]Item) (Plan, error) {
+func PlanWrites(table, account string, cs []meter.Contribution, read map[string]Item) (Plan, error) {
 	if err := validate(account, cs); err != nil {
 		return Plan{}, err
 	}

@@ -68,7 +68,7 @@ func render(v types.AttributeValue) string {
 }
 
 func TestPlanWrites_CountWithoutDimensions_AddsToTheMinuteAndTheHour_ReadingNothing(t *testing.T) {
-	cs := []Contribution{
+	cs := []meter.Contribution{
 		{Meter: "events", Aggregation: meter.Count, AtMs: ms(t0), Group: nil, Value: 1},
 		{Meter: "events", Aggregation: meter.Count, AtMs: ms(t0.Add(20 * time.Second)), Value: 1},
 	}
@@ -98,7 +98,7 @@ func TestPlanWrites_CountWithoutDimensions_AddsToTheMinuteAndTheHour_ReadingNoth
 }
 
 func TestPlanWrites_SumWithDimensions_OneWritePerItemWithEveryGroup(t *testing.T) {
-	cs := []Contribution{
+	cs := []meter.Contribution{
 		{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{"gpt-4", "eu"}, Value: 100},
 		{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms(t0.Add(time.Minute)), Group: []string{"gpt-4", "eu"}, Value: 5},
 		{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{"gpt-4", ""}, Value: 7},
@@ -146,24 +146,24 @@ func stored(sk string, rev int64, cells map[string]types.AttributeValue) map[str
 
 func TestPlanWrites_Max(t *testing.T) {
 	hour, minute := "h#2026-11-05T13:00:00Z", "m#2026-11-05T13:07:00Z"
-	c := func(v int64) Contribution {
-		return Contribution{Meter: "peak", Aggregation: meter.Max, AtMs: ms(t0), Group: []string{"eu"}, Value: v}
+	c := func(v int64) meter.Contribution {
+		return meter.Contribution{Meter: "peak", Aggregation: meter.Max, AtMs: ms(t0), Group: []string{"eu"}, Value: v}
 	}
 	for _, tc := range []struct {
 		name  string
-		cs    []Contribution
+		cs    []meter.Contribution
 		items []map[string]types.AttributeValue
 		want  []write
 	}{
 		{"absent items are put new, with the largest of the claim",
-			[]Contribution{c(5), c(9), c(7)}, nil,
+			[]meter.Contribution{c(5), c(9), c(7)}, nil,
 			[]write{
 				{sk: hour, update: "SET #rev = :next, #g0 = :g0", cond: newCondition, values: map[string]string{"rev": "1", `["eu"]`: "9"}},
 				{sk: minute, update: "SET #rev = :next, #g0 = :g0, #expiresAt = :expiresAt", cond: newCondition,
 					values: map[string]string{"rev": "1", `["eu"]`: "9", "expiresAt": "1797340020"}},
 			}},
 		{"a larger value sets the group at the rev read",
-			[]Contribution{c(12)},
+			[]meter.Contribution{c(12)},
 			[]map[string]types.AttributeValue{stored(hour, 4, map[string]types.AttributeValue{`["eu"]`: dynamo.N(10), `["us"]`: dynamo.N(50)}),
 				stored(minute, 2, map[string]types.AttributeValue{`["eu"]`: dynamo.N(3)})},
 			[]write{
@@ -172,7 +172,7 @@ func TestPlanWrites_Max(t *testing.T) {
 					values: map[string]string{"rev": "3", `["eu"]`: "12", "expiresAt": "1797340020", "(rev read)": "2"}},
 			}},
 		{"a value no larger than the item's writes nothing there",
-			[]Contribution{c(10)},
+			[]meter.Contribution{c(10)},
 			[]map[string]types.AttributeValue{stored(hour, 4, map[string]types.AttributeValue{`["eu"]`: dynamo.N(10)}),
 				stored(minute, 2, map[string]types.AttributeValue{`["eu"]`: dynamo.N(3)})},
 			[]write{
@@ -198,21 +198,21 @@ func TestPlanWrites_Max(t *testing.T) {
 
 func TestPlanWrites_Latest_ByEventTimeThenLargerID(t *testing.T) {
 	hour := "h#2026-11-05T13:00:00Z"
-	c := func(v int64, at time.Time, id string) Contribution {
-		return Contribution{Meter: "peak", Aggregation: meter.Latest, AtMs: ms(t0), Value: v, OrderKey: LatestOrderKey(ms(at), id)}
+	c := func(v int64, at time.Time, id string) meter.Contribution {
+		return meter.Contribution{Meter: "peak", Aggregation: meter.Latest, AtMs: ms(t0), Value: v, OrderKey: LatestOrderKey(ms(at), id)}
 	}
 	early, late := t0.Add(-time.Hour), t0
 	for _, tc := range []struct {
 		name   string
-		cs     []Contribution
+		cs     []meter.Contribution
 		stored *Cell
 		want   string // the hour's value@key, "" for no write
 	}{
-		{"the later event wins whatever the order received", []Contribution{c(7, late, "a"), c(3, early, "b")}, nil, "7@" + LatestOrderKey(ms(late), "a")},
-		{"at one instant the larger id wins", []Contribution{c(7, late, "a"), c(3, late, "b")}, nil, "3@" + LatestOrderKey(ms(late), "b")},
-		{"an event older than the stored one writes nothing", []Contribution{c(9, early, "z")},
+		{"the later event wins whatever the order received", []meter.Contribution{c(7, late, "a"), c(3, early, "b")}, nil, "7@" + LatestOrderKey(ms(late), "a")},
+		{"at one instant the larger id wins", []meter.Contribution{c(7, late, "a"), c(3, late, "b")}, nil, "3@" + LatestOrderKey(ms(late), "b")},
+		{"an event older than the stored one writes nothing", []meter.Contribution{c(9, early, "z")},
 			&Cell{Value: 1, OrderKey: LatestOrderKey(ms(late), "a")}, ""},
-		{"a later one replaces the stored one", []Contribution{c(9, late.Add(time.Millisecond), "a")},
+		{"a later one replaces the stored one", []meter.Contribution{c(9, late.Add(time.Millisecond), "a")},
 			&Cell{Value: 1, OrderKey: LatestOrderKey(ms(late), "a")}, "9@" + LatestOrderKey(ms(late.Add(time.Millisecond)), "a")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,11 +265,11 @@ func TestPlanWrites_AnHourWithoutRoom_CountsNewGroupsAsOther(t *testing.T) {
 	}
 	item := stored(hour, 9, cells)
 	item["pk"] = dynamo.S("acct_r#logins")
-	c := func(user string) Contribution {
-		return Contribution{Meter: "logins", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{user}, Value: 2}
+	c := func(user string) meter.Contribution {
+		return meter.Contribution{Meter: "logins", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{user}, Value: 2}
 	}
 	// "u1" fits (21 + 6 bytes); "u2" then does not; a user the hour keeps stays its own.
-	cs := []Contribution{c("u1"), c("u2"), c("user-0000003")}
+	cs := []meter.Contribution{c("u1"), c("u2"), c("user-0000003")}
 	p, err := PlanWrites("tbl", acct, cs, mustRead(t, Keys(acct, cs), []map[string]types.AttributeValue{item}))
 	if err != nil {
 		t.Fatal(err)
@@ -282,47 +282,47 @@ func TestPlanWrites_AnHourWithoutRoom_CountsNewGroupsAsOther(t *testing.T) {
 }
 
 func TestPlanWrites_RefusesWhatNoCallerShouldBuild(t *testing.T) {
-	ok := Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{"a"}, Value: 1}
+	ok := meter.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: ms(t0), Group: []string{"a"}, Value: 1}
 	for _, tc := range []struct {
 		name string
-		edit func(c *Contribution)
+		edit func(c *meter.Contribution)
 		want string
 	}{
-		{"a name with #", func(c *Contribution) { c.Meter = "to#kens" }, "is not a meter name"},
-		{"an unknown aggregation", func(c *Contribution) { c.Aggregation = "AVG" }, `aggregation "AVG"`},
-		{"a negative value", func(c *Contribution) { c.Value = -1 }, "not within 0..9007199254740991"},
-		{"a value past 2^53-1", func(c *Contribution) { c.Value = meter.MaxValue + 1 }, "not within"},
-		{"a COUNT of 2", func(c *Contribution) { c.Aggregation, c.Value = meter.Count, 2 }, "a COUNT contribution is 1"},
-		{"a LATEST without order key", func(c *Contribution) { c.Aggregation = meter.Latest }, "order key"},
-		{"an order key on a SUM", func(c *Contribution) { c.OrderKey = "k" }, "order key"},
-		{"four dimensions", func(c *Contribution) { c.Group = []string{"a", "b", "c", "d"} }, "4 dimensions (at most 3)"},
-		{"a dimension value of 65 bytes", func(c *Contribution) { c.Group = []string{strings.Repeat("x", 65)} }, "at most 64 bytes"},
-		{"a dimension value that is not UTF-8", func(c *Contribution) { c.Group = []string{"\xff"} }, "not valid UTF-8"},
-		{"an instant before 1970", func(c *Contribution) { c.AtMs = -1 }, "years 1970 to 9999"},
+		{"a name with #", func(c *meter.Contribution) { c.Meter = "to#kens" }, "is not a meter name"},
+		{"an unknown aggregation", func(c *meter.Contribution) { c.Aggregation = "AVG" }, `aggregation "AVG"`},
+		{"a negative value", func(c *meter.Contribution) { c.Value = -1 }, "not within 0..9007199254740991"},
+		{"a value past 2^53-1", func(c *meter.Contribution) { c.Value = meter.MaxValue + 1 }, "not within"},
+		{"a COUNT of 2", func(c *meter.Contribution) { c.Aggregation, c.Value = meter.Count, 2 }, "a COUNT contribution is 1"},
+		{"a LATEST without order key", func(c *meter.Contribution) { c.Aggregation = meter.Latest }, "order key"},
+		{"an order key on a SUM", func(c *meter.Contribution) { c.OrderKey = "k" }, "order key"},
+		{"four dimensions", func(c *meter.Contribution) { c.Group = []string{"a", "b", "c", "d"} }, "4 dimensions (at most 3)"},
+		{"a dimension value of 65 bytes", func(c *meter.Contribution) { c.Group = []string{strings.Repeat("x", 65)} }, "at most 64 bytes"},
+		{"a dimension value that is not UTF-8", func(c *meter.Contribution) { c.Group = []string{"\xff"} }, "not valid UTF-8"},
+		{"an instant before 1970", func(c *meter.Contribution) { c.AtMs = -1 }, "years 1970 to 9999"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			c.Group = append([]string(nil), ok.Group...)
 			tc.edit(&c)
-			_, err := PlanWrites("tbl", acct, []Contribution{c}, map[string]Item{})
+			_, err := PlanWrites("tbl", acct, []meter.Contribution{c}, map[string]Item{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v; want one saying %q", err, tc.want)
 			}
 		})
 	}
-	mixed := []Contribution{ok, {Meter: "tokens", Aggregation: meter.Max, AtMs: ms(t0), Group: []string{"a"}, Value: 1}}
+	mixed := []meter.Contribution{ok, {Meter: "tokens", Aggregation: meter.Max, AtMs: ms(t0), Group: []string{"a"}, Value: 1}}
 	if _, err := PlanWrites("tbl", acct, mixed, map[string]Item{}); err == nil || !strings.Contains(err.Error(), "SUM with 1 dimensions in one contribution and MAX") {
 		t.Errorf("a meter of two aggregations: %v", err)
 	}
-	if _, err := PlanWrites("tbl", acct, []Contribution{ok}, map[string]Item{}); err == nil || !strings.Contains(err.Error(), "was not read before planning") {
+	if _, err := PlanWrites("tbl", acct, []meter.Contribution{ok}, map[string]Item{}); err == nil || !strings.Contains(err.Error(), "was not read before planning") {
 		t.Errorf("an hour item not read: %v", err)
 	}
 }
 
 func TestPlanWrites_TheSameInputPlansTheSameWrites(t *testing.T) {
-	var cs []Contribution
+	var cs []meter.Contribution
 	for i := range 40 {
-		cs = append(cs, Contribution{Meter: []string{"a", "b"}[i%2], Aggregation: meter.Sum, AtMs: ms(t0.Add(time.Duration(i) * 17 * time.Second)),
+		cs = append(cs, meter.Contribution{Meter: []string{"a", "b"}[i%2], Aggregation: meter.Sum, AtMs: ms(t0.Add(time.Duration(i) * 17 * time.Second)),
 			Group: []string{[]string{"x", "y", "z"}[i%3]}, Value: int64(i)})
 	}
 	read := mustRead(t, Keys(acct, cs), nil)

@@ -72,24 +72,6 @@ const (
 	keyLayout = "2006-01-02T15:04:05Z"
 )
 
-// Contribution is one event's part in one meter: what a claim adds to that meter's rollups.
-type Contribution struct {
-	Meter       string
-	Aggregation meter.Aggregation
-	// AtMs is the instant Ferry received the event (epoch milliseconds): its window, and its
-	// billing cycle's.
-	AtMs int64
-	// Group are the event's values of the meter's dimensions, in definition order; a dimension
-	// the event lacks is "".
-	Group []string
-	// Value is what the event adds (SUM), 1 (COUNT, and UNIQUE_COUNT's first sighting of a value
-	// in the cycle), or the event's value (MAX, LATEST): 0..meter.MaxValue.
-	Value int64
-	// OrderKey orders LATEST contributions: the one with the largest key is the latest
-	// (LatestOrderKey builds it).
-	OrderKey string
-}
-
 // LatestOrderKey is the order key of a LATEST contribution: the event's time (its CloudEvents
 // `time`, or without one the instant Ferry received it), then its id, so that of two events at the
 // same instant the one with the larger id is the latest. Keys of any two instants compare as the

@@ -55,7 +55,7 @@ func storeOn(env *testenv.Env, db *dynamodb.Client) *rollup.Store {
 		ConsistentRead: true}
 }
 
-func apply(t *testing.T, s *rollup.Store, account string, cs ...rollup.Contribution) {
+func apply(t *testing.T, s *rollup.Store, account string, cs ...meter.Contribution) {
 	t.Helper()
 	if err := s.Apply(context.Background(), account, cs); err != nil {
 		t.Fatal(err)
@@ -86,8 +86,8 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 	s, _ := newStore(t)
 	const a = "acct_q"
 	tokens := rollup.Meter{Name: "tokens", Aggregation: meter.Sum, Dimensions: []string{"model"}}
-	tok := func(when string, model string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Group: []string{model}, Value: v}
+	tok := func(when string, model string, v int64) meter.Contribution {
+		return meter.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Group: []string{model}, Value: v}
 	}
 	apply(t, s, a, tok("2026-11-18T10:07:10Z", "gpt-4", 100), tok("2026-11-18T10:07:50Z", "mini", 5))
 	apply(t, s, a, tok("2026-11-18T10:08:00Z", "gpt-4", 20), tok("2026-11-18T23:59:59Z", "gpt-4", 1))
@@ -112,8 +112,8 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 	}
 
 	peak := rollup.Meter{Name: "storage_gb", Aggregation: meter.Max}
-	gb := func(when string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "storage_gb", Aggregation: meter.Max, AtMs: at(when).UnixMilli(), Value: v}
+	gb := func(when string, v int64) meter.Contribution {
+		return meter.Contribution{Meter: "storage_gb", Aggregation: meter.Max, AtMs: at(when).UnixMilli(), Value: v}
 	}
 	apply(t, s, a, gb("2026-11-18T10:00:00Z", 40), gb("2026-11-18T10:30:00Z", 70))
 	apply(t, s, a, gb("2026-11-18T10:31:00Z", 50)) // below the hour's maximum: only its minute moves
@@ -128,8 +128,8 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 	}
 
 	seats := rollup.Meter{Name: "seats", Aggregation: meter.Latest}
-	seat := func(received, happened, id string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "seats", Aggregation: meter.Latest, AtMs: at(received).UnixMilli(), Value: v,
+	seat := func(received, happened, id string, v int64) meter.Contribution {
+		return meter.Contribution{Meter: "seats", Aggregation: meter.Latest, AtMs: at(received).UnixMilli(), Value: v,
 			OrderKey: rollup.LatestOrderKey(at(happened).UnixMilli(), id)}
 	}
 	apply(t, s, a, seat("2026-11-18T10:00:05Z", "2026-11-18T10:00:00Z", "s1", 5))
@@ -142,8 +142,8 @@ func TestStore_EachAggregation_WrittenThenQueried(t *testing.T) {
 	}
 
 	users := rollup.Meter{Name: "users", Aggregation: meter.UniqueCount}
-	first := func(when string) rollup.Contribution {
-		return rollup.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: at(when).UnixMilli(), Value: 1}
+	first := func(when string) meter.Contribution {
+		return meter.Contribution{Meter: "users", Aggregation: meter.UniqueCount, AtMs: at(when).UnixMilli(), Value: 1}
 	}
 	apply(t, s, a, first("2026-11-18T10:00:00Z"), first("2026-11-18T10:00:01Z"))
 	apply(t, s, a, first("2026-11-19T08:00:00Z"))
@@ -161,8 +161,8 @@ func TestStore_DayInAHalfHourZone_SplitsTheBoundaryHour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := func(when string, v int64) rollup.Contribution {
-		return rollup.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Value: v}
+	c := func(when string, v int64) meter.Contribution {
+		return meter.Contribution{Meter: "tokens", Aggregation: meter.Sum, AtMs: at(when).UnixMilli(), Value: v}
 	}
 	apply(t, s, "acct_k", c("2026-11-18T18:29:59Z", 1), c("2026-11-18T18:30:00Z", 10), c("2026-11-18T18:59:00Z", 100))
 	apply(t, s, "acct_k", c("2026-11-18T12:00:00Z", 1000), c("2026-11-19T18:29:00Z", 10000))
@@ -176,7 +176,7 @@ func TestStore_DayInAHalfHourZone_SplitsTheBoundaryHour(t *testing.T) {
 // Minute items expire RollupMinuteRetention after their minute; hour items are kept.
 func TestStore_MinuteItemsExpire_HourItemsAreKept(t *testing.T) {
 	s, env := newStore(t)
-	apply(t, s, "acct_t", rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: at("2026-11-18T10:07:42Z").UnixMilli(), Value: 1})
+	apply(t, s, "acct_t", meter.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: at("2026-11-18T10:07:42Z").UnixMilli(), Value: 1})
 	for sk, want := range map[string]int64{
 		"m#2026-11-18T10:07:00Z": at("2026-11-18T10:07:00Z").Add(resources.RollupMinuteRetention).Unix(),
 		"h#2026-11-18T10:00:00Z": 0,
@@ -199,9 +199,9 @@ func TestStore_MinuteItemsExpire_HourItemsAreKept(t *testing.T) {
 func TestStore_ManyGroupsInAnHour_TheRestCountAsOther(t *testing.T) {
 	s, env := newStore(t)
 	const groups = 600
-	var cs []rollup.Contribution
+	var cs []meter.Contribution
 	for i := range groups {
-		cs = append(cs, rollup.Contribution{Meter: "logins", Aggregation: meter.Sum, AtMs: at("2026-11-18T10:00:00Z").UnixMilli() + int64(i),
+		cs = append(cs, meter.Contribution{Meter: "logins", Aggregation: meter.Sum, AtMs: at("2026-11-18T10:00:00Z").UnixMilli() + int64(i),
 			Group: []string{"user-" + strconv.Itoa(i)}, Value: 1})
 	}
 	apply(t, s, "acct_m", cs[:groups/2]...)
@@ -245,7 +245,7 @@ func TestStore_ManyGroupsInAnHour_TheRestCountAsOther(t *testing.T) {
 
 // guardRun plans two MAX claims from one read, the larger committed first: the smaller one's
 // write must be refused, or it would lower the maximum.
-func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
+func guardRun(seed []meter.Contribution) func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 	return func(t *testing.T, env *testenv.Env, db *dynamodb.Client) error {
 		ctx := context.Background()
 		s := storeOn(env, db)
@@ -254,8 +254,8 @@ func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, d
 				return err
 			}
 		}
-		c := func(v int64) []rollup.Contribution {
-			return []rollup.Contribution{{Meter: "peak", Aggregation: meter.Max, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v}}
+		c := func(v int64) []meter.Contribution {
+			return []meter.Contribution{{Meter: "peak", Aggregation: meter.Max, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v}}
 		}
 		read, err := s.Read(ctx, "acct_g", c(0))
 		if err != nil {
@@ -287,7 +287,7 @@ func guardRun(seed []rollup.Contribution) func(t *testing.T, env *testenv.Env, d
 
 // A MAX planned from a read that found the item is refused once another claim raised it.
 func TestGuard_AMaxPlannedFromAStaleReadNeverLowersIt(t *testing.T) {
-	testenv.NeedsGuard(t, "rollup.set.rev", guardRun([]rollup.Contribution{
+	testenv.NeedsGuard(t, "rollup.set.rev", guardRun([]meter.Contribution{
 		{Meter: "peak", Aggregation: meter.Max, AtMs: at("2026-11-18T10:00:30Z").UnixMilli(), Value: 10},
 	}))
 }
@@ -302,8 +302,8 @@ func TestGuard_AMaxPlannedFromAnAbsentItemNeverLowersIt(t *testing.T) {
 func TestStore_ALatestPlannedFromAStaleReadIsCancelled(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	c := func(happened string, id string, v int64) []rollup.Contribution {
-		return []rollup.Contribution{{Meter: "seats", Aggregation: meter.Latest, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v,
+	c := func(happened string, id string, v int64) []meter.Contribution {
+		return []meter.Contribution{{Meter: "seats", Aggregation: meter.Latest, AtMs: at("2026-11-18T10:00:00Z").UnixMilli(), Value: v,
 			OrderKey: rollup.LatestOrderKey(at(happened).UnixMilli(), id)}}
 	}
 	read, err := s.Read(ctx, "acct_l", c("2026-11-18T09:00:00Z", "a", 0))

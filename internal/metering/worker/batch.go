@@ -406,7 +406,7 @@ func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 	}
 	features := map[string]bool{}
 	distinct := map[string]bool{}
-	var cs []ledger.Contribution
+	var cs []meter.Contribution
 	for i, rs := range r.reads {
 		for _, rdg := range rs {
 			if rdg.Aggregation == meter.UniqueCount && !distinct[ledger.DistinctKey(rdg.Feature, rdg.DistinctHash())] {
@@ -416,7 +416,7 @@ func (w *Worker) unitRead(r *batchRun) ledger.BatchRead {
 			// Every meter's: the rollups decide which items a plan needs read (those of MAX and
 			// LATEST meters, and the hour item of a meter with dimensions, whose groups bound
 			// what the claim may add to it).
-			cs = append(cs, ledger.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
+			cs = append(cs, meter.Contribution{Meter: rdg.Meter, Aggregation: rdg.Aggregation, AtMs: r.envs[i].ReceivedAtMs,
 				Group: rdg.Group, Value: rdg.Value, OrderKey: rdg.OrderKey})
 			if features[rdg.Feature] {
 				continue

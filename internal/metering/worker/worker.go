@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
+	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 )
 
@@ -102,8 +103,8 @@ type Worker struct {
 // dimensions, whose groups bound what a claim adds), and the writes of the admitted
 // contributions, planned from what was read.
 type Rollups interface {
-	Keys(accountID string, cs []ledger.Contribution) []ledger.ItemKey
-	Writes(accountID string, cs []ledger.Contribution, read map[string][]map[string]types.AttributeValue) ([]types.TransactWriteItem, error)
+	Keys(accountID string, cs []meter.Contribution) []ledger.ItemKey
+	Writes(accountID string, cs []meter.Contribution, read map[string][]map[string]types.AttributeValue) ([]types.TransactWriteItem, error)
 }
 
 // Result says what one message's processing did.

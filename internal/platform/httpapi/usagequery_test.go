@@ -21,10 +21,10 @@ func TestUsageQuery_AnAccountReadsItsOwn_TheOperatorNamesOne(t *testing.T) {
 	key := h.CreateAccount(t, "acct_uq", "free", nil)
 	other := h.CreateAccount(t, "acct_uq2", "free", nil)
 	s := &rollup.Store{DB: h.Env.Clients.DynamoDB, Table: h.Env.Names.Table(resources.TableRollups)}
-	var cs []rollup.Contribution
+	var cs []meter.Contribution
 	for _, at := range []string{"2026-11-14T08:00:00Z", "2026-11-14T23:59:59Z", "2026-11-15T00:00:00Z"} {
 		when, _ := time.Parse(time.RFC3339, at)
-		cs = append(cs, rollup.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
+		cs = append(cs, meter.Contribution{Meter: "events", Aggregation: meter.Count, AtMs: when.UnixMilli(), Value: 1})
 	}
 	if err := s.Apply(context.Background(), "acct_uq", cs); err != nil {
 		t.Fatal(err)
