@@ -110,7 +110,12 @@ func (c *claimStore) claimUnit(ctx context.Context, unit []usageEvent) error {
 			if !seen[e.id] {
 				seen[e.id] = true
 				distinct = append(distinct, e)
-				keys = append(keys, c.entryKey(e.id), c.markerKey(e))
+				keys = append(keys, c.entryKey(e.id))
+			}
+			// Events of one user share a marker; a BatchGetItem refuses a key listed twice.
+			if m := dynamo.Str(c.markerKey(e), "pk"); !seen[m] {
+				seen[m] = true
+				keys = append(keys, c.markerKey(e))
 			}
 		}
 		present, err := c.read(ctx, keys)
@@ -268,10 +273,24 @@ func deliveries(rng *rand.Rand, events []usageEvent) [][]usageEvent {
 	var units [][]usageEvent
 	for len(copies) > 0 {
 		n := min(len(copies), 1+rng.IntN(ledgerMaxUnit))
+		// A unit fits one transaction, as the worker cuts them: an entry and a marker per event
+		// at most, and the rollup writes.
+		for n > 1 && unitItems(copies[:n]) > 100 {
+			n--
+		}
 		units = append(units, copies[:n])
 		copies = copies[n:]
 	}
 	return units
+}
+
+// unitItems is the most items a unit's claim writes.
+func unitItems(unit []usageEvent) int {
+	var cs []meter.Contribution
+	for _, e := range unit {
+		cs = append(cs, e.contributions(true)...)
+	}
+	return 2*len(unit) + rollup.WriteCount("acct", cs)
 }
 
 // billedEvent is an event as the ledger recorded its claim.

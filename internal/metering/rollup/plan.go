@@ -347,6 +347,9 @@ func PlanWrites(table, account string, cs []meter.Contribution, read map[string]
 	var plan Plan
 	for _, id := range ids {
 		p := items[id]
+		if len(p.cells) > MaxWriteGroups {
+			return Plan{}, fmt.Errorf("rollup: %d groups for the item %s %s in one plan (at most %d)", len(p.cells), p.pk, p.sk, MaxWriteGroups)
+		}
 		if p.agg.Additive() {
 			plan.Writes = append(plan.Writes, addWrite(table, p))
 			continue

@@ -319,6 +319,38 @@ func TestPlanWrites_RefusesWhatNoCallerShouldBuild(t *testing.T) {
 	}
 }
 
+// One item's write stays inside DynamoDB's bounds on an update expression (4 KB, 300 operators)
+// with the most groups a plan may give it; one group more is refused before anything is sent.
+func TestPlanWrites_GroupsPerItemAreBounded(t *testing.T) {
+	for _, agg := range []meter.Aggregation{meter.Sum, meter.Max} {
+		var cs []meter.Contribution
+		for i := range MaxWriteGroups + 1 {
+			cs = append(cs, meter.Contribution{Meter: "tokens", Aggregation: agg, AtMs: ms(t0), Group: []string{fmt.Sprint("g-", i)}, Value: 1})
+		}
+		plan := func(cs []meter.Contribution) (Plan, error) {
+			keys := Keys(acct, cs)
+			read, err := ReadItems(keys, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return PlanWrites("tbl", acct, cs, read)
+		}
+		p, err := plan(cs[:MaxWriteGroups])
+		if err != nil {
+			t.Fatalf("%s: %d groups: %v", agg, MaxWriteGroups, err)
+		}
+		for _, w := range p.Writes {
+			expr := aws.ToString(w.Update.UpdateExpression)
+			if len(expr) > 4096 || strings.Count(expr, ",") >= 300 {
+				t.Errorf("%s: an update expression of %d bytes and %d clauses", agg, len(expr), strings.Count(expr, ",")+1)
+			}
+		}
+		if _, err := plan(cs); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d groups", MaxWriteGroups+1)) {
+			t.Errorf("%s: %d groups for one item: %v", agg, MaxWriteGroups+1, err)
+		}
+	}
+}
+
 func TestPlanWrites_TheSameInputPlansTheSameWrites(t *testing.T) {
 	var cs []meter.Contribution
 	for i := range 40 {

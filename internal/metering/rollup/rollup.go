@@ -42,6 +42,10 @@ const (
 	// can pass it by what each adds; DynamoDB's 400 KB item bound is far beyond that, and a write
 	// refused for it leaves the item as it was, for the next read to see full.
 	MaxItemGroupBytes = 8 << 10
+	// MaxWriteGroups bounds the groups one plan writes to one item, which keeps each write's
+	// update expression inside DynamoDB's bounds (4 KB of expression, 300 operators). A claim
+	// writes at most one group per event and meter, and a unit holds at most 97 events.
+	MaxWriteGroups = 128
 	// maxOrderKeyBytes bounds a LATEST contribution's order key.
 	maxOrderKeyBytes = 300
 )
