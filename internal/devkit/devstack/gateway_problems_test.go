@@ -174,13 +174,15 @@ func TestGateway_ABodyThatStalls_Is408_TheFunctionNeverRuns(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 
+	// The server's bound starts when it takes the connection, after the dial began: waiting at
+	// least the bound is measured from there.
+	start := time.Now()
 	conn, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	start := time.Now()
 	// The headers promise 1,000 bytes; 10 arrive, then nothing.
 	if _, err := io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"specver"); err != nil {
 		t.Fatal(err)
