@@ -178,7 +178,7 @@ class FerryKeys:
 
 
 # Routes on which the operator key must name the account (account=).
-_OPERATOR_NAMES_ACCOUNT = {("GET", "/v1/events"), ("GET", "/v1/events/{id}"), ("GET", "/v1/holds")}
+_OPERATOR_NAMES_ACCOUNT = {("GET", "/v1/events"), ("GET", "/v1/events/{id}"), ("GET", "/v1/holds"), ("GET", "/v1/usage/query")}
 
 
 _other_key_tried = set()  # operation labels whose answer to the other key was checked
@@ -338,6 +338,8 @@ def before_call(context, case, kwargs):
         _one_content_mode(case)
     if (case.operation.method.upper(), case.operation.path) == ("POST", "/v1/webhooks/stripe"):
         _sign_stripe(case, kwargs)
+    if (case.operation.method.upper(), case.operation.path) == ("GET", "/v1/usage/query"):
+        _valid_usage_query(case)
     if case.query and "cursor" in case.query and case.query["cursor"] not in _cursors:
         # The document's cursor is "the `next` of the page before": one this API returned.
         del case.query["cursor"]
@@ -392,6 +394,39 @@ def _sign_stripe(case, kwargs):
     negative_header = meta is not None and meta.is_negative_at(ParameterLocation.HEADER)
     if STRIPE_SECRET and not negative_header and any(n.lower() == "stripe-signature" for n in (case.headers or {})):
         kwargs["auth"] = _StripeSignature()
+
+
+def _valid_usage_query(case):
+    """Makes a usage query generated as valid data valid for the stack under test.
+
+    What makes a query valid depends on things its schema cannot state: the deployment's meters
+    and their dimensions, instants aligned to the window (a CYCLE's to the account's billing
+    cycles), a span the window allows. A case generated to break the document keeps what it was
+    given; any other gets a meter of the catalog, the window it was given (CYCLE becomes DAY:
+    a cycle's start is the account's agreement day, which no route reads), one window that
+    ended an hour ago, and a grouping only by the meter's own dimensions; the account it names
+    stays.
+    """
+    meta = getattr(case, "meta", None)
+    if meta is not None and meta.is_negative_at(ParameterLocation.QUERY):
+        return
+    with open(CATALOG, encoding="utf-8") as f:
+        meters = json.load(f)["meters"]
+    q = dict(case.query or {})
+    names = sorted(meters)
+    meter = q.get("meter") if q.get("meter") in meters else names[len(str(q.get("meter", ""))) % len(names)]
+    window = q.get("window") if q.get("window") in ("MINUTE", "HOUR", "DAY") else "DAY"
+    step = {"MINUTE": 60, "HOUR": 3600, "DAY": 86400}[window]
+    end = (int(time.time()) - 3600) // step * step
+    out = {"meter": meter, "window": window,
+           "from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(end - step)),
+           "to": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(end))}
+    dims = sorted(meters[meter].get("dimensions", {}))
+    if dims and "groupBy" in q:
+        out["groupBy"] = dims[0]
+    if "account" in q:
+        out["account"] = q["account"]
+    case.query = out
 
 
 _cursors = set()  # every `next` a list answered
