@@ -252,6 +252,7 @@ func (s *Table) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		}
 		items = append(items, put)
 	}
+	var recs []usage.Record
 	for _, m := range c.Moves {
 		switch {
 		case m.Set:
@@ -265,8 +266,17 @@ func (s *Table) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			items = append(items, s.Usage.MarkedItems(c.AccountID, m.Feature, c.Cycle, m.Row, m.MarkPresent, c.NowMs))
 		}
 		if m.Record != nil {
-			items = append(items, s.Usage.RecordPut(c.AccountID, m.Feature, c.Cycle, *m.Record))
+			r := *m.Record
+			r.Feature = m.Feature
+			recs = append(recs, r)
 		}
+	}
+	if len(recs) > 0 {
+		put, err := s.Usage.RecordPut(c.AccountID, c.Cycle, recs)
+		if err != nil {
+			return fmt.Errorf("claim batch %s: %w", c.Batch, err)
+		}
+		items = append(items, put)
 	}
 	for _, mk := range c.Markers {
 		items = append(items, s.Usage.MarkerPut(c.AccountID, mk.Feature, c.Cycle, mk.Hash, c.Batch, c.NowMs))

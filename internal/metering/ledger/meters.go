@@ -343,13 +343,15 @@ func move(in UnitInput, a *featureAcc) (Move, bool) {
 // apart.
 func (p UnitPlan) Items() int {
 	n := len(p.Admit) + len(p.Reject) + len(p.Markers)
+	recorded := false
 	for _, m := range p.Moves {
 		if m.Writes() {
 			n += 2 // the counter row and its mark
 		}
-		if m.Record != nil {
-			n++
-		}
+		recorded = recorded || m.Record != nil
+	}
+	if recorded {
+		n++ // the unit's record, one for every feature it moved
 	}
 	return n
 }

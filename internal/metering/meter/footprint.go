@@ -8,21 +8,22 @@ import "time"
 // items fit, so the count is taken as it grows, before anything is read: it is an upper bound of
 // what the claim will write.
 //
-// Per feature moved: its counter row's write and its report mark (a check or a put), and, for
-// every meter but the built-in events count (whose ledger entries are indexed by the counter row
-// they moved), the unit's record of what it moved, which the reconciler sums. Per distinct value
+// Per feature moved: its counter row's write and its report mark (a check or a put). Per unit, if
+// it moves any meter but the built-in events count (whose ledger entries are indexed by the
+// counter row they moved): the unit's record of what it moved, one item for all its features,
+// which the reconciler sums. Per distinct value
 // of a UNIQUE_COUNT meter: its marker (a value already counted this cycle writes none, but the
 // bound counts it). Per meter: its rollup items, one per minute and one per hour the unit's events
 // were received in.
 type Footprint struct {
 	features map[string]bool
-	records  map[string]bool
+	recorded bool
 	distinct map[string]bool
 	minutes  map[string]bool
 	hours    map[string]bool
 }
 
-// Items per feature moved: the counter row and its mark; per meter that keeps records: one.
+// Items per feature moved: the counter row and its mark; per unit whose meters keep records: one.
 const (
 	itemsPerFeature = 2
 	itemsPerRecord  = 1
@@ -31,16 +32,14 @@ const (
 // Add counts one event's readings, received at receivedAtMs.
 func (f *Footprint) Add(rs []Reading, receivedAtMs int64) {
 	if f.features == nil {
-		f.features, f.records, f.distinct = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		f.features, f.distinct = map[string]bool{}, map[string]bool{}
 		f.minutes, f.hours = map[string]bool{}, map[string]bool{}
 	}
 	at := time.UnixMilli(receivedAtMs).UTC()
 	minute, hour := at.Truncate(time.Minute).Format(time.RFC3339), at.Truncate(time.Hour).Format(time.RFC3339)
 	for _, r := range rs {
 		f.features[r.Feature] = true
-		if KeepsRecords(r.Meter, r.Feature) {
-			f.records[r.Feature] = true
-		}
+		f.recorded = f.recorded || KeepsRecords(r.Meter, r.Feature)
 		if r.Aggregation == UniqueCount {
 			f.distinct[r.Feature+"\x00"+r.DistinctHash()] = true
 		}
@@ -51,7 +50,11 @@ func (f *Footprint) Add(rs []Reading, receivedAtMs int64) {
 
 // Items is the bound of the items the counted readings add to a claim.
 func (f Footprint) Items() int {
-	return itemsPerFeature*len(f.features) + itemsPerRecord*len(f.records) + len(f.distinct) + len(f.minutes) + len(f.hours)
+	n := itemsPerFeature*len(f.features) + len(f.distinct) + len(f.minutes) + len(f.hours)
+	if f.recorded {
+		n += itemsPerRecord
+	}
+	return n
 }
 
 // Clone returns an independent copy, for trying whether one more message fits.
@@ -60,7 +63,7 @@ func (f Footprint) Clone() Footprint {
 	if f.features == nil {
 		return c
 	}
-	c.features, c.records, c.distinct = clone(f.features), clone(f.records), clone(f.distinct)
+	c.features, c.recorded, c.distinct = clone(f.features), f.recorded, clone(f.distinct)
 	c.minutes, c.hours = clone(f.minutes), clone(f.hours)
 	return c
 }

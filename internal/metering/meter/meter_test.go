@@ -265,3 +265,29 @@ func TestOrderKey_TimeThenEventID(t *testing.T) {
 		t.Fatalf("order: %s %s %s %s %s %s", early, late, tieLow, tieHigh, received, old)
 	}
 }
+
+// The footprint bounds a claim's items: per feature its counter row and mark, per meter a minute
+// and an hour item, per distinct value a marker, and one record for every meter that keeps
+// records in the unit (the events count keeps none).
+func TestFootprint_OneRecordAUnit_HoweverManyMetersKeepOne(t *testing.T) {
+	at := time.Date(2026, 11, 3, 10, 15, 20, 0, time.UTC).UnixMilli()
+	llmCall := []Reading{
+		{Meter: EventsMeter, Feature: FeatureEvents, Aggregation: Count, Value: 1},
+		{Meter: "tokens_in", Feature: "tokens_in", Aggregation: Sum, Value: 1532},
+		{Meter: "tokens_out", Feature: "tokens_out", Aggregation: Sum, Value: 210},
+	}
+	var events, calls Footprint
+	events.Add(llmCall[:1], at)
+	calls.Add(llmCall, at)
+	calls.Add(llmCall, at+1_000) // the same minute: nothing new
+	if got := events.Items(); got != 2+1+1 {
+		t.Errorf("events only: %d items, want 4 (row, mark, minute, hour)", got)
+	}
+	if got := calls.Items(); got != 3*2+1+3+3 {
+		t.Errorf("three meters: %d items, want 13 (3 rows and marks, 1 record, 3 minutes, 3 hours)", got)
+	}
+	calls.Add(llmCall, at+60_000) // the next minute: three more minute items
+	if got := calls.Items(); got != 16 {
+		t.Errorf("three meters over two minutes: %d items, want 16", got)
+	}
+}

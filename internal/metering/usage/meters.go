@@ -20,12 +20,15 @@ import (
 //     (partition "<usage partition>#distinct", sort key "distinct#<value hash>"), put with
 //     attribute_not_exists in the claim that first counts the value: a value counts once a
 //     cycle, whichever unit meets it and however often;
-//   - a unit's record per (account, feature, cycle, unit) (partition "<usage partition>#units",
-//     sort key "unit#<unit>"), put in the claim with what the unit moved: the reconciler sums
-//     the records, as it counts the ledger's entries for events, to check and rebuild the
-//     counters. Two claims of one unit never both commit (each claims every member the unit had
-//     unclaimed, conditional on its having no entry), so a record is written once and needs no
-//     condition.
+//   - a unit's record per (account, cycle, unit) (partition "<account>#<cycle>#units", sort key
+//     "unit#<unit>"), put in the claim with what the unit moved on each feature that keeps
+//     records (one map entry per feature, under "features"): the reconciler sums a feature's
+//     entries, as it counts the ledger's entries for events, to check and rebuild the counters.
+//     One item for all the unit's features, not one per feature: an LLM call moving two token
+//     meters writes one record a unit instead of two (2 write units a unit less; the reconciler
+//     reads every feature's entries of a record to take its own, which it can afford). Two
+//     claims of one unit never both commit (each claims every member the unit had unclaimed,
+//     conditional on its having no entry), so a record is written once and needs no condition.
 //
 // MAX and LATEST replace the figure instead of adding to it: their counter is the budget row,
 // written with SET from the value read before the claim, conditional on the row's rev being the
@@ -40,9 +43,12 @@ const (
 	// AttrAmount is what a unit's record says it added (additive meters), or its largest value
 	// (MAX) or its latest value (LATEST).
 	AttrAmount = "amount"
-	// attrRow names, on a unit's record, the counter row the unit moved.
+	// attrFeatures holds, on a unit's record, one map per feature the unit moved.
+	attrFeatures = "features"
+	// attrRow names, in a feature's map of a unit's record, the counter row the unit moved.
 	attrRow = "row"
-	// attrEvents counts, on a unit's record, the events it admitted that moved the meter.
+	// attrEvents counts, in a feature's map of a unit's record, the events it admitted that
+	// moved the meter.
 	attrEvents = "events"
 )
 
@@ -69,9 +75,10 @@ func DistinctPartition(accountID, feature, cycleLabel string) string {
 	return PartitionKey(accountID, feature, cycleLabel) + "#distinct"
 }
 
-// RecordPartition is the partition of the units' records of a feature's cycle.
-func RecordPartition(accountID, feature, cycleLabel string) string {
-	return PartitionKey(accountID, feature, cycleLabel) + "#units"
+// RecordPartition is the partition of the units' records of an account's cycle. It can never be
+// a usage partition (PartitionKey), whose third part is a cycle label, never "units".
+func RecordPartition(accountID, cycleLabel string) string {
+	return accountID + "#" + cycleLabel + "#units"
 }
 
 // MarkerKey is the key of a distinct value's marker.
@@ -128,7 +135,8 @@ func (t Table) SetValue(accountID, feature, cycleLabel string, v int64, order st
 
 // Record is a unit's record of what it moved on one feature's counter.
 type Record struct {
-	Unit string
+	Unit    string
+	Feature string
 	// Row is the sort key of the counter row the unit moved (or found above its value).
 	Row string
 	// Amount is what the unit added (SUM, COUNT, UNIQUE_COUNT: its new distinct values), or its
@@ -141,25 +149,41 @@ type Record struct {
 	AtMs   int64
 }
 
-// RecordPut is the transaction item that puts a unit's record (see the package comment on
-// meters' rows: written once, so unconditioned).
-func (t Table) RecordPut(accountID, feature, cycleLabel string, r Record) types.TransactWriteItem {
+// RecordPut is the transaction item that puts a unit's record of every feature it moved (see the
+// package comment on meters' rows: written once, so unconditioned). recs are one unit's, one per
+// feature; the record's instant is the first's.
+func (t Table) RecordPut(accountID, cycleLabel string, recs []Record) (types.TransactWriteItem, error) {
+	if len(recs) == 0 {
+		return types.TransactWriteItem{}, fmt.Errorf("record of %s %s: no feature", accountID, cycleLabel)
+	}
+	features := make(map[string]types.AttributeValue, len(recs))
+	for _, r := range recs {
+		if r.Unit != recs[0].Unit {
+			return types.TransactWriteItem{}, fmt.Errorf("record of %s %s: units %s and %s in one record", accountID, cycleLabel, recs[0].Unit, r.Unit)
+		}
+		if _, twice := features[r.Feature]; twice || r.Feature == "" {
+			return types.TransactWriteItem{}, fmt.Errorf("record of unit %s: feature %q named twice or empty", r.Unit, r.Feature)
+		}
+		f := map[string]types.AttributeValue{attrRow: dynamo.S(r.Row), AttrAmount: dynamo.N(r.Amount), attrEvents: dynamo.N(r.Events)}
+		if r.Order != "" {
+			f[AttrOrder] = dynamo.S(r.Order)
+		}
+		features[r.Feature] = &types.AttributeValueMemberM{Value: f}
+	}
 	item := map[string]types.AttributeValue{
-		"pk": dynamo.S(RecordPartition(accountID, feature, cycleLabel)), "sk": dynamo.S(RecordPrefix + r.Unit),
-		attrRow: dynamo.S(r.Row), AttrAmount: dynamo.N(r.Amount), attrEvents: dynamo.N(r.Events), "atMs": dynamo.N(r.AtMs),
+		"pk": dynamo.S(RecordPartition(accountID, cycleLabel)), "sk": dynamo.S(RecordPrefix + recs[0].Unit),
+		attrFeatures: &types.AttributeValueMemberM{Value: features}, "atMs": dynamo.N(recs[0].AtMs),
 	}
-	if r.Order != "" {
-		item[AttrOrder] = dynamo.S(r.Order)
-	}
-	return types.TransactWriteItem{Put: &types.Put{TableName: aws.String(t.Name), Item: item}}
+	return types.TransactWriteItem{Put: &types.Put{TableName: aws.String(t.Name), Item: item}}, nil
 }
 
 // maxRecordPages bounds the pages of one cycle's records (one record per unit of up to 97
-// events: a page of 1 MB holds about ten thousand, a million events or so).
+// events: a page of 1 MB holds several thousand, some hundred thousand events or more).
 const maxRecordPages = 2_000
 
 // Records reads every unit's record of a feature's cycle, paged (eventually consistent: a
 // record committed a moment ago may be missing, like an entry from the ledger's meter index).
+// A unit's record that did not move the feature has no entry for it and is passed over.
 func (t Table) Records(ctx context.Context, accountID, feature, cycleLabel string) ([]Record, int, error) {
 	var out []Record
 	var start map[string]types.AttributeValue
@@ -168,17 +192,25 @@ func (t Table) Records(ctx context.Context, accountID, feature, cycleLabel strin
 			TableName:                 aws.String(t.Name),
 			KeyConditionExpression:    aws.String("#pk = :pk"),
 			ExpressionAttributeNames:  dynamo.Names("#pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": dynamo.S(RecordPartition(accountID, feature, cycleLabel))},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": dynamo.S(RecordPartition(accountID, cycleLabel))},
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
 			return nil, page, fmt.Errorf("read the unit records of %s %s %s: %w", accountID, feature, cycleLabel, err)
 		}
 		for _, item := range res.Items {
+			features, _ := item[attrFeatures].(*types.AttributeValueMemberM)
+			if features == nil {
+				return nil, page, fmt.Errorf("read the unit records of %s %s %s: record %s has no features", accountID, feature, cycleLabel, dynamo.Str(item, "sk"))
+			}
+			f, ok := features.Value[feature].(*types.AttributeValueMemberM)
+			if !ok {
+				continue
+			}
 			out = append(out, Record{
-				Unit: dynamo.Str(item, "sk")[len(RecordPrefix):], Row: dynamo.Str(item, attrRow),
-				Amount: dynamo.Int(item, AttrAmount), Order: dynamo.Str(item, AttrOrder),
-				Events: dynamo.Int(item, attrEvents), AtMs: dynamo.Int(item, "atMs"),
+				Unit: dynamo.Str(item, "sk")[len(RecordPrefix):], Feature: feature, Row: dynamo.Str(f.Value, attrRow),
+				Amount: dynamo.Int(f.Value, AttrAmount), Order: dynamo.Str(f.Value, AttrOrder),
+				Events: dynamo.Int(f.Value, attrEvents), AtMs: dynamo.Int(item, "atMs"),
 			})
 		}
 		if len(res.LastEvaluatedKey) == 0 {

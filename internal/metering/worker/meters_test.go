@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
@@ -220,6 +222,17 @@ func TestMeters_OneEventMovesEveryMeterItMatches(t *testing.T) {
 	recs, _, err := h.Worker().Usage.Records(context.Background(), "acct_m", "tokens_in", "2026-11")
 	if err != nil || len(recs) != 1 || recs[0].Amount != 1540 || recs[0].Events != 2 || recs[0].Row != usage.BudgetSK {
 		t.Fatalf("the unit's record of tokens_in: %+v %v", recs, err)
+	}
+	out, _, err := h.Worker().Usage.Records(context.Background(), "acct_m", "tokens_out", "2026-11")
+	if err != nil || len(out) != 1 || out[0].Amount != 212 || out[0].Events != 2 || out[0].Unit != recs[0].Unit {
+		t.Fatalf("the unit's record of tokens_out: %+v %v; the same record as tokens_in's (%s)", out, err, recs[0].Unit)
+	}
+	res, err := h.Worker().Usage.DB.Query(context.Background(), &dynamodb.QueryInput{
+		TableName: aws.String(h.Worker().Usage.Name), KeyConditionExpression: aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: usage.RecordPartition("acct_m", "2026-11")}},
+	})
+	if err != nil || len(res.Items) != 1 {
+		t.Fatalf("the unit's records: %d items %v; one item for both token meters", len(res.Items), err)
 	}
 }
 
