@@ -32,6 +32,7 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/johannesboyne/gofakes3 v1.2.0
 	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/truora/minidyn v0.8.2
 	github.com/yuin/goldmark v1.7.16
