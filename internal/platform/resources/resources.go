@@ -336,6 +336,23 @@ var Tables = []Table{
 		TTLAttribute: ConsoleTTLAttribute,
 	},
 	{
+		Logical:      TableNotifications,
+		Purpose:      "the notifications outbox: per notification (keyed by what it is about, so it exists once) its item and one delivery item per endpoint, with the delivery's tries and answer",
+		PartitionKey: Attribute{"pk", String},
+		SortKey:      &Attribute{"sk", String},
+		TTLAttribute: NotificationsTTLAttribute,
+		Indexes: []Index{
+			{Name: IndexNotificationsDue, PartitionKey: Attribute{NotificationsAttrDueShard, String}, SortKey: &Attribute{NotificationsAttrDueAtMs, Number}},
+			{Name: IndexNotificationsByEndpoint, PartitionKey: Attribute{NotificationsAttrEndpoint, String}, SortKey: &Attribute{NotificationsAttrLogOrder, String}},
+			{Name: IndexNotificationsByAccount, PartitionKey: Attribute{NotificationsAttrAccount, String}, SortKey: &Attribute{NotificationsAttrListOrder, String}},
+		},
+	},
+	{
+		Logical:      TableWebhookEndpoints,
+		Purpose:      "the webhook endpoints the operator registered: URL, the notification kinds and accounts each wants, its signing secrets",
+		PartitionKey: Attribute{"pk", String},
+	},
+	{
 		Logical:      TableGrants,
 		Purpose:      "allowance grant rows, one per (account, feature, cycle, plan), and per (account, feature, cycle) the head item that versions them; a cycle's allowance limit is the sum of its rows",
 		PartitionKey: Attribute{"pk", String},
@@ -676,6 +693,8 @@ var Functions = []Function{
 			TableHolds: Read, TableConsole: ReadWrite,
 			// GET /v1/usage/query reads the meters' rollups.
 			TableRollups: Read,
+			// The webhook endpoints' routes: registration, rotation, the delivery log, replay.
+			TableWebhookEndpoints: ReadWrite, TableNotifications: ReadWrite,
 		},
 		// A redrive queues the archived payload again for the worker.
 		Queues:  map[string]Access{QueueInbox: Send, QueueEvents: Send},
@@ -688,8 +707,9 @@ var Functions = []Function{
 		MemoryMB: 512,
 		Tables: map[string]Access{
 			TableAccounts: ReadWrite, TableLedger: ReadWrite, TableUsage: ReadWrite, TableAnalytics: ReadWrite,
-			// A unit's claim reads and writes the rollups of what it moves.
-			TableRollups: ReadWrite,
+			// A unit's claim reads and writes the rollups of what it moves, and puts the
+			// notifications it decides (a threshold crossed, the limit reached).
+			TableRollups: ReadWrite, TableNotifications: ReadWrite,
 		},
 		Queues:  map[string]Access{QueueEvents: Consume},
 		Buckets: map[string]Access{BucketArchive: ReadWrite},
@@ -798,6 +818,15 @@ var Functions = []Function{
 		Tables: map[string]Access{TableInbox: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: Read, TableGrants: ReadWrite},
 		// It consumes nudges and sends one back, delayed, for an event that is not due yet.
 		Queues: map[string]Access{QueueInbox: ConsumeAndSend},
+	},
+	{
+		Name:    FunctionNotifier,
+		Purpose: "every minute: fan new notifications out to the endpoints that want them and deliver them signed (Standard Webhooks), under claim, backing off with jitter, DEAD after a bounded number of tries",
+		Timeout: NotifierTimeout, MemoryMB: 256,
+		// One run at a time: a second run would only contend for the same claims.
+		ReservedConcurrency: 1,
+		Tables:              map[string]Access{TableNotifications: ReadWrite, TableWebhookEndpoints: Read},
+		Every:               NotifierEvery,
 	},
 	{
 		Name:     FunctionInboxSweep,

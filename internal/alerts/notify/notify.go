@@ -1,0 +1,277 @@
+// Package notify is what Ferry tells the platform: the notifications, each decided once, where
+// the state it reports changes, and stored as the outbox row the notifier delivers from.
+//
+// A notification's key says what it is about — its kind, the account, the feature, the cycle
+// and the threshold — so it exists once: the transaction that decides it puts it conditional on
+// its absence (Put), and a second decision of the same thing (a redelivered unit, a unit that
+// raced another) is cancelled by that condition, reads again and decides nothing. Its id, the
+// webhook-id of every delivery of it, is a function of the key alone, and its body is fixed when
+// it is written, so every attempt to every endpoint sends the same message.
+//
+// Layout of the notifications table: a notification's partition is "ntf#<id>"; its item has
+// the sort key "notification", and each delivery of it to an endpoint (package drain) has
+// "delivery#<endpoint>". A notification carries the due index's attributes until the notifier
+// has fanned it out to the endpoints that want it.
+package notify
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
+)
+
+// Kind is what a notification reports; it is the message's "type".
+type Kind string
+
+// Kinds.
+const (
+	// ThresholdCrossed: an account's usage of a capped feature reached one of its thresholds.
+	ThresholdCrossed Kind = "threshold.crossed"
+	// LimitReached: an event was refused because the account's limit of a feature was reached
+	// (once per account, feature and cycle, not per event).
+	LimitReached Kind = "limit.reached"
+)
+
+// Kinds lists every kind, as endpoints subscribe to them.
+var Kinds = []Kind{ThresholdCrossed, LimitReached}
+
+// KnownKind reports whether k is a kind Ferry sends.
+func KnownKind(k string) bool {
+	for _, known := range Kinds {
+		if string(known) == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Notification is one thing Ferry tells the platform.
+type Notification struct {
+	Kind    Kind
+	Account string
+	// Feature and Meter are what it is about; Cycle the billing cycle (label).
+	Feature string
+	Meter   string
+	Cycle   string
+	// Threshold is the usage the threshold stands at; Percent its share of the limit when it
+	// was given as one (0 for an absolute threshold and for limit.reached).
+	Threshold int64
+	Percent   int64
+	// Limit is the limit in force; Used the usage the deciding transaction brought the account
+	// to (for limit.reached: the usage when the event was refused).
+	Limit int64
+	Used  int64
+	// AtMs is when it was decided: the message's timestamp.
+	AtMs int64
+}
+
+// Key is what makes the notification one: the same kind for the same account, feature, cycle
+// and threshold is the same notification.
+func (n Notification) Key() string {
+	k := string(n.Kind) + "\x00" + n.Account + "\x00" + n.Feature + "\x00" + n.Cycle
+	if n.Kind == ThresholdCrossed {
+		k += "\x00" + strconv.FormatInt(n.Threshold, 10)
+	}
+	return k
+}
+
+// ID is the notification's id: "ntf_" and 26 characters of base32 of its key's SHA-256. It is
+// the webhook-id of every delivery of it.
+func (n Notification) ID() string { return IDOf(n.Key()) }
+
+// IDOf is the id of the notification keyed key.
+func IDOf(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "ntf_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// AlertKey is how the budget row of the notification's feature remembers that the notification
+// was decided this cycle ("limit", or "t<threshold>"): a plan that finds it there decides it no
+// more.
+func (n Notification) AlertKey() string {
+	if n.Kind == LimitReached {
+		return AlertLimit
+	}
+	return ThresholdAlert(n.Threshold)
+}
+
+// AlertLimit is the alert key of limit.reached.
+const AlertLimit = "limit"
+
+// ThresholdAlert is the alert key of the threshold at value t.
+func ThresholdAlert(t int64) string { return "t" + strconv.FormatInt(t, 10) }
+
+// Data is the message's data member.
+type Data struct {
+	Account   string `json:"account"`
+	Feature   string `json:"feature"`
+	Meter     string `json:"meter,omitempty"`
+	Cycle     string `json:"cycle"`
+	Threshold *int64 `json:"threshold,omitempty"`
+	Percent   *int64 `json:"percent,omitempty"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used"`
+}
+
+// Message is the body every delivery of the notification sends, as Standard Webhooks suggests
+// it: the type, the instant, the data.
+type Message struct {
+	ID        string `json:"id"`
+	Type      Kind   `json:"type"`
+	Timestamp string `json:"timestamp"`
+	Data      Data   `json:"data"`
+}
+
+// Message is the notification's message.
+func (n Notification) Message() Message {
+	d := Data{Account: n.Account, Feature: n.Feature, Meter: n.Meter, Cycle: n.Cycle, Limit: n.Limit, Used: n.Used}
+	if n.Kind == ThresholdCrossed {
+		d.Threshold = &n.Threshold
+		if n.Percent > 0 {
+			d.Percent = &n.Percent
+		}
+	}
+	return Message{ID: n.ID(), Type: n.Kind, Timestamp: time.UnixMilli(n.AtMs).UTC().Format(time.RFC3339Nano), Data: d}
+}
+
+// Body is the message's JSON, fixed when the notification is written.
+func (n Notification) Body() []byte {
+	b, err := json.Marshal(n.Message())
+	if err != nil {
+		panic(fmt.Sprintf("notify: encode a notification: %v", err)) // plain strings and integers
+	}
+	return b
+}
+
+// Sort keys and attributes of the notifications table.
+const (
+	SKNotification = "notification"
+	// DeliveryPrefix starts a delivery's sort key; the endpoint's id follows.
+	DeliveryPrefix = "delivery#"
+	// PartitionPrefix starts every partition key; the notification's id follows.
+	PartitionPrefix = "ntf#"
+
+	AttrID      = "id"
+	AttrKind    = "kind"
+	AttrAccount = "account"
+	AttrFeature = "feature"
+	AttrCycle   = "cycle"
+	AttrBody    = "body"
+	AttrAtMs    = "atMs"
+	AttrStatus  = "status"
+)
+
+// Statuses of a notification item: NEW until the notifier has written a delivery for every
+// endpoint that wants it, then FANNED.
+const (
+	StatusNew    = "NEW"
+	StatusFanned = "FANNED"
+)
+
+// Partition is the partition key of the notification with this id.
+func Partition(id string) string { return PartitionPrefix + id }
+
+// ItemKey is the key of the notification item with this id.
+func ItemKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": dynamo.S(Partition(id)), "sk": dynamo.S(SKNotification)}
+}
+
+// DueShard spreads the due index's items over NotificationsDueShards partitions, by id.
+func DueShard(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return strconv.Itoa(int(h.Sum32() % resources.NotificationsDueShards))
+}
+
+// ListOrder orders an account's notifications (and an endpoint's deliveries): the instant,
+// zero-padded, then the id.
+func ListOrder(atMs int64, id string) string { return fmt.Sprintf("%016d#%s", atMs, id) }
+
+// Item is the notification's item as it is first written: NEW, due now, with its body.
+func (n Notification) Item() map[string]types.AttributeValue {
+	id := n.ID()
+	return map[string]types.AttributeValue{
+		"pk": dynamo.S(Partition(id)), "sk": dynamo.S(SKNotification),
+		AttrID: dynamo.S(id), AttrKind: dynamo.S(string(n.Kind)), AttrAccount: dynamo.S(n.Account),
+		AttrFeature: dynamo.S(n.Feature), AttrCycle: dynamo.S(n.Cycle),
+		AttrBody: dynamo.S(string(n.Body())), AttrAtMs: dynamo.N(n.AtMs), AttrStatus: dynamo.S(StatusNew),
+		resources.NotificationsAttrDueShard: dynamo.S(DueShard(id)), resources.NotificationsAttrDueAtMs: dynamo.N(n.AtMs),
+		resources.NotificationsAttrAccount: dynamo.S(n.Account), resources.NotificationsAttrListOrder: dynamo.S(ListOrder(n.AtMs, id)),
+	}
+}
+
+// Put is the transaction item that writes the notification, conditional on its absence: the
+// notification is decided once, whatever retries, races or redeliveries follow.
+func Put(table string, n Notification) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(table), Item: n.Item(),
+		ConditionExpression: aws.String(putCondition), ExpressionAttributeNames: dynamo.Names(putCondition),
+	}}
+}
+
+// putCondition keeps a notification once (see Guards).
+const putCondition = "attribute_not_exists(#pk)"
+
+// Stored is a notification as read back.
+type Stored struct {
+	ID      string
+	Kind    Kind
+	Account string
+	Feature string
+	Cycle   string
+	AtMs    int64
+	Status  string
+	// Body is the message every delivery sends.
+	Body []byte
+}
+
+// StoredOf reads a notification item.
+func StoredOf(item map[string]types.AttributeValue) Stored {
+	return Stored{
+		ID: dynamo.Str(item, AttrID), Kind: Kind(dynamo.Str(item, AttrKind)), Account: dynamo.Str(item, AttrAccount),
+		Feature: dynamo.Str(item, AttrFeature), Cycle: dynamo.Str(item, AttrCycle), AtMs: dynamo.Int(item, AttrAtMs),
+		Status: dynamo.Str(item, AttrStatus), Body: []byte(dynamo.Str(item, AttrBody)),
+	}
+}
+
+// Delivery statuses: PENDING (waiting for its next attempt), SENDING (claimed by a notifier
+// until a deadline), DELIVERED (the endpoint answered 2xx), DEAD (every try failed, or the
+// failure cannot pass by trying again).
+const (
+	DeliveryPending   = "PENDING"
+	DeliverySending   = "SENDING"
+	DeliveryDelivered = "DELIVERED"
+	DeliveryDead      = "DEAD"
+)
+
+// Delivery is one notification's delivery to one endpoint, as its log shows it.
+type Delivery struct {
+	Notification string `json:"notification"`
+	Endpoint     string `json:"endpoint"`
+	Kind         Kind   `json:"kind"`
+	Account      string `json:"account"`
+	Status       string `json:"status"`
+	Attempts     int    `json:"attempts"`
+	// LastStatus is the HTTP status of the last attempt (0: no answer); LastAnswer the first
+	// bytes of its body; LastError what went wrong, if anything.
+	LastStatus      int    `json:"lastStatus,omitempty"`
+	LastAnswer      string `json:"lastAnswer,omitempty"`
+	LastError       string `json:"lastError,omitempty"`
+	NextAttemptAtMs int64  `json:"nextAttemptAtMs,omitempty"`
+	DeliveredAtMs   int64  `json:"deliveredAtMs,omitempty"`
+	CreatedAtMs     int64  `json:"createdAtMs"`
+	UpdatedAtMs     int64  `json:"updatedAtMs"`
+	// Replays counts the operator's replays of it.
+	Replays int `json:"replays,omitempty"`
+}
