@@ -46,15 +46,16 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Archive:   &archive.S3{Client: c.Clients.S3, Bucket: c.Bucket(resources.BucketArchive, resources.ReadWrite)},
 		Analytics: &analytics.DynamoWriter{DB: c.DynamoDB(), Table: c.Table(resources.TableAnalytics, resources.ReadWrite)},
 	}
-	// A unit's claim puts its rows item in the same transaction.
+	// A unit's claim puts its rows item and the notifications it decides in the same transaction.
 	p.Ledger = &ledger.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableLedger, resources.ReadWrite), Usage: p.Usage,
-		Analytics: p.Analytics.Table}
+		Analytics: p.Analytics.Table, Notifications: c.Table(resources.TableNotifications, resources.ReadWrite)}
 	p.Worker = &eventworker.Worker{
 		Accounts: p.Accounts, Ledger: p.Ledger, Archive: p.Archive, Analytics: p.Analytics,
 		Schema: analytics.DefaultSchema, Catalog: c.Config.Catalog, Metrics: c.Metrics, Log: c.Log, Now: c.Now,
 		MaxQuarantines: eventworker.DefaultMaxQuarantines,
 		// A unit's claim carries the rollup writes of what it moves: the usage query's items.
 		Rollups: rollup.Claims{Table: c.Table(resources.TableRollups, resources.ReadWrite)},
+		Alerts:  true,
 	}
 	fn := c.Function(p)
 	fn.Consume = p.Worker.HandleSQS

@@ -60,6 +60,9 @@ type Account struct {
 	Status Status
 	// Limits are the account's overrides of its plan's limits, by feature.
 	Limits map[string]plans.Limit
+	// Alerts are the account's overrides of its plan's thresholds, by feature (an empty list:
+	// none).
+	Alerts map[string][]plans.Threshold
 	// AgreementDay anchors the account's billing cycles (1–28); 0 means calendar months.
 	AgreementDay int
 	CreatedAtMs  int64
@@ -126,6 +129,21 @@ func (a Account) Limit(feature string, catalog plans.Catalog) plans.Limit {
 		p, _ = catalog.Plan(catalog.Default)
 	}
 	return p.Limit(feature)
+}
+
+// Levels are the account's thresholds of a feature, resolved against its limit, lowest first:
+// its override, or its plan's (plans.Plan.Thresholds). An account on a plan that is not capped
+// has none.
+func (a Account) Levels(feature string, catalog plans.Catalog) []plans.Level {
+	p, ok := catalog.Plan(a.Plan)
+	if !ok {
+		p, _ = catalog.Plan(catalog.Default)
+	}
+	ts := p.Thresholds(feature)
+	if o, ok := a.Alerts[feature]; ok && ts != nil {
+		ts = o
+	}
+	return plans.Levels(ts, a.Limit(feature, catalog))
 }
 
 // EffectiveLimits returns the effective limit of every feature in the catalog but the

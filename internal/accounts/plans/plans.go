@@ -90,6 +90,9 @@ type Feature struct {
 	// cycle's allowance up to. It is set for allowance features only, and Limit is then unused:
 	// the cycle's limit is the sum of the cycle's keyed grant rows.
 	Grant *int64 `json:"grant,omitempty"`
+	// Alerts are the feature's thresholds (alerts.go): nil means DefaultThresholds on a capped
+	// plan, an empty list none.
+	Alerts *[]Threshold `json:"alerts,omitempty"`
 }
 
 // Plan is one plan.
@@ -245,6 +248,17 @@ func Parse(data []byte) (Catalog, error) {
 		for f, feat := range p.Features {
 			if feat.Included < 0 || feat.OverageMicros < 0 || (feat.Grant != nil && *feat.Grant < 0) {
 				errs = append(errs, fmt.Errorf("plan %s feature %s: negative quantity", name, f))
+			}
+			if feat.Alerts != nil {
+				if err := CheckThresholds(*feat.Alerts); err != nil {
+					errs = append(errs, fmt.Errorf("plan %s feature %s alerts: %w", name, f, err))
+				}
+				if p.Tier != Capped && len(*feat.Alerts) > 0 {
+					errs = append(errs, fmt.Errorf("plan %s feature %s: alerts are decided on a capped plan's budget rows; a %s plan has none", name, f, p.Tier))
+				}
+				if c.Definitions[f].Allowance && len(*feat.Alerts) > 0 {
+					errs = append(errs, fmt.Errorf("plan %s feature %s: an allowance feature has no alerts", name, f))
+				}
 			}
 			allowance := c.Definitions[f].Allowance
 			switch {

@@ -152,6 +152,12 @@ var testAblations = []struct{ guards, target string }{
 	// Concurrent negative corrections that each fit the cycle's usage take it below zero together.
 	{"usage.correction-head.fresh", "./internal/reporting/corrections TestApply_ConcurrentNegativeCorrections_NeverBelowZero"},
 	{"usage.correction-head.rev", "./internal/reporting/corrections TestApply_ConcurrentNegativeCorrections_NeverBelowZero"},
+	// Two claims that each cross nothing from what they read step over 80% together: without the
+	// alert condition neither decides it. Two claims refused at the limit, the second committing
+	// after the notifier finished the first's limit.reached: without the put's condition it is
+	// written again, NEW.
+	{"usage.consume.alert-below", "./internal/metering/worker TestAlerts_TwoUnitsSteppingOverAThresholdTogether_OneDecidesIt"},
+	{"notify.put.once", "./internal/metering/worker TestAlerts_TwoUnitsRefusedAtTheLimit_TheNotificationIsWrittenOnce"},
 }
 
 // untestedGuards are the guards no run needs, each with the reason: a guard listed here is either

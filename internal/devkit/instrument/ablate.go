@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
@@ -36,7 +37,7 @@ import (
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
 	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards,
-		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards, rollup.Guards} {
+		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards, rollup.Guards, notify.Guards} {
 		all = append(all, g...)
 	}
 	return all

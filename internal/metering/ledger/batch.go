@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/metering/analytics"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -78,11 +79,15 @@ type BatchClaim struct {
 	// Rollups are the writes of the usage query's rollup items for what the admitted entries
 	// move (package rollup), put in the same transaction.
 	Rollups []types.TransactWriteItem
+	// Notes are the notifications the claim decides, each put conditional on its absence, and
+	// Alerted the alerts it records on budget rows it moves nothing on (alerts.go).
+	Notes   []notify.Notification
+	Alerted []Alerted
 }
 
 // Items is how many items the claim's transaction holds.
 func (c BatchClaim) Items() int {
-	n := UnitPlan{Admit: c.Admit, Reject: c.Reject, Moves: c.Moves, Markers: c.Markers}.Items() + len(c.Rollups)
+	n := UnitPlan{Admit: c.Admit, Reject: c.Reject, Moves: c.Moves, Markers: c.Markers, Notes: c.Notes, Alerted: c.Alerted}.Items() + len(c.Rollups)
 	if c.Rows.item != nil {
 		n++
 	}
@@ -258,7 +263,7 @@ func (s *Table) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 		case m.Set:
 			items = append(items, s.Usage.SetValue(c.AccountID, m.Feature, c.Cycle, m.Value, m.Order, m.Rev, c.NowMs))
 		case m.Add > 0 && m.Capped:
-			items = append(items, s.Usage.ConsumeCapped(c.AccountID, m.Feature, c.Cycle, m.Add, m.Limit, c.NowMs))
+			items = append(items, s.Usage.ConsumeCappedAlerted(c.AccountID, m.Feature, c.Cycle, m.Add, m.Limit, m.Alerts, c.NowMs))
 		case m.Add > 0:
 			items = append(items, s.Usage.AddToShard(c.AccountID, m.Feature, c.Cycle, usage.ShardFor(c.Batch), m.Add, c.NowMs))
 		}
@@ -277,6 +282,15 @@ func (s *Table) WriteBatchClaim(ctx context.Context, c BatchClaim) error {
 			return fmt.Errorf("claim batch %s: %w", c.Batch, err)
 		}
 		items = append(items, put)
+	}
+	if len(c.Notes)+len(c.Alerted) > 0 && s.Notifications == "" {
+		return fmt.Errorf("claim batch %s: this store has no notifications table to put the claim's %d notifications in", c.Batch, len(c.Notes))
+	}
+	for _, a := range c.Alerted {
+		items = append(items, s.Usage.RecordAlerts(c.AccountID, a.Feature, c.Cycle, a.Keys, c.NowMs))
+	}
+	for _, n := range c.Notes {
+		items = append(items, notify.Put(s.Notifications, n))
 	}
 	for _, mk := range c.Markers {
 		items = append(items, s.Usage.MarkerPut(c.AccountID, mk.Feature, c.Cycle, mk.Hash, c.Batch, c.NowMs))

@@ -58,6 +58,9 @@ type Table struct {
 	// Analytics is the analytics table, which a batch claim puts its unit's rows item in (the
 	// worker's store only).
 	Analytics string
+	// Notifications is the notifications table, which a claim puts the notifications it decides
+	// in (the worker's store only).
+	Notifications string
 }
 
 type entryItem struct {

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/metering/meter"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 )
@@ -95,6 +96,9 @@ type UnitInput struct {
 	// Open are the members without an entry, in unit order.
 	Open  []UnitMember
 	State UnitState
+	// Thresholds are the account's thresholds of a feature, resolved against its limit, lowest
+	// first; nil decides no alerts (a store without a notifications table).
+	Thresholds func(feature string) []plans.Level
 }
 
 // Move is one feature's counter write in a unit's claim.
@@ -119,6 +123,8 @@ type Move struct {
 	MarkPresent bool
 	// Record is the unit's record of what it moved, for every meter that keeps records.
 	Record *usage.Record
+	// Alerts are what a capped add decides about the budget row's alerts (alerts.go).
+	Alerts usage.Alerts
 }
 
 // Writes reports whether the move writes its counter row (and so its mark).
@@ -140,6 +146,10 @@ type UnitPlan struct {
 	// Markers are the distinct values the unit counts first.
 	Markers       []Marker
 	Contributions []meter.Contribution
+	// Notes are the notifications the claim decides (alerts.go), and Alerted the alerts it
+	// records on budget rows it moves nothing on.
+	Notes   []notify.Notification
+	Alerted []Alerted
 }
 
 // feature accumulates one feature's part of a unit's claim as members are admitted.
@@ -161,6 +171,7 @@ type featureAcc struct {
 func PlanUnit(in UnitInput) UnitPlan {
 	var p UnitPlan
 	accs := map[string]*featureAcc{}
+	limited := map[string]string{} // feature → meter, for the features whose limit refused a member
 	acc := func(r meter.Reading) *featureAcc {
 		a := accs[r.Feature]
 		if a == nil {
@@ -183,8 +194,11 @@ func PlanUnit(in UnitInput) UnitPlan {
 			// Nothing is consumed; the values are kept on the entry, for the record.
 			e.Meters = keptValues(m.Readings, nil)
 		default:
-			if reason := refusal(in, m.Readings, acc, capped); reason != "" {
+			if reason, at := refusal(in, m.Readings, acc, capped); reason != "" {
 				e.Reason = reason
+				if at.Aggregation.Additive() {
+					limited[at.Feature] = at.Meter
+				}
 			} else {
 				e.Meters = keptValues(m.Readings, func(r meter.Reading) bool {
 					a := acc(r)
@@ -210,14 +224,17 @@ func PlanUnit(in UnitInput) UnitPlan {
 			p.Moves = append(p.Moves, mv)
 		}
 	}
+	if capped && in.Thresholds != nil {
+		decideAlerts(&p, in, limited)
+	}
 	return p
 }
 
 // refusal is why a member cannot be admitted under the caps, or "": every capped meter it moves
 // must fit, counting what the members admitted before it added.
-func refusal(in UnitInput, rs []meter.Reading, acc func(meter.Reading) *featureAcc, capped bool) string {
+func refusal(in UnitInput, rs []meter.Reading, acc func(meter.Reading) *featureAcc, capped bool) (string, meter.Reading) {
 	if !capped {
-		return ""
+		return "", meter.Reading{}
 	}
 	for _, r := range rs {
 		limit := in.Limit(r.Feature)
@@ -229,7 +246,7 @@ func refusal(in UnitInput, rs []meter.Reading, acc func(meter.Reading) *featureA
 		case meter.Max:
 			if r.Value > limit.Max {
 				return fmt.Sprintf("monthly limit reached: %s limit is %d (meter %s: this event's value %d is above it)",
-					r.Feature, limit.Max, r.Meter, r.Value)
+					r.Feature, limit.Max, r.Meter, r.Value), r
 			}
 		case meter.UniqueCount:
 			h := r.DistinctHash()
@@ -238,16 +255,16 @@ func refusal(in UnitInput, rs []meter.Reading, acc func(meter.Reading) *featureA
 			}
 			if !limit.Check(a.committed, 1).Fits {
 				return fmt.Sprintf("monthly limit reached: %s limit is %d (meter %s has %d distinct values; this event brings a new one)",
-					r.Feature, limit.Max, r.Meter, a.committed)
+					r.Feature, limit.Max, r.Meter, a.committed), r
 			}
 		default:
 			if !limit.Check(a.committed, r.Value).Fits {
 				return fmt.Sprintf("monthly limit reached: %s limit is %d (meter %s has %d committed; this event needs %d)",
-					r.Feature, limit.Max, r.Meter, a.committed, r.Value)
+					r.Feature, limit.Max, r.Meter, a.committed, r.Value), r
 			}
 		}
 	}
-	return ""
+	return "", meter.Reading{}
 }
 
 // admit adds an admitted member's readings to the unit's accumulators, markers and rollup
@@ -353,5 +370,5 @@ func (p UnitPlan) Items() int {
 	if recorded {
 		n++ // the unit's record, one for every feature it moved
 	}
-	return n
+	return n + len(p.Notes) + len(p.Alerted)
 }

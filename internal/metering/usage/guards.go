@@ -10,14 +10,18 @@ import (
 const (
 	capCondition      = "#committed <= :room"
 	capFreshCondition = "attribute_not_exists(#committed) OR " + capCondition
+	// alertBelowCondition holds a claim to the usage its alerts were planned at (see Alerts).
+	alertBelowCondition = "attribute_not_exists(#used) OR #used < :alertBelow"
 )
 
 // Guards are the condition clauses the usage table's writes carry, each with what it keeps.
 var Guards = []dynamo.Guard{
-	{Name: "usage.consume.cap", Kind: "Update", Table: resources.TableUsage, Update: consumeUpdate, Clause: capFreshCondition,
+	{Name: "usage.consume.cap", Kind: "Update", Table: resources.TableUsage, UpdatePrefix: consumePrefix, Clause: capFreshCondition,
 		Keeps: "the meter never moves past the monthly cap (a fresh budget row)"},
-	{Name: "usage.consume.cap-room", Kind: "Update", Table: resources.TableUsage, Update: consumeUpdate, Clause: capCondition,
+	{Name: "usage.consume.cap-room", Kind: "Update", Table: resources.TableUsage, UpdatePrefix: consumePrefix, Clause: capCondition,
 		Keeps: "the meter never moves past the monthly cap (an amount over the whole limit)"},
+	{Name: "usage.consume.alert-below", Kind: "Update", Table: resources.TableUsage, UpdatePrefix: consumePrefix, Clause: alertBelowCondition,
+		Keeps: "a threshold is never stepped over unnoticed: a claim that planned to cross none is cancelled when another has since moved the usage to where its amount crosses one"},
 	{Name: "usage.hold.cap", Kind: "Update", Table: resources.TableUsage, Update: holdUpdate, Clause: capFreshCondition,
 		Keeps: "holds never commit more than the limit"},
 	{Name: "usage.hold.cap-room", Kind: "Update", Table: resources.TableUsage, Update: holdUpdate, Clause: capCondition,

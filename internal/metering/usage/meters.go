@@ -228,12 +228,27 @@ type Row struct {
 	Exists bool
 	Rev    int64
 	Order  string
+	// Alerted are the alerts decided on the row this cycle (AttrAlerts).
+	Alerted map[string]bool
 }
 
 // RowOf reads a budget row as a claim's read returned it (a nil item is an absent row).
 func RowOf(item map[string]types.AttributeValue) Row {
 	return Row{
 		Totals: Totals{Used: dynamo.Int(item, AttrUsed), Held: dynamo.Int(item, AttrHeld), Committed: dynamo.Int(item, AttrCommitted)},
-		Exists: item != nil, Rev: Rev(item), Order: dynamo.Str(item, AttrOrder),
+		Exists: item != nil, Rev: Rev(item), Order: dynamo.Str(item, AttrOrder), Alerted: alerted(item),
 	}
+}
+
+// alerted reads a row's AttrAlerts.
+func alerted(item map[string]types.AttributeValue) map[string]bool {
+	ss, ok := item[AttrAlerts].(*types.AttributeValueMemberSS)
+	if !ok {
+		return nil
+	}
+	out := make(map[string]bool, len(ss.Value))
+	for _, k := range ss.Value {
+		out[k] = true
+	}
+	return out
 }

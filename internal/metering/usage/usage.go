@@ -43,6 +43,8 @@ const (
 	AttrUsed      = "used"
 	AttrHeld      = "held"
 	AttrCommitted = "committed"
+	// AttrAlerts is the set of alerts decided on the row this cycle ("t<threshold>", "limit").
+	AttrAlerts = "alerts"
 )
 
 // setLabels stamps the partition's identity on a row so it reads on its own (ad-hoc queries,
@@ -52,7 +54,13 @@ const setLabels = "SET #accountId = :account, #feature = :feature, #cycle = :cyc
 // Expressions. Every attribute name is written as an alias (see dynamo.Names). Every write adds
 // one to the row's rev (see marks.go).
 const (
-	consumeUpdate    = "ADD #used :n, #committed :n, #rev :one " + setLabels
+	consumePrefix = "ADD #used :n, #committed :n, #rev :one"
+	consumeUpdate = consumePrefix + " " + setLabels
+	// consumeAlertedUpdate also records the alerts the consuming claim decides (AttrAlerts).
+	consumeAlertedUpdate = consumePrefix + ", #alerts :alerts " + setLabels
+	// alertedUpdate records alerts decided by a claim that consumes nothing on the row (an event
+	// refused for the limit); it changes no figure, so it leaves the rev alone.
+	alertedUpdate    = "ADD #alerts :alerts " + setLabels
 	shardUpdate      = "ADD #used :n, #rev :one " + setLabels
 	budgetProjection = "#used, #held, #committed"
 )
@@ -91,6 +99,58 @@ type Table struct {
 // since DynamoDB conditions cannot add.
 func (t Table) ConsumeCapped(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, nowMs int64) types.TransactWriteItem {
 	return t.capped(consumeUpdate, accountID, feature, cycleLabel, amount, limit, nowMs)
+}
+
+// Alerts is what a claim decides about a budget row's alerts (package internal/alerts/notify):
+// the alert keys it records as decided this cycle, and Below, when set, the usage the row must
+// still be under for the claim's plan of them to hold — the lowest usage at which one more
+// threshold would be crossed by this claim's amount. A claim that planned to cross no
+// threshold is cancelled when another claim has moved the row to where this amount crosses
+// one, and plans again: two claims can never both step over a threshold without either
+// deciding it.
+type Alerts struct {
+	Record []string
+	Below  int64
+}
+
+// ConsumeCappedAlerted is ConsumeCapped that also records the claim's alerts and holds it to
+// their Below.
+func (t Table) ConsumeCappedAlerted(accountID, feature, cycleLabel string, amount int64, limit plans.Limit, a Alerts, nowMs int64) types.TransactWriteItem {
+	expr := consumeUpdate
+	if len(a.Record) > 0 {
+		expr = consumeAlertedUpdate
+	}
+	item := t.capped(expr, accountID, feature, cycleLabel, amount, limit, nowMs)
+	u := item.Update
+	if len(a.Record) > 0 {
+		u.ExpressionAttributeValues[":alerts"] = &types.AttributeValueMemberSS{Value: a.Record}
+	}
+	if a.Below > 0 {
+		u.ExpressionAttributeValues[":alertBelow"] = dynamo.N(a.Below)
+		cond := alertBelowCondition
+		if c := aws.ToString(u.ConditionExpression); c != "" {
+			cond = "(" + c + ") AND (" + alertBelowCondition + ")"
+		}
+		u.ConditionExpression = aws.String(cond)
+	}
+	u.ExpressionAttributeNames = dynamo.Names(expr, aws.ToString(u.ConditionExpression))
+	return item
+}
+
+// RecordAlerts is the transaction item that records alerts decided by a claim that moves nothing
+// on the row. No condition: the notification the alert stands for is put once by its own
+// condition, in the same transaction.
+func (t Table) RecordAlerts(accountID, feature, cycleLabel string, keys []string, nowMs int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(t.Name),
+		Key:                      BudgetKey(accountID, feature, cycleLabel),
+		UpdateExpression:         aws.String(alertedUpdate),
+		ExpressionAttributeNames: dynamo.Names(alertedUpdate),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":alerts": &types.AttributeValueMemberSS{Value: keys}, ":now": dynamo.N(nowMs),
+			":account": dynamo.S(accountID), ":feature": dynamo.S(feature), ":cycle": dynamo.S(cycleLabel),
+		},
+	}}
 }
 
 // capped is a budget-row update (consume or hold) that adds amount to committed only if the

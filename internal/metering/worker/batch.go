@@ -52,15 +52,17 @@ import (
 // batchRun is one unit's processing: one account's events, from the messages of one invocation
 // that bill the same account and cycle.
 type batchRun struct {
-	envs    []event.Envelope // the unit's distinct events, in unit order
-	evs     []event.Event
-	batch   string
-	account accounts.Account
-	billing ledger.Billing
-	cycle   string
-	nowMs   int64
-	ids     []string
-	log     *slog.Logger
+	// deferred: the lap's plan left the unit's last members for the next lap (planClaim).
+	deferred bool
+	envs     []event.Envelope // the unit's distinct events, in unit order
+	evs      []event.Event
+	batch    string
+	account  accounts.Account
+	billing  ledger.Billing
+	cycle    string
+	nowMs    int64
+	ids      []string
+	log      *slog.Logger
 	// archivedKey is the object this delivery wrote before its claim.
 	archivedKey string
 	// redelivered: every message of the unit was received before (SQS's receive count), so
@@ -125,6 +127,10 @@ const archiveFirstMinEvents = 2
 
 // errBatchCancelled is a cancelled batch claim, resolved on the next lap from what was read.
 var errBatchCancelled = errors.New("batch claim cancelled")
+
+// errMembersDeferred is a claim that left the unit's last members for the next lap: the
+// notifications it decided took their room in the transaction.
+var errMembersDeferred = errors.New("batch claim deferred members to the next lap")
 
 // unitResult is a unit's outcome: each event's result, and the unit's id.
 type unitResult struct {
@@ -270,7 +276,9 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 		}
 		err = w.Ledger.WriteBatchClaim(ctx, c)
 		if err == nil {
-			won = map[string]ledger.Entry{}
+			if won == nil {
+				won = map[string]ledger.Entry{}
+			}
 			for _, e := range c.Admit {
 				e.Status, e.BillingAcceptedAtMs, e.Tier = ledger.Inserting, r.nowMs, r.billing.Tier
 				e.RowInUnit = c.Rows.Holds(e.EventID)
@@ -284,7 +292,11 @@ func (w *Worker) claimBatch(ctx context.Context, r *batchRun) (map[string]ledger
 			if len(c.Reject) > 0 {
 				w.Metrics.Count(metrics.EventsRejected, len(c.Reject))
 			}
-			r.log.Info("batch claimed", "admitted", len(c.Admit), "rejected", len(c.Reject))
+			r.log.Info("batch claimed", "admitted", len(c.Admit), "rejected", len(c.Reject), "notifications", len(c.Notes))
+			if r.deferred {
+				// The claim left the unit's last members for the next lap (planClaim).
+				return struct{}{}, retry.Again(errMembersDeferred)
+			}
 			return struct{}{}, nil
 		}
 		if !errors.Is(err, ledger.ErrCancelled) {
@@ -353,20 +365,37 @@ func (w *Worker) planClaim(r *batchRun, l layout, read *ledger.BatchState) (ledg
 		open = append(open, ledger.UnitMember{Entry: e, Readings: r.reads[i], Refused: r.refused[i]})
 		index[id] = i
 	}
-	plan := ledger.PlanUnit(ledger.UnitInput{
+	in := ledger.UnitInput{
 		AccountID: r.account.ID, Unit: r.batch, Cycle: r.cycle, NowMs: r.nowMs, Billing: r.billing,
 		Limit: func(f string) plans.Limit { return r.account.Limit(f, w.Catalog) }, Open: open, State: read.Unit,
-	})
-	c.Admit, c.Moves, c.Markers = plan.Admit, plan.Moves, plan.Markers
+	}
+	if w.Alerts {
+		in.Thresholds = func(f string) []plans.Level { return r.account.Levels(f, w.Catalog) }
+	}
+	// The unit's items were bounded before anything was read (meter.Footprint), the alerts
+	// apart: a claim that decides notifications may need more. Its rows item gives way first
+	// (HasRoomForRows: the rows are then written after the claim); past that, the unit's last
+	// members wait for the next lap, which claims them on the state this claim leaves.
+	var plan ledger.UnitPlan
+	r.deferred = false
+	for {
+		plan = ledger.PlanUnit(in)
+		c.Rollups = nil
+		if w.Rollups != nil && len(plan.Contributions) > 0 {
+			var err error
+			if c.Rollups, err = w.Rollups.Writes(r.account.ID, plan.Contributions, read.Extra); err != nil {
+				return c, fmt.Errorf("batch %s: plan the rollups: %w", r.batch, err)
+			}
+		}
+		if plan.Items()+len(c.Rollups) <= maxUnitItems || len(in.Open) == 1 {
+			break
+		}
+		in.Open, r.deferred = in.Open[:len(in.Open)-1], true
+	}
+	c.Admit, c.Moves, c.Markers, c.Notes, c.Alerted = plan.Admit, plan.Moves, plan.Markers, plan.Notes, plan.Alerted
 	for _, e := range plan.Reject {
 		e.ArchiveKey, e.ArchiveOffset, e.ArchiveLength = "", 0, 0 // nothing of it is stored
 		c.Reject = append(c.Reject, e)
-	}
-	if w.Rollups != nil && len(plan.Contributions) > 0 {
-		var err error
-		if c.Rollups, err = w.Rollups.Writes(r.account.ID, plan.Contributions, read.Extra); err != nil {
-			return c, fmt.Errorf("batch %s: plan the rollups: %w", r.batch, err)
-		}
 	}
 	var admitted []int
 	for _, e := range c.Admit {

@@ -95,6 +95,9 @@ type Worker struct {
 	// Rollups plans the usage query's rollup writes of what a unit's claim moves; nil writes
 	// none.
 	Rollups Rollups
+	// Alerts: a unit's claim decides the thresholds it crosses and the limits it reaches, and puts
+	// their notifications (the ledger's store must have the notifications table).
+	Alerts bool
 }
 
 // Rollups plans the rollup items a unit's claim writes (package rollup): the items to read before

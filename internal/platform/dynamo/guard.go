@@ -70,8 +70,17 @@ func HasClause(cond, clause string) bool {
 	return false
 }
 
-// ClauseIs reports whether c is clause, where a "%s" in clause stands for any attribute name.
+// ClauseIs reports whether c is clause, where a "%s" in clause stands for any attribute name. A
+// clause conjoined with others is written in parentheses when it holds an OR; the parentheses
+// around the whole of c do not count.
 func ClauseIs(c, clause string) bool {
+	if u := unwrap(c); u != c && clauseIs(u, clause) {
+		return true
+	}
+	return clauseIs(c, clause)
+}
+
+func clauseIs(c, clause string) bool {
 	before, after, template := strings.Cut(clause, "%s")
 	if !template {
 		return c == clause
@@ -99,4 +108,24 @@ func Without(cond, clause string) string {
 		}
 	}
 	return strings.Join(kept, " AND ")
+}
+
+// unwrap is c without one pair of parentheses around the whole of it.
+func unwrap(c string) string {
+	if !strings.HasPrefix(c, "(") || !strings.HasSuffix(c, ")") {
+		return c
+	}
+	depth := 0
+	for i := 0; i < len(c); i++ {
+		switch c[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 && i < len(c)-1 {
+				return c // "(a) OR (b)": the first pair closes before the end
+			}
+		}
+	}
+	return strings.TrimSpace(c[1 : len(c)-1])
 }
