@@ -415,4 +415,3 @@ func TestAlerts_AFullUnitCrossingTwoThresholds_LeavesItsLastMembersForTheNextLap
 	}
 	wantNotes(t, h, "acct_full_unit", "t76", "t95")
 }
-
