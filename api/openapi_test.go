@@ -459,7 +459,7 @@ func TestOpenAPI_ValidatorRefusesWhatTheDocumentForbids(t *testing.T) {
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent}}
-	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z","kindeCustomerId":null,"stripeCustomerId":"cus_1","kindeAgreementId":null,"planChangedAt":null`
+	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"alerts":{"events":[{"percent":80},{"value":3}]},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z","kindeCustomerId":null,"stripeCustomerId":"cus_1","kindeAgreementId":null,"planChangedAt":null`
 	for name, c := range map[string]struct {
 		status int
 		body   string
@@ -1112,7 +1112,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		served[k] = true
 	}
 	exercised := map[string]bool{}
-	for _, x := range append(append(conformanceTable(), inboxTable()...), consoleTable()...) {
+	for _, x := range append(append(append(conformanceTable(), inboxTable()...), consoleTable()...), webhookEndpointsTable()...) {
 		if !served[x.route] {
 			t.Errorf("%s: %s is in the conformance table but not served", x.name, x.route)
 			continue
@@ -1156,7 +1156,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 		if x.idemKey != "" {
 			header.Set("Idempotency-Key", x.idemKey)
 		}
-		path := strings.NewReplacer("{hold_off}", run.vars["hold_off"], "{hold}", run.vars["hold"], "{bev}", run.vars["bev"], "{bev2}", run.vars["bev2"]).Replace(x.path)
+		path := strings.NewReplacer("{hold_off}", run.vars["hold_off"], "{hold}", run.vars["hold"], "{bev}", run.vars["bev"], "{bev2}", run.vars["bev2"], "{we}", run.vars["we"]).Replace(x.path)
 		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(body), x.invalidRequest, x.unmodelled)
 		if r.status != x.status {
 			t.Errorf("%s: %d, want %d: %s", x.name, r.status, x.status, r.body)
@@ -1232,5 +1232,36 @@ func consoleTable() []exchange {
 		{name: "outbox, no account", route: "GET /v1/outbox", path: "/v1/outbox", as: "operator", status: 400, invalidRequest: true},
 		{name: "lab, unknown", route: "POST /v1/labs/{lab}/runs", path: "/v1/labs/nothing/runs", as: "operator", idemKey: "lab-1", status: 404},
 		{name: "lab, on a stack without its own URL", route: "POST /v1/labs/{lab}/runs", path: "/v1/labs/holds-five/runs", as: "operator", idemKey: "lab-2", status: 501},
+	}
+}
+
+// webhookEndpointsTable is the conformance run's exchanges with the webhook endpoints' routes.
+func webhookEndpointsTable() []exchange {
+	unknown := "/v1/webhook-endpoints/we_" + strings.Repeat("a", 26)
+	reg := `{"url":"https://hooks.example.com/ferry","kinds":["threshold.crossed"],"accounts":["acct_1"],"description":"billing"}`
+	return []exchange{
+		{name: "webhook endpoint", route: "POST /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "operator", idemKey: "we-1", body: reg, status: 201,
+			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+				var b struct{ ID string }
+				if err := json.Unmarshal(r.body, &b); err != nil || b.ID == "" {
+					t.Fatalf("no endpoint id in %s", r.body)
+				}
+				c.vars["we"] = b.ID
+			}},
+		{name: "webhook endpoint, repeated", route: "POST /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "operator", idemKey: "we-1", body: reg, status: 201, replayed: true},
+		{name: "webhook endpoint, every problem", route: "POST /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "operator", body: `{"url":"http://10.0.0.1/x","kinds":["nope"]}`, status: 400, invalidRequest: true},
+		{name: "webhook endpoint, an account's key", route: "POST /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "acct_1", body: `{"url":"https://hooks.example.com"}`, status: 401},
+		{name: "webhook endpoints", route: "GET /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "operator", status: 200},
+		{name: "webhook endpoint, read", route: "GET /v1/webhook-endpoints/{id}", path: "/v1/webhook-endpoints/{we}", as: "operator", status: 200},
+		{name: "webhook endpoint, unknown", route: "GET /v1/webhook-endpoints/{id}", path: unknown, as: "operator", status: 404},
+		{name: "webhook endpoint, change", route: "PATCH /v1/webhook-endpoints/{id}", path: "/v1/webhook-endpoints/{we}", as: "operator", idemKey: "we-2", body: `{"disabled":true,"description":""}`, status: 200},
+		{name: "webhook endpoint, a change of nothing", route: "PATCH /v1/webhook-endpoints/{id}", path: "/v1/webhook-endpoints/{we}", as: "operator", body: `{}`, status: 400, invalidRequest: true},
+		{name: "webhook endpoint, rotate", route: "POST /v1/webhook-endpoints/{id}/rotate-secret", path: "/v1/webhook-endpoints/{we}/rotate-secret", as: "operator", idemKey: "we-3", status: 200},
+		{name: "webhook endpoint, rotate an unknown one", route: "POST /v1/webhook-endpoints/{id}/rotate-secret", path: unknown + "/rotate-secret", as: "operator", status: 404},
+		{name: "webhook deliveries", route: "GET /v1/webhook-endpoints/{id}/deliveries", path: "/v1/webhook-endpoints/{we}/deliveries?limit=10", as: "operator", status: 200},
+		{name: "webhook deliveries, unknown endpoint", route: "GET /v1/webhook-endpoints/{id}/deliveries", path: unknown + "/deliveries", as: "operator", status: 404},
+		{name: "webhook delivery, replay unknown", route: "POST /v1/webhook-endpoints/{id}/deliveries/{notification}/replay", path: "/v1/webhook-endpoints/{we}/deliveries/ntf_" + strings.Repeat("a", 26) + "/replay", as: "operator", idemKey: "we-4", status: 404},
+		{name: "webhook endpoint, delete", route: "DELETE /v1/webhook-endpoints/{id}", path: "/v1/webhook-endpoints/{we}", as: "operator", idemKey: "we-5", status: 204},
+		{name: "webhook endpoint, delete again", route: "DELETE /v1/webhook-endpoints/{id}", path: "/v1/webhook-endpoints/{we}", as: "operator", status: 404},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymeter/ferry/functions/inboxsweep"
 	"github.com/ferrymeter/ferry/functions/ingest"
 	"github.com/ferrymeter/ferry/functions/meterapi"
+	"github.com/ferrymeter/ferry/functions/notifier"
 	"github.com/ferrymeter/ferry/functions/reconciler"
 	"github.com/ferrymeter/ferry/functions/reporter"
 	"github.com/ferrymeter/ferry/functions/sweeper"
@@ -25,7 +26,7 @@ import (
 func Builders() []compose.Builder {
 	return []compose.Builder{ingest.Builder, api.Builder, worker.Builder, holds.Builder, sweeper.Builder,
 		reporter.Builder, drainer.Builder, reconciler.Builder, meterapi.Builder, webhooks.Builder, inbox.Builder,
-		inboxsweep.Builder}
+		inboxsweep.Builder, notifier.Builder}
 }
 
 // Definitions are Ferry's definitions: every resource, route and function, with the builders.

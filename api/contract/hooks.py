@@ -5,10 +5,13 @@
 - A refused input stores nothing. Each refused write is compared with what a read shows before
   and after it: a refused account is still absent, a refused account change left the account as
   it was, a refused hold held nothing, a refused charge charged nothing, a refused settlement did
-  not settle. Events are billed asynchronously, so their check runs once the run is over: every
+  not settle, a refused webhook endpoint is not listed, a refused endpoint change left the
+  endpoint as it was. Events are billed asynchronously, so their check runs once the run is over: every
   event id that was only ever refused reads 404, and the account's usage in each cycle is exactly
   the number of distinct events that were accepted in it.
 - Every 422 and every replay answers a key used before, and no claim is left in flight.
+- A webhook endpoint's signing secret is shown by its registration and its rotations only: no
+  other answer carries a `whsec_` value.
 
 Rules of the document that OpenAPI cannot state shape what is sent: plan and feature names
 are the catalog's, whole numbers are integer literals, an event uses one content mode, a list's
@@ -266,6 +269,24 @@ def ferry_key_answers(ctx, response, case):
         raise AssertionError(f"Idempotent-Replayed: {replayed} for an Idempotency-Key not sent before on this route")
 
 
+# --- a webhook endpoint's secret is shown once ------------------------------------------------
+
+# The answers that show a secret: a registration and a rotation.
+_SHOWS_SECRET = {("POST", "/v1/webhook-endpoints"), ("POST", "/v1/webhook-endpoints/{id}/rotate-secret")}
+
+
+@schemathesis.check
+def ferry_secrets_shown_once(ctx, response, case):
+    """Only a registration and a rotation show a signing secret; every other answer, reads of the
+    endpoints first, shows none (an endpoint shows when each secret was made and when it stops
+    signing, never its value)."""
+    route = (case.operation.method.upper(), case.operation.path)
+    if route in _SHOWS_SECRET and response.status_code in (200, 201):
+        return
+    if b"whsec_" in (response.content or b"") and route[1].startswith("/v1/webhook-endpoints"):
+        raise AssertionError(f"{route[0]} {route[1]} answered {response.status_code} with a signing secret")
+
+
 # --- every error is a problem document ---------------------------------------------------------
 
 
@@ -307,6 +328,17 @@ def _hold(hold_id):
 
 def _account(account_id):
     r = _get("/v1/accounts/" + _seg(account_id), OPERATOR)
+    return r.status_code, _json(r)
+
+
+def _webhook_endpoints():
+    r = _get("/v1/webhook-endpoints", OPERATOR)
+    body = _json(r) if r.status_code == 200 else None
+    return sorted(e["id"] for e in body["items"]) if isinstance(body, dict) else None
+
+
+def _webhook_endpoint(endpoint_id):
+    r = _get("/v1/webhook-endpoints/" + _seg(endpoint_id), OPERATOR)
     return r.status_code, _json(r)
 
 
@@ -364,6 +396,12 @@ def _read_before(case):
         account_id = (case.path_parameters or {}).get("id")
         if isinstance(account_id, str) and account_id:
             _before["account"] = _account(account_id)
+    elif key == ("POST", "/v1/webhook-endpoints"):
+        _before["endpoints"] = _webhook_endpoints()
+    elif key == ("PATCH", "/v1/webhook-endpoints/{id}"):
+        endpoint_id = (case.path_parameters or {}).get("id")
+        if isinstance(endpoint_id, str) and endpoint_id:
+            _before["endpoint"] = _webhook_endpoint(endpoint_id)
     _before["route"] = key
 
 
@@ -532,6 +570,17 @@ class ferry_refusals_store_nothing:
                 after = _account(before[1]["id"])
                 if after != before:
                     raise AssertionError(f"a refused account change changed it: {before[1]} -> {after[1]}")
+        elif route == ("POST", "/v1/webhook-endpoints"):
+            before = _before.get("endpoints")
+            after = _webhook_endpoints() if before is not None else None
+            if before is not None and after != before:
+                raise AssertionError(f"a refused webhook endpoint registration stored one: {sorted(set(after or []) - set(before))}")
+        elif route == ("PATCH", "/v1/webhook-endpoints/{id}"):
+            before = _before.get("endpoint")
+            if before and before[0] == 200:
+                after = _webhook_endpoint(before[1]["id"])
+                if after != before:
+                    raise AssertionError(f"a refused webhook endpoint change changed it: {before[1]} -> {after[1]}")
 
     def _event(self, response):
         event_id = response.request.headers.get("ce-id")  # binary mode

@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"emulators":  {"serve the local emulators alone and print their endpoints (used by the benchmarks)", runEmulators},
 	"harness":    {"run the deterministic fault harness: seeded schedules of faults, invariants after each", runHarness},
 	"inspect":    {"show an event's ledger entry, archive object and analytics row (--account, --event), or count an account's (--account)", runInspect},
+	"listen":     {"receive webhook notifications on 127.0.0.1, verify each (Standard Webhooks) and print it: `ferry listen -secret whsec_… [-count N] [-json]`", runListen},
 	"lab":        {"reproduce a reference scenario against a running Ferry (ferry lab holds-five, holds-load, reconcile, webhooks-nine)", runLab},
 	"redrive":    {"queue an UNINSERTABLE event again from the archive once its cause is fixed", runRedrive},
 	"report":     {"run the reporter (and the Stripe outbox's drainer) now (--url)", runReport},
@@ -36,6 +37,8 @@ var commands = map[string]command{
 	"faultproxy": {"a fault-injecting proxy in front of a stack, for testing clients: `ferry faultproxy --seed 7 -- <command>`", runFaultProxy},
 	"usage":      {"print a meter's usage by window, grouped and filtered on its dimensions (--url, --account, --meter, --window, --from, --to, --tz, --group-by, --filter)", runUsage},
 	"webhooks":   {"sign and post a billing webhook: `ferry webhooks send kinde|stripe --customer <id> …`", runWebhooks},
+
+	"webhook-endpoints": {"register and rotate the endpoints notifications go to, read their delivery logs, replay (create|list|rotate|deliveries|replay)", runWebhookEndpoints},
 }
 
 func main() {

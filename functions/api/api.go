@@ -1,10 +1,11 @@
 // Package api composes the api function: the operator's account routes, an account's event
-// status, usage, the usage query, holds and billing events, the operator console with its
-// sessions and labs, and API Gateway's $default route (every path no other function serves).
+// status, usage, the usage query, holds and billing events, the webhook endpoints notifications
+// go to, the operator console with its sessions and labs, and API Gateway's $default route (every path no other function serves).
 package api
 
 import (
 	"context"
+	"maps"
 	// The IANA time zone database, compiled in: the usage query's DAY windows are days of any
 	// zone, and a Lambda runtime (provided.al2023) need not carry the database.
 	_ "time/tzdata"
@@ -41,7 +42,9 @@ type Parts struct {
 	Inbox      *inbox.Table
 	Reader     *inbox.Reader
 	Rollups    *rollup.Store
-	HTTP       *httpapi.Server
+	// Endpoints serves the webhook endpoints' routes.
+	Endpoints *WebhookEndpoints
+	HTTP      *httpapi.Server
 }
 
 // PartsOf returns the parts of a function Builder built.
@@ -90,8 +93,12 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		HoldLister: &holds.Table{DB: db, Table: c.Table(resources.TableHolds, resources.Read)},
 		Console:    newConsoleDeps(c, sessions),
 	}
+	// The webhook endpoints the notifications go to: registration, rotation, the delivery log.
+	p.Endpoints = newWebhookEndpoints(c)
+	handlers := api.handlers()
+	maps.Copy(handlers, p.Endpoints.handlers())
 	fn := c.Function(p)
-	p.HTTP = httpapi.Serve(c, fn, api.handlers(),
+	p.HTTP = httpapi.Serve(c, fn, handlers,
 		httpapi.Authentication{Accounts: p.Accounts, Sessions: sessions, Cookie: httpapi.Cookie(c)})
 	return fn, nil
 }

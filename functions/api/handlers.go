@@ -92,12 +92,14 @@ func (a *routes) handlers() httpapi.Handlers {
 // accountBody is an account as the API shows it: effective limits (the plan's, overridden by
 // the account's), never the key.
 type accountBody struct {
-	ID             string                 `json:"id"`
-	Plan           string                 `json:"plan"`
-	Status         accounts.Status        `json:"status"`
-	Limits         map[string]plans.Limit `json:"limits"`
-	AgreementStart *int                   `json:"agreementStart"`
-	CreatedAt      string                 `json:"createdAt"`
+	ID     string                 `json:"id"`
+	Plan   string                 `json:"plan"`
+	Status accounts.Status        `json:"status"`
+	Limits map[string]plans.Limit `json:"limits"`
+	// Alerts are each feature's thresholds (the account's overrides or its plan's).
+	Alerts         map[string][]plans.Threshold `json:"alerts"`
+	AgreementStart *int                         `json:"agreementStart"`
+	CreatedAt      string                       `json:"createdAt"`
 	// The linked provider ids (null when not linked) and the event time of the provider's
 	// plan change the account is on (null when no provider event changed it).
 	KindeCustomerID  *string `json:"kindeCustomerId"`
@@ -110,7 +112,7 @@ type accountBody struct {
 func (a *routes) accountBody(acct accounts.Account) accountBody {
 	b := accountBody{
 		ID: acct.ID, Plan: acct.Plan, Status: acct.Status,
-		Limits: acct.EffectiveLimits(a.Catalog), CreatedAt: httpapi.RFC3339(acct.CreatedAtMs),
+		Limits: acct.EffectiveLimits(a.Catalog), Alerts: acct.EffectiveAlerts(a.Catalog), CreatedAt: httpapi.RFC3339(acct.CreatedAtMs),
 		KindeCustomerID: nonEmpty(acct.KindeCustomerID), StripeCustomerID: nonEmpty(acct.StripeCustomerID),
 		KindeAgreementID: nonEmpty(acct.KindeAgreementID),
 	}
@@ -134,13 +136,14 @@ func nonEmpty(s string) *string {
 }
 
 type createAccountRequest struct {
-	ID               string                 `json:"id" jsonbody:"required"`
-	Plan             string                 `json:"plan"`
-	Status           accounts.Status        `json:"status"`
-	Limits           map[string]plans.Limit `json:"limits"`
-	KindeCustomerID  *string                `json:"kindeCustomerId"`
-	StripeCustomerID *string                `json:"stripeCustomerId"`
-	KindeAgreementID *string                `json:"kindeAgreementId"`
+	ID               string                       `json:"id" jsonbody:"required"`
+	Plan             string                       `json:"plan"`
+	Status           accounts.Status              `json:"status"`
+	Limits           map[string]plans.Limit       `json:"limits"`
+	Alerts           map[string][]plans.Threshold `json:"alerts"`
+	KindeCustomerID  *string                      `json:"kindeCustomerId"`
+	StripeCustomerID *string                      `json:"stripeCustomerId"`
+	KindeAgreementID *string                      `json:"kindeAgreementId"`
 }
 
 // links gathers the linked ids a request sets.
@@ -161,7 +164,7 @@ func (a *routes) createAccount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	acct, key, err := a.Accounts.Create(r.Context(), accounts.CreateInput{
-		ID: req.ID, Plan: req.Plan, Status: req.Status, Limits: req.Limits, Links: req.links(),
+		ID: req.ID, Plan: req.Plan, Status: req.Status, Limits: req.Limits, Alerts: req.Alerts, Links: req.links(),
 	})
 	if err != nil {
 		return err
@@ -173,10 +176,11 @@ func (a *routes) createAccount(w http.ResponseWriter, r *http.Request) error {
 }
 
 type updateAccountRequest struct {
-	Plan           *string                 `json:"plan"`
-	Status         *accounts.Status        `json:"status"`
-	Limits         *map[string]plans.Limit `json:"limits"`
-	AgreementStart *int                    `json:"agreementStart"`
+	Plan           *string                       `json:"plan"`
+	Status         *accounts.Status              `json:"status"`
+	Limits         *map[string]plans.Limit       `json:"limits"`
+	Alerts         *map[string][]plans.Threshold `json:"alerts"`
+	AgreementStart *int                          `json:"agreementStart"`
 	// A linked id: a string links it, null unlinks, absent leaves it.
 	KindeCustomerID  linkField `json:"kindeCustomerId" jsonbody:"nullable"`
 	StripeCustomerID linkField `json:"stripeCustomerId" jsonbody:"nullable"`
@@ -218,7 +222,7 @@ func (a *routes) updateAccount(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	acct, err := a.Accounts.Update(r.Context(), r.PathValue("id"), accounts.UpdateInput{
-		Plan: req.Plan, Status: req.Status, Limits: req.Limits, AgreementDay: req.AgreementStart, Links: req.links(),
+		Plan: req.Plan, Status: req.Status, Limits: req.Limits, Alerts: req.Alerts, AgreementDay: req.AgreementStart, Links: req.links(),
 	})
 	if err != nil {
 		return err

@@ -250,6 +250,8 @@ type CreateInput struct {
 	Plan   string
 	Status Status
 	Limits map[string]plans.Limit
+	// Alerts are the account's overrides of its plan's thresholds, by feature.
+	Alerts map[string][]plans.Threshold
 	// Links are the provider ids to link, by kind (absent or "": not linked).
 	Links map[LinkKind]string
 }
@@ -263,6 +265,7 @@ func (in CreateInput) Validate(catalog plans.Catalog) error {
 	problems = append(problems, validPlan(in.Plan, catalog)...)
 	problems = append(problems, validStatus(in.Status)...)
 	problems = append(problems, validLimits(in.Limits, catalog)...)
+	problems = append(problems, validAlerts(in.Alerts, catalog)...)
 	problems = append(problems, validLinks(refs(in.Links), false)...)
 	return problem.Fields(problems)
 }
@@ -272,7 +275,9 @@ type UpdateInput struct {
 	Plan   *string
 	Status *Status
 	// Limits replaces the account's overrides when set.
-	Limits       *map[string]plans.Limit
+	Limits *map[string]plans.Limit
+	// Alerts replaces the account's threshold overrides when set.
+	Alerts       *map[string][]plans.Threshold
 	AgreementDay *int
 	// Links changes the linked provider ids, by kind: an id links it, nil unlinks.
 	Links map[LinkKind]*string
@@ -290,12 +295,15 @@ func (in UpdateInput) Validate(catalog plans.Catalog) error {
 	if in.Limits != nil {
 		problems = append(problems, validLimits(*in.Limits, catalog)...)
 	}
+	if in.Alerts != nil {
+		problems = append(problems, validAlerts(*in.Alerts, catalog)...)
+	}
 	if in.AgreementDay != nil && !cycle.ValidAnchor(*in.AgreementDay) {
 		problems = append(problems, fmt.Sprintf("agreementStart must be a day of the month from %d to %d", cycle.MinAnchorDay, cycle.MaxAnchorDay))
 	}
 	problems = append(problems, validLinks(in.Links, true)...)
-	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.AgreementDay == nil && len(in.Links) == 0 {
-		problems = append(problems, "nothing to change: send plan, status, limits, agreementStart or a linked id")
+	if in.Plan == nil && in.Status == nil && in.Limits == nil && in.Alerts == nil && in.AgreementDay == nil && len(in.Links) == 0 {
+		problems = append(problems, "nothing to change: send plan, status, limits, alerts, agreementStart or a linked id")
 	}
 	return problem.Fields(problems)
 }
@@ -375,6 +383,52 @@ func validLimits(limits map[string]plans.Limit, catalog plans.Catalog) []string 
 	return problems
 }
 
+// validAlerts checks an account's threshold overrides: per feature a plan has and that is not an
+// allowance, thresholds as plans.CheckThresholds takes them (an empty list: none).
+func validAlerts(alerts map[string][]plans.Threshold, catalog plans.Catalog) []string {
+	var problems []string
+	features := make([]string, 0, len(alerts))
+	for f := range alerts {
+		features = append(features, f)
+	}
+	sort.Strings(features)
+	for _, f := range features {
+		switch {
+		case !catalog.HasFeature(f):
+			problems = append(problems, fmt.Sprintf("alerts.%s: unknown feature (known: %s)", f, strings.Join(catalog.Features(), ", ")))
+		case catalog.Allowance(f):
+			problems = append(problems, fmt.Sprintf("alerts.%s: an allowance has no thresholds", f))
+		}
+		if err := plans.CheckThresholds(alerts[f]); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				problems = append(problems, fmt.Sprintf("alerts.%s: %s", f, line))
+			}
+		}
+	}
+	return problems
+}
+
+// EffectiveAlerts are the thresholds of every feature that has any: the account's overrides or
+// its plan's (plans.Plan.Thresholds; only a capped plan's features have thresholds).
+func (a Account) EffectiveAlerts(catalog plans.Catalog) map[string][]plans.Threshold {
+	p, ok := catalog.Plan(a.Plan)
+	if !ok {
+		p, _ = catalog.Plan(catalog.Default)
+	}
+	out := map[string][]plans.Threshold{}
+	for _, f := range catalog.Features() {
+		ts := p.Thresholds(f)
+		if ts == nil {
+			continue
+		}
+		if o, ok := a.Alerts[f]; ok {
+			ts = append([]plans.Threshold{}, o...) // an empty override reads back as none, not null
+		}
+		out[f] = ts
+	}
+	return out
+}
+
 // Store persists accounts and keys. The DynamoDB adapter implements it.
 type Store interface {
 	// Create stores the account and its key hash together, or neither (ErrExists).
@@ -416,7 +470,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Account, string, 
 	}
 	now := s.Now().UnixMilli()
 	a := Account{
-		ID: in.ID, Plan: in.Plan, Status: in.Status, Limits: in.Limits,
+		ID: in.ID, Plan: in.Plan, Status: in.Status, Limits: in.Limits, Alerts: in.Alerts,
 		CreatedAtMs: now, UpdatedAtMs: now, Known: true,
 	}
 	for kind, id := range in.Links {

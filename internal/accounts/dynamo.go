@@ -46,6 +46,8 @@ type accountItem struct {
 	Plan             string            `dynamodbav:"plan"`
 	Status           string            `dynamodbav:"status"`
 	Limits           map[string]*int64 `dynamodbav:"limits,omitempty"`
+	// Alerts: see Account.
+	Alerts map[string][]plans.Threshold `dynamodbav:"alerts,omitempty"`
 	AgreementDay     int               `dynamodbav:"agreementDay,omitempty"`
 	CreatedAtMs      int64             `dynamodbav:"createdAtMs"`
 	UpdatedAtMs      int64             `dynamodbav:"updatedAtMs"`
@@ -102,6 +104,9 @@ func (it accountItem) account() Account {
 		PlanChangeKey: it.PlanChangeKey, StatusChangeKey: it.StatusChangeKey,
 		Known: true,
 	}
+	if len(it.Alerts) > 0 {
+		a.Alerts = it.Alerts
+	}
 	if len(it.Limits) > 0 {
 		a.Limits = make(map[string]plans.Limit, len(it.Limits))
 		for f, v := range it.Limits {
@@ -131,7 +136,7 @@ const (
 // Create implements Store.
 func (s *Table) Create(ctx context.Context, a Account, keyHash string) error {
 	acct, err := attributevalue.MarshalMap(accountItem{
-		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits),
+		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits), Alerts: a.Alerts,
 		CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs,
 		KindeCustomerID: a.KindeCustomerID, StripeCustomerID: a.StripeCustomerID, KindeAgreementID: a.KindeAgreementID,
 		ListKey: resources.AccountsListValue,
@@ -286,6 +291,17 @@ func (s *Table) update(ctx context.Context, id string, in UpdateInput, nowMs int
 		}
 		sets = append(sets, "#limits = :limits")
 		values[":limits"] = av
+	}
+	if in.Alerts != nil {
+		var av types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
+		if len(*in.Alerts) > 0 {
+			var err error
+			if av, err = attributevalue.Marshal(*in.Alerts); err != nil {
+				return Account{}, err
+			}
+		}
+		sets = append(sets, "#alerts = :alerts")
+		values[":alerts"] = av
 	}
 	if in.AgreementDay != nil {
 		sets = append(sets, "#agreementDay = :day")

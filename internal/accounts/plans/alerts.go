@@ -10,8 +10,8 @@ import (
 // internal/alerts/notify): a share of the limit (Percent, 1 to 100) or an absolute quantity
 // (Value, at least 1). Exactly one of the two is set.
 type Threshold struct {
-	Percent int64 `json:"percent,omitempty"`
-	Value   int64 `json:"value,omitempty"`
+	Percent int64 `json:"percent,omitempty" dynamodbav:"percent,omitempty"`
+	Value   int64 `json:"value,omitempty" dynamodbav:"value,omitempty"`
 }
 
 // DefaultThresholds are a capped feature's thresholds when its plan names none: 80% and 100% of

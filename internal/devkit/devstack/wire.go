@@ -59,7 +59,11 @@ func Wire(ctx context.Context, routes []resources.Route, fns []*compose.Function
 					BatchSize: resources.EventSourceBatchSize, Window: resources.EventSourceBatchingWindow})
 			}
 		case compose.Scheduled:
-			w.Schedules = append(w.Schedules, Schedule{Function: fn.Entry.Name, Every: fn.Entry.Every, Run: fn.Run})
+			every := fn.Entry.Every
+			if fn.Entry.LocalEvery > 0 {
+				every = fn.Entry.LocalEvery
+			}
+			w.Schedules = append(w.Schedules, Schedule{Function: fn.Entry.Name, Every: every, Run: fn.Run})
 		default:
 			return nil, fmt.Errorf("wire %s: no handler", fn.Entry.Name)
 		}

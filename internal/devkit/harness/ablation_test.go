@@ -74,6 +74,13 @@ var storeAblations = map[string]string{
 	// for, so no claim sends one (the per-event billing did, one event at a limit of 0);
 	// ConsumeCapped's own promise needs it.
 	"usage.consume.cap-room": "internal/metering/usage TestGuard_AConsumeOverTheWholeLimitIsRefused",
+	// The webhook endpoints and the notifier's deliveries: no pipeline of the harness registers
+	// endpoints or sends notifications; each package's test races the writes each guard keeps.
+	"endpoints.create.absent":       "internal/alerts/endpoints TestGuard_ARegistrationNeverReplacesAnEndpoint",
+	"endpoints.rewrite.rev":         "internal/alerts/endpoints TestGuard_TwoRotationsOfOneRead_OnlyTheFirstLands",
+	"drain.delivery.put.absent":     "internal/alerts/drain TestGuard_AFanOutRunAgainNeverResetsADelivery",
+	"drain.delivery.rewrite.rev":    "internal/alerts/drain TestGuard_TwoNotifiersNeverBothClaimOneAttempt",
+	"drain.notification.fanned.new": "internal/alerts/drain TestGuard_AStaleFanOutNeverOverwritesWhomANotificationWentTo",
 	// A collision of two random session tokens cannot be provoked through sign-in; the store is
 	// given one hash twice.
 	"session.put.new":               "internal/operator/session TestGuard_ASessionIsNeverReplaced",

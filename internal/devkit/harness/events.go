@@ -554,6 +554,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, "events: "+fmt.Sprintf(format, args...)) }
 	var billed, queued, refusedElsewhere int64
+	refusedForEvents := false
 	cycles := map[string]bool{}
 	inserted := map[string]bool{}
 	var admitted []ledger.Entry
@@ -593,6 +594,8 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 			if why := refusedBy(e.Reason); why != "" && why != plans.FeatureEvents {
 				refused[why] = append(refused[why], e)
 				refusedElsewhere++
+			} else if why == plans.FeatureEvents {
+				refusedForEvents = true
 			}
 		case ledger.Uninsertable:
 			bad("%s ended UNINSERTABLE (%s), though every row is valid", id, e.Reason)
@@ -627,6 +630,7 @@ func (p *Events) Check(ctx context.Context, s *Schedule) []string {
 	if st.meters {
 		v = append(v, p.checkMeters(ctx, s, st, cycles, admitted, refused)...)
 	}
+	v = append(v, p.checkAlerts(ctx, s, st, cycles, refused, refusedForEvents)...)
 	// Events another meter refused (a cap, a bad value) are not the events limit's to count.
 	queued -= refusedElsewhere
 	switch {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
+	"github.com/ferrymeter/ferry/internal/alerts/drain"
+	"github.com/ferrymeter/ferry/internal/alerts/endpoints"
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
@@ -37,7 +39,7 @@ import (
 func Guards() []dynamo.Guard {
 	var all []dynamo.Guard
 	for _, g := range [][]dynamo.Guard{ledger.Guards, usage.Guards, ratelimit.Guards, holds.Guards, idempotency.Guards, accounts.Guards, inbox.Guards, allowance.Guards,
-		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards, rollup.Guards, notify.Guards} {
+		report.Guards, outbox.Guards, reconcile.Guards, review.Guards, session.Guards, console.Guards, rollup.Guards, notify.Guards, drain.Guards, endpoints.Guards} {
 		all = append(all, g...)
 	}
 	return all

@@ -415,3 +415,38 @@ func TestAlerts_AFullUnitCrossingTwoThresholds_LeavesItsLastMembersForTheNextLap
 	}
 	wantNotes(t, h, "acct_full_unit", "t76", "t95")
 }
+
+// An account's own thresholds replace its plan's, through the accounts API, and are what its
+// claims decide; a bad one is refused whole, naming every problem, and nothing is stored.
+func TestAlerts_AnAccountsOwnThresholds_ReplaceItsPlans(t *testing.T) {
+	h := apptest.New(t)
+	w := h.Worker().Worker
+	resp := h.Do(t, "POST", "/v1/accounts", apptest.AdminKey, map[string]any{
+		"id": "acct_own", "plan": "free", "limits": map[string]any{"events": 10},
+		"alerts": map[string]any{"events": []any{map[string]any{"percent": 50}, map[string]any{"value": 9}}},
+	})
+	if resp.Status != 201 {
+		t.Fatalf("create: %d %s", resp.Status, resp.Body)
+	}
+	if got := fmt.Sprint(resp.JSON(t)["alerts"].(map[string]any)["events"]); got != "[map[percent:50] map[value:9]]" {
+		t.Fatalf("the account shows its thresholds as %s", got)
+	}
+	for _, bad := range []map[string]any{
+		{"alerts": map[string]any{"events": []any{map[string]any{"percent": 0}}, "nope": []any{}}},
+		{"alerts": map[string]any{"events": []any{map[string]any{"percent": 50, "extra": 1}}}},
+		{"alerts": map[string]any{"credits": []any{map[string]any{"value": 1}}}},
+	} {
+		if r := h.Do(t, "PATCH", "/v1/accounts/acct_own", apptest.AdminKey, bad); r.Status != 400 {
+			t.Fatalf("PATCH %v: %d %s; want 400", bad, r.Status, r.Body)
+		}
+	}
+	if failed := invoke(t, w, messages(t, h, "acct_own", calls("evt_o", 0, 10)...)); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_own", "t5", "t9")
+	// An empty list turns the account's thresholds off; its next cycle would decide none.
+	if r := h.Do(t, "PATCH", "/v1/accounts/acct_own", apptest.AdminKey, map[string]any{"alerts": map[string]any{"events": []any{}}}); r.Status != 200 ||
+		fmt.Sprint(r.JSON(t)["alerts"].(map[string]any)["events"]) != "[]" {
+		t.Fatalf("PATCH alerts off: %d %s", r.Status, r.Body)
+	}
+}

@@ -30,6 +30,10 @@ import (
 // isolationBodies is a valid body for each route that takes one: a refusal must come from who
 // the caller is, never from what it sent. A route with a body and no entry fails the matrix.
 var isolationBodies = map[string]string{
+	"POST /v1/webhook-endpoints": `{"url":"https://hooks.example.com/iso"}`, "GET /v1/webhook-endpoints": "",
+	"GET /v1/webhook-endpoints/{id}": "", "PATCH /v1/webhook-endpoints/{id}": `{"disabled":true}`,
+	"DELETE /v1/webhook-endpoints/{id}": "", "POST /v1/webhook-endpoints/{id}/rotate-secret": `{}`,
+	"GET /v1/webhook-endpoints/{id}/deliveries": "", "POST /v1/webhook-endpoints/{id}/deliveries/{notification}/replay": `{}`,
 	"POST /v1/accounts":                   `{"id":"acct_iso_new","plan":"free"}`,
 	"PATCH /v1/accounts/{id}":             `{"status":"active"}`,
 	"POST /v1/events":                     `{"specversion":"1.0","id":"evt_iso_b","source":"/iso","type":"api.call"}`,

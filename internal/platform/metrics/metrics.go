@@ -72,6 +72,13 @@ const (
 	InboxSweepNudged  = "InboxSweepNudged"  // inbox sweep: due or lease-expired events the sweep nudged
 )
 
+// Metric names of the outgoing notifications.
+const (
+	NotificationsDelivered = "NotificationsDelivered" // notifier: an endpoint accepted a delivery (2xx)
+	NotificationsRetried   = "NotificationsRetried"   // notifier: a delivery failed and backs off
+	NotificationsDead      = "NotificationsDead"      // notifier: a delivery failed its last try (or for good) and is DEAD
+)
+
 // Alarm describes an alarm on a metric: it fires when the metric's sum over one period reaches
 // Threshold. Every terminal failure state has one.
 type Alarm struct {
@@ -92,6 +99,7 @@ var Alarms = []Alarm{
 	{CountersRebuilt, 1, "The reconciler rebuilt a usage counter that differed from the ledger rows behind it; this should never happen. See the reconciler's logs for the rows."},
 	{WebhooksRefused, 5, "Webhook deliveries are being refused (401, nothing stored): a provider whose deliveries keep failing gives up on them (Kinde after 36 hours, Stripe after 3 days). Check the Stripe signing secret and the Kinde JWKS URL, or whether someone is sending forged deliveries."},
 	{InboxDead, 1, "A billing event failed all of its attempts and is DEAD: the plan or allowance it carries is not applied. Read its reason (GET /v1/billing-events?status=DEAD), fix the cause, then replay it (POST /v1/billing-events/{id}/replay)."},
+	{NotificationsDead, 1, "A webhook delivery is DEAD: the endpoint refused or did not answer every try (or the delivery could not be signed or sent at all), and Ferry stops trying. Read the endpoint's delivery log for the last status and error, fix the receiver, then replay the delivery (same webhook-id)."},
 }
 
 // Dimension is one metric dimension.

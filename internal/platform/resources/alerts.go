@@ -13,6 +13,14 @@ const (
 	TableWebhookEndpoints = "webhookendpoints"
 )
 
+// The webhook endpoints' list index: every endpoint carries IndexWebhookEndpointsListKey =
+// WebhookEndpointsListValue, so they are listed with Query (no function may Scan).
+const (
+	IndexWebhookEndpointsList    = "byList"
+	IndexWebhookEndpointsListKey = "listKey"
+	WebhookEndpointsListValue    = "endpoints"
+)
+
 // Indexes of the notifications table.
 const (
 	// IndexNotificationsDue lists what the notifier still has to do, by the instant it is due: a
@@ -45,5 +53,14 @@ const FunctionNotifier = "notifier"
 // a few sends of ten seconds each.
 const NotifierTimeout = 50 * time.Second
 
-// NotifierEvery is how often the notifier runs in AWS.
-const NotifierEvery = time.Minute
+// NotifierEvery is how often the notifier runs in AWS; NotifierLocalEvery in ferry dev.
+const (
+	NotifierEvery      = time.Minute
+	NotifierLocalEvery = 2 * time.Second
+)
+
+// EnvAlertsAllowLoopback ("true") lets webhook endpoints be registered at, and deliveries reach,
+// loopback addresses over http: ferry dev sets it so a developer's receiver (ferry listen) gets
+// notifications. No function lists it in its Settings, so a deployment never sets it, and in AWS
+// the sender refuses loopback, private and metadata addresses.
+const EnvAlertsAllowLoopback = "FERRY_ALERTS_ALLOW_LOOPBACK"

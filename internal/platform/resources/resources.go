@@ -351,6 +351,7 @@ var Tables = []Table{
 		Logical:      TableWebhookEndpoints,
 		Purpose:      "the webhook endpoints the operator registered: URL, the notification kinds and accounts each wants, its signing secrets",
 		PartitionKey: Attribute{"pk", String},
+		Indexes:      []Index{{Name: IndexWebhookEndpointsList, PartitionKey: Attribute{IndexWebhookEndpointsListKey, String}, SortKey: &Attribute{"pk", String}}},
 	},
 	{
 		Logical:      TableGrants,
@@ -599,6 +600,10 @@ type Function struct {
 	Buckets map[string]Access
 	// Every runs the function on a schedule (EventBridge Scheduler; a ticker in ferry dev).
 	Every time.Duration
+	// LocalEvery, when set, is how often ferry dev and the test stacks run a scheduled function
+	// instead: a local stack has no provider rate or cost to spare, and a developer watching a
+	// notification arrive should not wait a minute for it.
+	LocalEvery time.Duration
 	// Secrets names the environment variables through which the function receives the ARNs of
 	// the Secrets Manager secrets it may read (EnvAdminKeySecretARN, EnvKindeClientSecretARN).
 	// The CDK app sets each one the deployment provides and grants read on that secret alone;
@@ -827,6 +832,7 @@ var Functions = []Function{
 		ReservedConcurrency: 1,
 		Tables:              map[string]Access{TableNotifications: ReadWrite, TableWebhookEndpoints: Read},
 		Every:               NotifierEvery,
+		LocalEvery:          NotifierLocalEvery,
 	},
 	{
 		Name:     FunctionInboxSweep,

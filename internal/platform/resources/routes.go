@@ -158,6 +158,21 @@ var Routes = []Route{
 	{Method: "DELETE", Path: "/v1/sessions/current", Function: FunctionAPI, Auth: Operator},
 	{Method: "POST", Path: "/v1/labs/{lab}/runs", Function: FunctionAPI, Auth: Operator,
 		Idempotency: IdempotencyRetention},
+	// The webhook endpoints Ferry's notifications go to (operator): registration (its answer
+	// shows the first secret, once), rotation, and each endpoint's delivery log and replays.
+	{Method: "POST", Path: "/v1/webhook-endpoints", Function: FunctionAPI, Auth: Operator,
+		Idempotency: IdempotencyRetention},
+	{Method: "GET", Path: "/v1/webhook-endpoints", Function: FunctionAPI, Auth: Operator},
+	{Method: "GET", Path: "/v1/webhook-endpoints/{id}", Function: FunctionAPI, Auth: Operator},
+	{Method: "PATCH", Path: "/v1/webhook-endpoints/{id}", Function: FunctionAPI, Auth: Operator,
+		Idempotency: IdempotencyRetention},
+	{Method: "DELETE", Path: "/v1/webhook-endpoints/{id}", Function: FunctionAPI, Auth: Operator,
+		Idempotency: IdempotencyRetention},
+	{Method: "POST", Path: "/v1/webhook-endpoints/{id}/rotate-secret", Function: FunctionAPI, Auth: Operator,
+		Idempotency: IdempotencyRetention},
+	{Method: "GET", Path: "/v1/webhook-endpoints/{id}/deliveries", Function: FunctionAPI, Auth: Operator},
+	{Method: "POST", Path: "/v1/webhook-endpoints/{id}/deliveries/{notification}/replay", Function: FunctionAPI, Auth: Operator,
+		Idempotency: IdempotencyRetention},
 }
 
 // DefaultRouteFunction serves API Gateway's $default route: requests no route matches (unknown
