@@ -41,10 +41,29 @@ const (
 	// LimitReached: an event was refused because the account's limit of a feature was reached
 	// (once per account, feature and cycle, not per event).
 	LimitReached Kind = "limit.reached"
+	// HoldRefused: a hold was refused because the account's limit of a feature was reached (once
+	// per account, feature and cycle).
+	HoldRefused Kind = "hold.refused"
+	// ReconcileMismatch: the reconciler's verdict on a cycle's provider meter was not "match"
+	// (once per piece of evidence: a distinct set of numbers).
+	ReconcileMismatch Kind = "reconcile.mismatch"
+	// OutboxDead: a meter event owed to Stripe failed every try and is DEAD (once per row).
+	OutboxDead Kind = "outbox.dead"
+	// BillingEventDead: a stored billing event (a provider's webhook) failed every attempt to
+	// apply it and is DEAD (once per event).
+	BillingEventDead Kind = "billing_event.dead"
+	// PlanChanged and StatusChanged: a billing event changed an account's plan or status (once
+	// per event).
+	PlanChanged   Kind = "account.plan_changed"
+	StatusChanged Kind = "account.status_changed"
 )
 
 // Kinds lists every kind, as endpoints subscribe to them.
-var Kinds = []Kind{ThresholdCrossed, LimitReached}
+var Kinds = []Kind{ThresholdCrossed, LimitReached, HoldRefused, ReconcileMismatch, OutboxDead, BillingEventDead, PlanChanged, StatusChanged}
+
+// PerCycle reports whether a kind is told once per account, feature and cycle (and threshold);
+// the others are told once per Subject.
+func (k Kind) PerCycle() bool { return k == ThresholdCrossed || k == LimitReached || k == HoldRefused }
 
 // KnownKind reports whether k is a kind Ferry sends.
 func KnownKind(k string) bool {
@@ -74,11 +93,39 @@ type Notification struct {
 	Used  int64
 	// AtMs is when it was decided: the message's timestamp.
 	AtMs int64
+	// Subject is what a kind told once per thing is about (not PerCycle): the evidence's key,
+	// the outbox row's identifier, the billing event's id. It is the notification's key.
+	Subject string
+	// Detail is what the kinds other than thresholds and limits say (Data's other members).
+	Detail Detail
+}
+
+// Detail is the members of a message's data that only some kinds carry.
+type Detail struct {
+	// Requested is what a refused hold asked for (hold.refused).
+	Requested int64 `json:"requested,omitempty"`
+	// Provider ("kinde", "stripe") and Verdict are the reconciler's (reconcile.mismatch);
+	// Ledger and Meter the figures it compared.
+	Provider string `json:"provider,omitempty"`
+	Verdict  string `json:"verdict,omitempty"`
+	Ledger   *int64 `json:"ledger,omitempty"`
+	Meter    *int64 `json:"providerMeter,omitempty"`
+	// Event and EventType name a billing event (billing_event.dead, account.*_changed);
+	// From and To are what it changed (a plan or a status).
+	Event     string `json:"event,omitempty"`
+	EventType string `json:"eventType,omitempty"`
+	From      string `json:"from,omitempty"`
+	To        string `json:"to,omitempty"`
+	// Reason says why (the last error of something DEAD).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Key is what makes the notification one: the same kind for the same account, feature, cycle
 // and threshold is the same notification.
 func (n Notification) Key() string {
+	if !n.Kind.PerCycle() {
+		return string(n.Kind) + "\x00" + n.Subject
+	}
 	k := string(n.Kind) + "\x00" + n.Account + "\x00" + n.Feature + "\x00" + n.Cycle
 	if n.Kind == ThresholdCrossed {
 		k += "\x00" + strconv.FormatInt(n.Threshold, 10)
@@ -112,16 +159,18 @@ const AlertLimit = "limit"
 // ThresholdAlert is the alert key of the threshold at value t.
 func ThresholdAlert(t int64) string { return "t" + strconv.FormatInt(t, 10) }
 
-// Data is the message's data member.
+// Data is the message's data member: the account always; the feature, cycle, limit and usage for
+// the kinds about a feature's usage; the Detail of the others.
 type Data struct {
 	Account   string `json:"account"`
-	Feature   string `json:"feature"`
+	Feature   string `json:"feature,omitempty"`
 	Meter     string `json:"meter,omitempty"`
-	Cycle     string `json:"cycle"`
+	Cycle     string `json:"cycle,omitempty"`
 	Threshold *int64 `json:"threshold,omitempty"`
 	Percent   *int64 `json:"percent,omitempty"`
-	Limit     int64  `json:"limit"`
-	Used      int64  `json:"used"`
+	Limit     *int64 `json:"limit,omitempty"`
+	Used      *int64 `json:"used,omitempty"`
+	Detail
 }
 
 // Message is the body every delivery of the notification sends, as Standard Webhooks suggests
@@ -135,7 +184,10 @@ type Message struct {
 
 // Message is the notification's message.
 func (n Notification) Message() Message {
-	d := Data{Account: n.Account, Feature: n.Feature, Meter: n.Meter, Cycle: n.Cycle, Limit: n.Limit, Used: n.Used}
+	d := Data{Account: n.Account, Feature: n.Feature, Meter: n.Meter, Cycle: n.Cycle, Detail: n.Detail}
+	if n.Kind.PerCycle() {
+		d.Limit, d.Used = &n.Limit, &n.Used
+	}
 	if n.Kind == ThresholdCrossed {
 		d.Threshold = &n.Threshold
 		if n.Percent > 0 {

@@ -111,7 +111,7 @@ func TestAlerts_ThresholdsAndTheLimit_EachDecidedOnce(t *testing.T) {
 	var m notify.Message
 	mustJSON(t, got["t80"].Body, &m)
 	if m.Type != notify.ThresholdCrossed || m.ID != got["t80"].ID || *m.Data.Threshold != 80 || *m.Data.Percent != 80 ||
-		m.Data.Limit != 100 || m.Data.Used < 80 || m.Data.Used > 85 || m.Data.Feature != "events" || m.Data.Cycle != "2026-11" {
+		*m.Data.Limit != 100 || *m.Data.Used < 80 || *m.Data.Used > 85 || m.Data.Feature != "events" || m.Data.Cycle != "2026-11" {
 		t.Fatalf("the 80%% notification reads %s", got["t80"].Body)
 	}
 	if failed := invoke(t, w, first); len(failed) != 0 {
@@ -131,7 +131,7 @@ func TestAlerts_ThresholdsAndTheLimit_EachDecidedOnce(t *testing.T) {
 	got = wantNotes(t, h, "acct_alert", "t80", "t100", "limit")
 	m = notify.Message{}
 	mustJSON(t, got["limit"].Body, &m)
-	if m.Type != notify.LimitReached || m.Data.Limit != 100 || m.Data.Used != 100 || m.Data.Threshold != nil {
+	if m.Type != notify.LimitReached || *m.Data.Limit != 100 || *m.Data.Used != 100 || m.Data.Threshold != nil {
 		t.Fatalf("limit.reached reads %s", got["limit"].Body)
 	}
 	all := map[string]string{}
