@@ -15,6 +15,7 @@
 package notify
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -273,7 +275,19 @@ func Put(table string, n Notification) types.TransactWriteItem {
 }
 
 // putCondition keeps a notification once (see Guards).
-const putCondition = "attribute_not_exists(#pk)"
+const putCondition = dynamo.AbsentCondition
+
+// Tell writes the notification on its own, where no transaction decides it (a refusal, which
+// changes nothing durable): conditional on its absence, so told is false, and nothing is
+// written, when it was told before. A caller that fails between deciding and telling decides
+// again on the retry, and the key keeps it one notification.
+func Tell(ctx context.Context, db *dynamodb.Client, table string, n Notification) (told bool, err error) {
+	told, err = dynamo.PutNew(ctx, db, table, n.Item())
+	if err != nil {
+		return false, fmt.Errorf("write notification %s (%s): %w", n.ID(), n.Kind, err)
+	}
+	return told, nil
+}
 
 // Stored is a notification as read back.
 type Stored struct {
