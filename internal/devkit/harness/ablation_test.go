@@ -33,6 +33,9 @@ var harnessAblations = []struct {
 	{"ledger.claim.first-writer", "events-batch", 100},
 	{"ledger.mark.inserting", "events-batch", 100},
 	{"usage.consume.cap", "events-batch", 100},
+	// Units racing near a threshold: without the alert condition, two that each cross nothing
+	// from what they read step over it together and no one tells it.
+	{"usage.consume.alert-below", "events", 100},
 	{"usage.hold.cap", "holds", 100},
 	{"usage.hold.cap-room", "holds", 100},
 	{"ratelimit.take.room", "holds", 300},

@@ -74,9 +74,13 @@ func (p *Events) checkAlerts(ctx context.Context, s *Schedule, st *eventsState, 
 	if st.raised > 0 {
 		return v
 	}
+	told := map[string]bool{}
+	for k := range got {
+		told[noteKey(k.cycle, k.feature, k.key)] = true
+	}
 	var missing, extra []string
 	for k := range want {
-		if !got[parseNoteKey(k)] {
+		if !told[k] {
 			missing = append(missing, k)
 		}
 	}
@@ -104,22 +108,6 @@ type note struct {
 }
 
 func noteKey(cycle, feature, key string) string { return cycle + "/" + feature + "/" + key }
-
-func parseNoteKey(k string) note {
-	var n note
-	parts := [3]string{}
-	i := 0
-	for j := 0; j < len(k) && i < 2; j++ {
-		if k[j] == '/' {
-			i++
-			continue
-		}
-		parts[i] += string(k[j])
-	}
-	n.cycle, n.feature = parts[0], parts[1]
-	n.key = k[len(n.cycle)+len(n.feature)+2:]
-	return n
-}
 
 // accountNotes reads an account's notifications, strongly consistent.
 func accountNotes(ctx context.Context, env *Env, account string) (map[note]bool, error) {
