@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
+	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Where the console's browser test finds what it drives.
@@ -57,7 +58,9 @@ func browserTools() (node, chromium, module string, missing string) {
 // The operator console end to end, in headless Chromium against ferry dev's own stack (its
 // stand-ins included): sign in, open every page, redrive an UNINSERTABLE event, replay a billing
 // event, run the three labs and read their figures off the page, reconcile a drifted account,
-// sign out. A missing browser fails the test: `make tools` installs everything it drives.
+// register a webhook endpoint at a receiver the script runs, see a notification delivered to it
+// and replay it, sign out. A missing browser fails the test: `make tools` installs everything it
+// drives.
 func TestConsole_InABrowser(t *testing.T) {
 	node, chromium, module, missing := browserTools()
 	if missing != "" {
@@ -78,6 +81,8 @@ func TestConsole_InABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As under ferry dev: the endpoint the page registers is the script's receiver, on loopback.
+	settings = settings.With(compose.Settings{resources.EnvAlertsAllowLoopback: "true"})
 	webhooks, err := devstack.NewInboxDev(env, log)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +168,11 @@ func TestConsole_InABrowser(t *testing.T) {
 	e, err := ledgerStore.Get(ctx, "acct_console", "evt_wide")
 	if err != nil || !strings.Contains(string(out), "redrive: queued again (was UNINSERTABLE)") {
 		t.Errorf("after the redrive: %+v %v", e, err)
+	}
+	// The notifications page registered an endpoint, the notifier delivered to it, and the
+	// replay the page asked for reached the receiver again under the same webhook-id.
+	if !strings.Contains(string(out), "receiver: the replay came with the same webhook-id") {
+		t.Errorf("the notifications steps did not end with the replay received")
 	}
 	t.Logf("screenshots in %s", shots)
 }

@@ -36,9 +36,9 @@ const fmt = (n) => (n === null || n === undefined ? "—" : typeof n === "number
 
 function badge(text) {
   const t = String(text || "");
-  const cls = /^(match|APPLIED|INSERTED|SETTLED|SENT|admitted|ok|ACTIVE|active)$/.test(t) ? "ok"
+  const cls = /^(match|APPLIED|INSERTED|SETTLED|SENT|DELIVERED|admitted|ok|ACTIVE|active|enabled)$/.test(t) ? "ok"
     : /(DEAD|REJECTED|UNINSERTABLE|under_billed|over_billed|refused|failed|FAILED|dead)/.test(t) ? "bad"
-    : /(RUNNING|PENDING|retrying|IGNORED|REVIEW|EXPIRED|pending)/.test(t) ? "warn" : "";
+    : /(RUNNING|PENDING|SENDING|retrying|IGNORED|REVIEW|EXPIRED|pending|disabled)/.test(t) ? "warn" : "";
   return el("span", { class: "badge " + cls, "data-value": t }, t || "—");
 }
 
@@ -170,10 +170,16 @@ function table(columns, rows, attrs) {
     el("thead", {}, el("tr", {}, columns.map((c) => el("th", { class: c.num ? "num" : null }, c.label)))),
     el("tbody", {}, rows.length === 0
       ? el("tr", {}, el("td", { colspan: columns.length, class: "muted" }, "None."))
-      : rows.map((r) => el("tr", r.attrs || {}, columns.map((c) => {
-        const v = c.get(r);
-        return el("td", { class: c.num ? "num" : null }, v instanceof Node ? v : fmt(v));
-      })))));
+      : rows.map((r) => tableRow(columns, r))));
+}
+
+// tableRow is one row of a table: a page that refreshes a single row (after a replay, say)
+// builds it with the same columns.
+function tableRow(columns, r) {
+  return el("tr", r.attrs || {}, columns.map((c) => {
+    const v = c.get(r);
+    return el("td", { class: c.num ? "num" : null }, v instanceof Node ? v : fmt(v));
+  }));
 }
 
 // accountForm is the account picker most pages start with.
@@ -589,6 +595,244 @@ pages.outbox = async (params) => {
   }
   return out;
 };
+
+// ---- notifications ---------------------------------------------------------------------------
+
+// The kinds of notification Ferry sends (NotificationKind in api/openapi.yaml). An endpoint that
+// lists none is sent every kind, kinds added later included.
+const notificationKinds = ["threshold.crossed", "limit.reached"];
+// The fields of a registration, as the API names them at the start of each problem it lists.
+const endpointFields = ["url", "kinds", "accounts", "description"];
+// deliveriesPageSize is how many deliveries a page of the log shows (the route takes 1 to 100).
+const deliveriesPageSize = 20;
+// While a delivery on the page waits or is being sent, the log reads itself again every
+// logRefreshMs, at most logRefreshesMax times in a row (a minute), and never once it is left.
+const logRefreshMs = 2000;
+const logRefreshesMax = 30;
+
+const endpointPath = (id) => "/v1/webhook-endpoints/" + encodeURIComponent(id);
+
+// when shows an instant the API gave (RFC 3339, UTC) to the second, the whole of it on hover.
+const when = (at) => (at ? el("time", { datetime: at, title: at }, at.replace("T", " ").replace(/\.\d+Z$/, "Z")) : null);
+
+pages.notifications = async (params, rest) => {
+  if (rest.length > 0) return endpointPage(decodeURIComponent(rest[0]), params);
+  const list = el("div", { id: "endpoints" });
+  const ctx = { secretBox: secretBox() };
+  ctx.refresh = async () => {
+    const page = await api("GET", "/v1/webhook-endpoints");
+    list.replaceChildren(endpointsTable(page.items, ctx));
+  };
+  ctx.deleted = ctx.refresh;
+  await ctx.refresh();
+  return [el("h1", {}, "Notifications"),
+    el("p", { class: "muted" }, "The webhook endpoints Ferry sends its notifications to, signed as Standard Webhooks. " +
+      "A signing secret is shown once, when it is made; every read shows only when each secret was made and when it stops signing."),
+    ctx.secretBox, list, el("h2", {}, "Register an endpoint"), endpointForm(ctx)];
+};
+
+// secretBox is where a secret the API just returned is shown, once.
+function secretBox() {
+  return el("div", { id: "secret-box", class: "secret", role: "status", hidden: true });
+}
+
+// showSecret puts a secret the API returned this once in box, until the operator hides it or
+// leaves the page: nothing keeps it, and no read can show it again.
+function showSecret(box, what, secret, more) {
+  const value = el("code", { id: "secret-value" }, secret);
+  const copy = el("button", { type: "button" }, "Copy");
+  copy.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(secret);
+      copy.textContent = "Copied";
+    } catch {
+      // No clipboard here (refused, or an origin the browser does not trust): select it instead.
+      getSelection().selectAllChildren(value);
+      copy.textContent = "Selected: copy it with Ctrl-C";
+    }
+  });
+  const done = el("button", { type: "button", class: "secondary", id: "secret-done" }, "I have stored it");
+  done.addEventListener("click", () => { box.hidden = true; box.replaceChildren(); });
+  box.replaceChildren(
+    el("p", {}, el("strong", {}, "Copy it now. "), "This is " + what + ". Ferry shows it this once: no read shows it again, " +
+      "and a lost secret is replaced by rotating."),
+    el("p", {}, value, " ", copy, " ", done),
+    more ? el("p", { class: "muted" }, more) : null);
+  box.hidden = false;
+  box.scrollIntoView({ block: "nearest" });
+}
+
+function endpointsTable(items, ctx) {
+  const every = (what) => el("span", { class: "muted" }, what);
+  return table([
+    { label: "Endpoint", get: (e) => el("div", {}, el("code", { "data-url": "" }, e.url),
+      el("div", {}, el("a", { href: "#/notifications/" + encodeURIComponent(e.id) }, e.id))) },
+    { label: "Kinds", get: (e) => (e.kinds.length ? e.kinds.join(", ") : every("every kind")) },
+    { label: "Accounts", get: (e) => (e.accounts.length ? e.accounts.join(", ") : every("every account")) },
+    { label: "Description", get: (e) => el("span", { "data-description": "" }, fmt(e.description)) },
+    { label: "State", get: (e) => badge(e.disabled ? "disabled" : "enabled") },
+    { label: "Signing secrets", get: (e) => secretsCell(e.secrets) },
+    { label: "Created", get: (e) => when(e.createdAt) },
+    { label: "", get: (e) => endpointActions(e, ctx) },
+  ], items.map((e) => Object.assign({ attrs: { "data-endpoint": e.id } }, e)), { id: "endpoints-table" });
+}
+
+// secretsCell says how many secrets sign and until when: reads never carry a secret's value.
+function secretsCell(secrets) {
+  return el("div", { "data-secrets": secrets.length }, secrets.map((s) => el("div", {},
+    s.expiresAt ? ["previous, signs until ", when(s.expiresAt)] : ["current, since ", when(s.createdAt)])));
+}
+
+// endpointActions are an endpoint's buttons: rotate its secret, disable or enable it, delete it
+// (asked once more in the page). Each refreshes what the page shows of it.
+function endpointActions(e, ctx) {
+  const path = endpointPath(e.id);
+  const rotate = actionButton("Rotate secret", async () => {
+    const res = await api("POST", path + "/rotate-secret", {});
+    showSecret(ctx.secretBox, "the new signing secret of " + e.id, res.secret, res.previousSecretExpiresAt
+      ? "The secret it replaces keeps signing until " + res.previousSecretExpiresAt +
+        ": give the receiver the new one beside the old, and drop the old one after that."
+      : null);
+    await ctx.refresh();
+  }, { class: "secondary", "data-rotate": e.id });
+  const toggle = actionButton(e.disabled ? "Enable" : "Disable", async () => {
+    await api("PATCH", path, { disabled: !e.disabled });
+    await ctx.refresh();
+  }, { class: "secondary", "data-toggle": e.id });
+  const del = actionButton("Delete", async (b) => {
+    const yes = actionButton("Delete " + e.id, async () => {
+      await api("DELETE", path);
+      await ctx.deleted();
+    }, { class: "danger", "data-confirm-delete": e.id });
+    const no = el("button", { type: "button", class: "secondary" }, "Keep it");
+    const ask = el("span", { class: "confirm" }, "It is sent nothing more, and its pending deliveries end DEAD. ", yes, " ", no);
+    no.addEventListener("click", () => ask.replaceWith(b));
+    b.replaceWith(ask);
+  }, { class: "secondary", "data-delete": e.id });
+  return el("div", { class: "actions" }, rotate, toggle, del);
+}
+
+// endpointForm registers an endpoint. A refusal lists every problem the API named, each under
+// the form and its field marked; nothing was stored.
+function endpointForm(ctx) {
+  const url = el("input", { name: "url", id: "endpoint-url", required: true, inputmode: "url", spellcheck: "false", autocomplete: "off",
+    placeholder: "an https URL" });
+  const kinds = el("fieldset", { class: "kinds", id: "endpoint-kinds" }, el("legend", {}, "Kinds (none ticked: every kind)"),
+    notificationKinds.map((k) => el("label", { class: "check" }, el("input", { type: "checkbox", name: "kinds", value: k }), k)));
+  const accounts = el("input", { name: "accounts", id: "endpoint-accounts", spellcheck: "false", autocomplete: "off",
+    placeholder: "acct_1, acct_2" });
+  const description = el("input", { name: "description", id: "endpoint-description", maxlength: 256, placeholder: "optional note" });
+  const fields = { url, kinds, accounts, description };
+  const errors = el("ul", { id: "endpoint-errors", class: "field-errors", hidden: true });
+  const submit = el("button", { type: "submit", id: "endpoint-register" }, "Register");
+  const mark = (problems) => {
+    errors.replaceChildren(...problems.map((p) => el("li", { "data-field": endpointFields.find((f) => p.startsWith(f + " ") || p.startsWith(f + "[")) || "" }, p)));
+    errors.hidden = problems.length === 0;
+    for (const [name, input] of Object.entries(fields)) {
+      const bad = problems.some((p) => p.startsWith(name + " ") || p.startsWith(name + "["));
+      input.classList.toggle("invalid", bad);
+      if (bad) input.setAttribute("aria-invalid", "true"); else input.removeAttribute("aria-invalid");
+    }
+  };
+  const form = el("form", { id: "endpoint-form", class: "inline" },
+    el("label", {}, "URL", url), kinds, el("label", {}, "Accounts (none: every account)", accounts), el("label", {}, "Description", description), submit);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const data = new FormData(form);
+    const body = { url: String(data.get("url")).trim() };
+    const picked = data.getAll("kinds").map(String);
+    if (picked.length) body.kinds = picked;
+    const ids = String(data.get("accounts")).split(/[\s,]+/).filter(Boolean);
+    if (ids.length) body.accounts = ids;
+    if (String(data.get("description")).trim()) body.description = String(data.get("description")).trim();
+    submit.disabled = true;
+    showError(null);
+    try {
+      const res = await api("POST", "/v1/webhook-endpoints", body);
+      form.reset();
+      mark([]);
+      // The secret first: if reading the list back fails, the one chance to copy it is not lost.
+      showSecret(ctx.secretBox, "the signing secret of " + res.id, res.secret, null);
+      await ctx.refresh();
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 400 && err.body && Array.isArray(err.body.errors)) mark(err.body.errors);
+      else showError(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return el("div", {}, form, errors);
+}
+
+// endpointPage is one endpoint, its buttons, and its delivery log.
+async function endpointPage(id, params) {
+  const summary = el("div", { id: "endpoint-summary" });
+  const ctx = { secretBox: secretBox() };
+  ctx.refresh = async () => summary.replaceChildren(endpointsTable([await api("GET", endpointPath(id))], ctx));
+  ctx.deleted = async () => go("/notifications");
+  await ctx.refresh();
+  const log = el("div", { id: "deliveries" });
+  await deliveryLog(id, params.get("cursor") || "", log);
+  return [el("h1", {}, "Endpoint ", el("code", {}, id)), el("p", {}, el("a", { href: "#/notifications" }, "Every endpoint")),
+    ctx.secretBox, summary,
+    el("h2", {}, "Delivery log"),
+    el("p", { class: "muted" }, "Newest notification first. Replay sends a delivery again from a fresh set of attempts, whatever its status, " +
+      "with the same webhook-id, so a receiver that has it already can drop the copy."),
+    log];
+}
+
+// deliveryLog fills box with a page of the endpoint's deliveries (cursor "" for the newest), and
+// keeps it current while a delivery on it waits or is being sent.
+async function deliveryLog(id, cursor, box) {
+  const query = new URLSearchParams({ limit: String(deliveriesPageSize) });
+  if (cursor) query.set("cursor", cursor);
+  const pageHref = (c) => "#/notifications/" + encodeURIComponent(id) + (c ? "?" + new URLSearchParams({ cursor: c }) : "");
+  let timer = null;
+  let refreshes = 0;
+  const tagged = (d) => Object.assign({ attrs: { "data-delivery": d.notification, "data-status": d.status, "data-replays": d.replays } }, d);
+  const cols = [
+    { label: "Notification", get: (d) => el("code", {}, d.notification) },
+    { label: "Kind", get: (d) => d.kind },
+    { label: "Account", get: (d) => el("a", { href: "#/accounts/" + encodeURIComponent(d.account) }, d.account) },
+    { label: "Status", get: (d) => badge(d.status) },
+    { label: "Attempts", num: true, get: (d) => d.attempts },
+    { label: "Last answer", num: true, get: (d) => el("span", { "data-last-status": d.lastStatus ?? "" }, fmt(d.lastStatus)) },
+    { label: "Last error", get: (d) => el("div", {}, d.lastError || (d.lastAnswer ? null : "—"),
+      d.lastAnswer ? el("div", { class: "muted" }, "answered: " + d.lastAnswer) : null) },
+    { label: "Next attempt / delivered", get: (d) => when(d.status === "DELIVERED" ? d.deliveredAt : d.nextAttemptAt) },
+    { label: "Replays", num: true, get: (d) => d.replays },
+    { label: "Created", get: (d) => when(d.createdAt) },
+    { label: "", get: (d) => actionButton("Replay", async (b) => {
+      const res = await api("POST", endpointPath(id) + "/deliveries/" + encodeURIComponent(d.notification) + "/replay", {});
+      const row = b.closest("tr");
+      if (row) row.replaceWith(tableRow(cols, tagged(res)));
+      refreshes = 0;
+      follow([res]);
+    }, { "data-replay-delivery": d.notification }) },
+  ];
+  const refresh = actionButton("Refresh", async () => { refreshes = 0; await load(); }, { class: "secondary", id: "deliveries-refresh" });
+  // follow reads the page again a little later while one of its deliveries is not yet settled.
+  const follow = (items) => {
+    clearTimeout(timer);
+    if (refreshes >= logRefreshesMax || items.every((d) => d.status === "DELIVERED" || d.status === "DEAD")) return;
+    timer = setTimeout(async () => {
+      if (!box.isConnected) return;
+      refreshes++;
+      try { await load(); } catch (err) { showError(err); }
+    }, logRefreshMs);
+  };
+  const load = async () => {
+    const page = await api("GET", endpointPath(id) + "/deliveries?" + query);
+    box.replaceChildren(el("p", {}, refresh),
+      table(cols, page.items.map(tagged), { id: "deliveries-table" }),
+      el("p", { class: "pager" },
+        cursor ? el("a", { href: pageHref(""), id: "deliveries-newest" }, "← Newest") : null,
+        cursor && page.next ? " · " : null,
+        page.next ? el("a", { href: pageHref(page.next), id: "deliveries-older" }, "Older →") : null));
+    follow(page.items);
+  };
+  await load();
+}
 
 // ---- labs ------------------------------------------------------------------------------------
 
