@@ -450,3 +450,29 @@ func TestAlerts_AnAccountsOwnThresholds_ReplaceItsPlans(t *testing.T) {
 		t.Fatalf("PATCH alerts off: %d %s", r.Status, r.Body)
 	}
 }
+
+// A limit raised mid-cycle moves the percent thresholds with it: the thresholds of the new limit
+// are told when the usage reaches them, and those told before stay told.
+func TestAlerts_ARaisedLimit_MovesThePercentThresholds(t *testing.T) {
+	h := apptest.New(t)
+	w := h.Worker().Worker
+	h.CreateAccount(t, "acct_raise", "free", map[string]any{"events": 10})
+	if failed := invoke(t, w, map[string]string{"first": pack(t, h, "acct_raise", calls("evt_a", 0, 10)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_raise", "t8", "t10")
+	if r := h.Do(t, "PATCH", "/v1/accounts/acct_raise", apptest.AdminKey, map[string]any{"limits": map[string]any{"events": 20}}); r.Status != 200 {
+		t.Fatalf("raise: %d %s", r.Status, r.Body)
+	}
+	if failed := invoke(t, w, map[string]string{"second": pack(t, h, "acct_raise", calls("evt_b", 0, 5)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_raise", "t8", "t10")
+	if failed := invoke(t, w, map[string]string{"third": pack(t, h, "acct_raise", calls("evt_c", 0, 6)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if u := used(t, h, "acct_raise"); u != 20 {
+		t.Fatalf("used %d; want 20", u)
+	}
+	wantNotes(t, h, "acct_raise", "t8", "t10", "t16", "t20", "limit")
+}
