@@ -121,6 +121,8 @@ def before_load_schema(context, raw_schema):
     schemas = raw_schema["components"]["schemas"]
     schemas["PlanName"]["enum"] = plans
     schemas["Limits"]["propertyNames"] = {"enum": limited}
+    # Thresholds, too, are set for the catalog's features but the allowances.
+    schemas["Alerts"]["propertyNames"] = {"enum": limited}
     schemas["CreateHoldRequest"]["properties"]["feature"]["enum"] = features
     schemas["CorrectionRequest"]["properties"]["feature"]["enum"] = features
     # A correction's cycle must have started ("only usage that happened can be corrected") and must

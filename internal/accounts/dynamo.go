@@ -2,6 +2,7 @@ package accounts
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,20 +43,21 @@ const (
 )
 
 type accountItem struct {
-	ID               string            `dynamodbav:"id"`
-	Plan             string            `dynamodbav:"plan"`
-	Status           string            `dynamodbav:"status"`
-	Limits           map[string]*int64 `dynamodbav:"limits,omitempty"`
-	// Alerts: see Account.
-	Alerts map[string][]plans.Threshold `dynamodbav:"alerts,omitempty"`
-	AgreementDay     int               `dynamodbav:"agreementDay,omitempty"`
-	CreatedAtMs      int64             `dynamodbav:"createdAtMs"`
-	UpdatedAtMs      int64             `dynamodbav:"updatedAtMs"`
-	UsageStartedAtMs int64             `dynamodbav:"usageStartedAtMs,omitempty"`
-	KindeCustomerID  string            `dynamodbav:"kindeCustomerId,omitempty"`
-	StripeCustomerID string            `dynamodbav:"stripeCustomerId,omitempty"`
-	KindeAgreementID string            `dynamodbav:"kindeAgreementId,omitempty"`
-	PlanChangedAtMs  int64             `dynamodbav:"planChangedAtMs,omitempty"`
+	ID     string            `dynamodbav:"id"`
+	Plan   string            `dynamodbav:"plan"`
+	Status string            `dynamodbav:"status"`
+	Limits map[string]*int64 `dynamodbav:"limits,omitempty"`
+	// Alerts: see Account, as JSON (alertsToItem): an override may be an empty list, which the
+	// emulators' maps and lists do not keep as they are.
+	Alerts           string `dynamodbav:"alerts,omitempty"`
+	AgreementDay     int    `dynamodbav:"agreementDay,omitempty"`
+	CreatedAtMs      int64  `dynamodbav:"createdAtMs"`
+	UpdatedAtMs      int64  `dynamodbav:"updatedAtMs"`
+	UsageStartedAtMs int64  `dynamodbav:"usageStartedAtMs,omitempty"`
+	KindeCustomerID  string `dynamodbav:"kindeCustomerId,omitempty"`
+	StripeCustomerID string `dynamodbav:"stripeCustomerId,omitempty"`
+	KindeAgreementID string `dynamodbav:"kindeAgreementId,omitempty"`
+	PlanChangedAtMs  int64  `dynamodbav:"planChangedAtMs,omitempty"`
 	// StatusChangedAtMs: see Account.
 	StatusChangedAtMs int64  `dynamodbav:"statusChangedAtMs,omitempty"`
 	PlanChangeKey     string `dynamodbav:"planChangeKey,omitempty"`
@@ -95,6 +97,18 @@ func limitsToItem(l map[string]plans.Limit) map[string]*int64 {
 	return out
 }
 
+// alertsToItem is an account's threshold overrides as stored: JSON, "" for none.
+func alertsToItem(a map[string][]plans.Threshold) string {
+	if len(a) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		panic(fmt.Sprintf("accounts: encode thresholds: %v", err)) // integers in plain structs
+	}
+	return string(b)
+}
+
 func (it accountItem) account() Account {
 	a := Account{
 		ID: it.ID, Plan: it.Plan, Status: Status(it.Status), AgreementDay: it.AgreementDay,
@@ -104,8 +118,10 @@ func (it accountItem) account() Account {
 		PlanChangeKey: it.PlanChangeKey, StatusChangeKey: it.StatusChangeKey,
 		Known: true,
 	}
-	if len(it.Alerts) > 0 {
-		a.Alerts = it.Alerts
+	if it.Alerts != "" {
+		if err := json.Unmarshal([]byte(it.Alerts), &a.Alerts); err != nil {
+			a.Alerts = nil // written by alertsToItem only; unreadable would be a defect, read as no override
+		}
 	}
 	if len(it.Limits) > 0 {
 		a.Limits = make(map[string]plans.Limit, len(it.Limits))
@@ -136,7 +152,7 @@ const (
 // Create implements Store.
 func (s *Table) Create(ctx context.Context, a Account, keyHash string) error {
 	acct, err := attributevalue.MarshalMap(accountItem{
-		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits), Alerts: a.Alerts,
+		ID: a.ID, Plan: a.Plan, Status: string(a.Status), Limits: limitsToItem(a.Limits), Alerts: alertsToItem(a.Alerts),
 		CreatedAtMs: a.CreatedAtMs, UpdatedAtMs: a.UpdatedAtMs,
 		KindeCustomerID: a.KindeCustomerID, StripeCustomerID: a.StripeCustomerID, KindeAgreementID: a.KindeAgreementID,
 		ListKey: resources.AccountsListValue,
@@ -294,11 +310,8 @@ func (s *Table) update(ctx context.Context, id string, in UpdateInput, nowMs int
 	}
 	if in.Alerts != nil {
 		var av types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
-		if len(*in.Alerts) > 0 {
-			var err error
-			if av, err = attributevalue.Marshal(*in.Alerts); err != nil {
-				return Account{}, err
-			}
+		if enc := alertsToItem(*in.Alerts); enc != "" {
+			av = dynamo.S(enc)
 		}
 		sets = append(sets, "#alerts = :alerts")
 		values[":alerts"] = av

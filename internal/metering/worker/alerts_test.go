@@ -444,6 +444,15 @@ func TestAlerts_AnAccountsOwnThresholds_ReplaceItsPlans(t *testing.T) {
 		t.Fatalf("failed: %v", failed)
 	}
 	wantNotes(t, h, "acct_own", "t5", "t9")
+	// No overrides at all, and an account created with an empty list for a feature, are stored
+	// as they are.
+	if r := h.Do(t, "POST", "/v1/accounts", apptest.AdminKey, map[string]any{"id": "acct_none", "alerts": map[string]any{}}); r.Status != 201 {
+		t.Fatalf("create with no overrides: %d %s", r.Status, r.Body)
+	}
+	if r := h.Do(t, "POST", "/v1/accounts", apptest.AdminKey, map[string]any{"id": "acct_off", "alerts": map[string]any{"tokens": []any{}}}); r.Status != 201 ||
+		fmt.Sprint(r.JSON(t)["alerts"].(map[string]any)["tokens"]) != "[]" {
+		t.Fatalf("create with tokens' thresholds off: %d %s", r.Status, r.Body)
+	}
 	// An empty list turns the account's thresholds off; its next cycle would decide none.
 	if r := h.Do(t, "PATCH", "/v1/accounts/acct_own", apptest.AdminKey, map[string]any{"alerts": map[string]any{"events": []any{}}}); r.Status != 200 ||
 		fmt.Sprint(r.JSON(t)["alerts"].(map[string]any)["events"]) != "[]" {
