@@ -127,6 +127,7 @@ fuzz: tools ## run each fuzz target for FUZZTIME (default 30s): make fuzz FUZZTI
 bench: tools ## measure the pipeline (request units, round trips and CPU per event, cost per million) and the usage query
 	$(GO) run ./cmd/ferry bench pipeline
 	$(GO) run ./cmd/ferry bench query
+	$(GO) run ./cmd/ferry bench alerts
 
 .PHONY: build
 build: ## build every function as an arm64 bootstrap under build/<function>/ (BUILD_ARCH, BUILD_DIR)

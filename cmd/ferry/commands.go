@@ -18,7 +18,7 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: ferry bench <holds|pipeline|inbox|query> [flags]")
+		return errors.New("usage: ferry bench <holds|pipeline|inbox|query|alerts> [flags]")
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,8 +63,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		return bench.Query(ctx, o, stdout, stderr)
+	case "alerts":
+		o := bench.DefaultAlerts
+		fs.IntVar(&o.Events, "events", o.Events, "events each worker column sends")
+		fs.IntVar(&o.Notifications, "notifications", o.Notifications, "notifications each batched notifier column delivers")
+		fs.IntVar(&o.Alone, "alone", o.Alone, "notifications delivered one at a time")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return bench.Alerts(ctx, o, stdout, stderr)
 	}
-	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox, query)", args[0])
+	return fmt.Errorf("unknown benchmark %q (have holds, pipeline, inbox, query, alerts)", args[0])
 }
 
 func runEmulators(ctx context.Context, args []string, stdout, stderr io.Writer) error {
