@@ -54,6 +54,8 @@ func build(c *compose.Composer) (*compose.Function, error) {
 		Store: &holds.Table{
 			DB: db, Table: c.Table(resources.TableHolds, resources.ReadWrite), Usage: p.Usage,
 			RateLimits: ratelimit.Table{DB: db, Name: c.Table(resources.TableRateLimits, resources.ReadWrite)},
+			// A reservation the limit refuses tells the platform (hold.refused).
+			Notifications: c.Table(resources.TableNotifications, resources.ReadWrite),
 		},
 		Accounts: p.Accounts, Limits: p.Limits, Allowances: p.Allowances, Catalog: c.Config.Catalog,
 		Metrics: c.Metrics, Log: c.Log, Now: c.Now,

@@ -44,9 +44,10 @@ func build(c *compose.Composer) (*compose.Function, error) {
 			Catalog: c.Config.Catalog, Now: c.Now,
 		},
 	}
-	// The apply transactions span the account and its grant rows.
+	// The apply transactions span the account, its grant rows and the notifications a change
+	// tells (account.plan_changed, account.status_changed); a DEAD event is told there too.
 	p.Store = &inbox.Table{DB: db, Table: c.Table(resources.TableInbox, resources.ReadWrite), Accounts: store,
-		Grants: p.Allowances.Store}
+		Grants: p.Allowances.Store, Notifications: c.Table(resources.TableNotifications, resources.ReadWrite)}
 	stripeReader := stripewebhook.Interpreter{}
 	refetch, err := objects.ConfigFromSettings(context.Background(), c)
 	c.Fail(err)

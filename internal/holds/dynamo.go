@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -46,6 +47,9 @@ type Table struct {
 	Table      string
 	Usage      usage.Table
 	RateLimits ratelimit.Table
+	// Notifications is the notifications table, where a refusal is told (Tell); a Table that
+	// only settles (the sweeper's) has none.
+	Notifications string
 }
 
 type holdItem struct {
@@ -357,6 +361,14 @@ func (s *Table) LapsedLeases(ctx context.Context, shard int, nowMs int64, pageSi
 		start = out.LastEvaluatedKey
 	}
 	return refs, nil
+}
+
+// Tell implements Store: the notification on its own, conditional on its absence.
+func (s *Table) Tell(ctx context.Context, n notify.Notification) (bool, error) {
+	if s.Notifications == "" {
+		return false, fmt.Errorf("tell %s: the holds store was composed without the notifications table", n.Kind)
+	}
+	return notify.Tell(ctx, s.DB, s.Notifications, n)
 }
 
 func decodeHold(item map[string]types.AttributeValue) (Hold, error) {

@@ -226,6 +226,10 @@ var (
 	// ErrBusy: the budget row stayed contended through every bounded retry; nothing was held.
 	ErrBusy = problem.New(problem.Unavailable, "the budget is busy; nothing was held",
 		"The budget was too busy to take the request; nothing was held or charged. Retry it with the same key.")
+	// ErrRefusalUntold: the limit refused the hold and the refusal's notification (hold.refused)
+	// could not be written; nothing was held. The retry is refused again, and tells it.
+	ErrRefusalUntold = problem.New(problem.Unavailable, "hold refused, and the refusal could not be told",
+		"Nothing was held, and the answer could not be recorded. Retry the request with the same key.")
 )
 
 // RefusedError is a reservation refused because the limit has no room for it. Nothing was held.

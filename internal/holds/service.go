@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/holds/limits"
 	"github.com/ferrymeter/ferry/internal/holds/ratelimit"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
@@ -52,6 +54,9 @@ type Store interface {
 	Charge(ctx context.Context, h Hold, st Step) error
 	Settle(ctx context.Context, h Hold, st Settlement, nowMs int64) error
 	LapsedLeases(ctx context.Context, shard int, nowMs int64, pageSize int32, maxPages int) ([]Ref, error)
+	// Tell writes a notification on its own, conditional on its absence (notify.Tell): told is
+	// false, and nothing is written, when it was told before.
+	Tell(ctx context.Context, n notify.Notification) (told bool, err error)
 }
 
 // Service runs the holds: reserve, charge, settle, and the sweep of lapsed leases.
@@ -75,6 +80,9 @@ type Service struct {
 	// SweepConcurrency is how many shards one sweep reads and settles at once; 0 means
 	// sweepConcurrency. A harness that owns every interleaving sweeps one shard at a time.
 	SweepConcurrency int
+
+	// told remembers the hold.refused notifications this process has written or found written.
+	told toldMemo
 }
 
 func (s *Service) rate() ratelimit.Limit {
@@ -87,9 +95,11 @@ func (s *Service) rate() ratelimit.Limit {
 
 // Reserve opens a hold for a job, or returns the hold its key already names (created false).
 // The check and the hold are one transaction, so jobs that start together can never hold more
-// than the limit has room for. It returns *RefusedError when the limit has no room,
-// *RateLimitedError past the account's rate, *limits.UnknownError when the limit cannot be known
-// (fail closed), and *KeyReusedError when the key names a hold for another feature or amount.
+// than the limit has room for. It returns *RefusedError when the limit has no room (and tells
+// the platform, once per account, feature and cycle: hold.refused; ErrRefusalUntold when that
+// cannot be written), *RateLimitedError past the account's rate, *limits.UnknownError when the
+// limit cannot be known (fail closed), and *KeyReusedError when the key names a hold for another
+// feature or amount.
 func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in ReserveInput) (h Hold, created bool, err error) {
 	if err := in.Validate(s.Catalog); err != nil {
 		return Hold{}, false, err
@@ -139,6 +149,9 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		CreatedAtMs: nowMs, UpdatedAtMs: nowMs, Rev: 1,
 	}
 	rate := s.rate()
+	// refusal is the hold.refused notification of a refusal for the limit, decided in the lap
+	// from the budget it read.
+	var refusal notify.Notification
 	h, err = contended(ctx, func(ctx context.Context, _ retry.Lap) (Hold, error) {
 		err := s.Store.Reserve(ctx, h, rate, now)
 		if err == nil {
@@ -165,12 +178,14 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 		if d := admit(r.Budget, limit, h.Amount); !d.Admitted {
 			s.Metrics.Count(metrics.HoldsRefused, 1)
 			log.Info("hold refused", "feature", h.Feature, "amount", h.Amount, "remaining", *d.Remaining)
+			refusal = refusedNote(h, r.Budget.Committed, nowMs)
 			return Hold{}, &RefusedError{Needed: h.Amount, Remaining: *d.Remaining, Limit: limit.Max}
 		}
 		// Nothing durable explains it: a conflicting transaction on the budget row.
 		return Hold{}, retry.Again(errConflict)
 	})
 	var again *repeated
+	var refused *RefusedError
 	switch {
 	case err == nil:
 		s.Metrics.Count(metrics.HoldsAdmitted, 1)
@@ -181,8 +196,76 @@ func (s *Service) Reserve(ctx context.Context, acct accounts.Account, in Reserve
 	case errors.Is(err, ErrBusy):
 		log.Warn("reservation still contended after bounded retries", "tries", retry.Contended.Tries)
 		return Hold{}, false, ErrBusy
+	case errors.As(err, &refused):
+		return Hold{}, false, s.tellRefused(ctx, refusal, err, log)
 	}
 	return Hold{}, false, err
+}
+
+// refusedNote is the hold.refused notification of a hold the limit refused: the limit it was
+// refused under, the budget's committed figure (used + held) the refusal read, and what the hold
+// asked for.
+func refusedNote(h Hold, committed, nowMs int64) notify.Notification {
+	return notify.Notification{
+		Kind: notify.HoldRefused, Account: h.AccountID, Feature: h.Feature, Cycle: h.Cycle,
+		Limit: h.Limit.Max, Used: committed, AtMs: nowMs, Detail: notify.Detail{Requested: h.Amount},
+	}
+}
+
+// tellRefused tells the platform that the limit refused a hold, once per account, feature and
+// cycle (hold.refused), and then answers the refusal.
+//
+// A refusal changes nothing durable, so no transaction decides its notification: it is written
+// on its own, after the decision and before the answer, conditional on its absence
+// (notify.Tell). When that write fails the answer is ErrRefusalUntold, a 503, and not the 402:
+// the 402 would be final (an Idempotency-Key keeps it, and the client stops), and the
+// notification would be lost, since nothing else decides it again. A 5xx releases the
+// Idempotency-Key and asks the client to retry; the retry decides the refusal again and tells
+// it then, and the notification's key keeps it one however many times it is told.
+func (s *Service) tellRefused(ctx context.Context, n notify.Notification, refusal error, log *slog.Logger) error {
+	id := n.ID()
+	if s.told.has(id) {
+		return refusal // told before, by this process: the write would find it there
+	}
+	told, err := s.Store.Tell(ctx, n)
+	if err != nil {
+		log.Error("hold refused, and the refusal could not be told; answered 503 for a retry", "feature", n.Feature, "err", err)
+		return fmt.Errorf("%w: %w", ErrRefusalUntold, err)
+	}
+	s.told.add(id)
+	if told {
+		log.Info("hold.refused told", "feature", n.Feature, "cycle", n.Cycle, "notification", id)
+	}
+	return refusal
+}
+
+// maxToldMemo bounds the notifications one process remembers as told; past it the memory starts
+// again, empty.
+const maxToldMemo = 10_000
+
+// toldMemo is the notifications a process has written or found written, by id: an account that
+// keeps asking past its limit costs one conditional write per process and cycle, not one per
+// refusal. It is only a cache of what the notifications table holds: forgetting (a new
+// container, a memo that filled up) costs one write that finds the notification there. The zero
+// value is ready to use.
+type toldMemo struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (m *toldMemo) has(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ids[id]
+}
+
+func (m *toldMemo) add(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ids == nil || len(m.ids) >= maxToldMemo {
+		m.ids = map[string]bool{}
+	}
+	m.ids[id] = true
 }
 
 // refuseNew refuses a new admission with err (its limit cannot be known, the account is

@@ -97,7 +97,9 @@ func Drainer(c *compose.Composer) *Parts {
 		c.Fail(err)
 		p.Stripe = client
 	}
-	p.Outbox = &outbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableOutbox, resources.ReadWrite)}
+	// A row the drainer marks DEAD is marked with its notification (outbox.dead).
+	p.Outbox = &outbox.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableOutbox, resources.ReadWrite),
+		Notifications: c.Table(resources.TableNotifications, resources.ReadWrite)}
 	p.Review = &review.Table{DB: c.DynamoDB(), Table: c.Table(resources.TableReview, resources.ReadWrite), Metrics: c.Metrics}
 	p.Drainer = &outbox.Drainer{Store: p.Outbox, Review: p.Review, Metrics: c.Metrics, Log: c.Log, Now: c.Now, Sender: unconfiguredStripe{}}
 	if p.Stripe != nil {
@@ -117,7 +119,9 @@ func Compose(c *compose.Composer) *Parts {
 	}
 	p.Usage = usage.Table{DB: db, Name: c.Table(resources.TableUsage, resources.ReadWrite)}
 	p.State = &report.StateStore{DB: db, Table: c.Table(resources.TableMeters, resources.ReadWrite)}
-	p.Evidence = &reconcile.EvidenceStore{DB: db, Table: c.Table(resources.TableEvidence, resources.ReadWrite)}
+	// Evidence whose verdict is not match is stored with its notification (reconcile.mismatch).
+	p.Evidence = &reconcile.EvidenceStore{DB: db, Table: c.Table(resources.TableEvidence, resources.ReadWrite),
+		Notifications: c.Table(resources.TableNotifications, resources.ReadWrite)}
 	p.Requests = &reconcile.Requests{DB: db, Table: c.Table(resources.TableEvidence, resources.ReadWrite), Now: c.Now}
 	p.Reporter = &report.Reporter{
 		Usage: p.Usage, Marks: &report.MarkIndex{DB: db, Table: c.Table(resources.TableUsage, resources.ReadWrite)},

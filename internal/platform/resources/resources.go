@@ -734,6 +734,8 @@ var Functions = []Function{
 			TableAPIKeys: Read, TableAccounts: ReadWrite, TableUsage: ReadWrite,
 			TableHolds: ReadWrite, TableRateLimits: ReadWrite, TableIdempotency: ReadWrite,
 			TableGrants: ReadWrite,
+			// A reservation the limit refuses tells the platform, once a cycle (hold.refused).
+			TableNotifications: ReadWrite,
 		},
 	},
 	{
@@ -772,8 +774,9 @@ var Functions = []Function{
 		ReservedConcurrency: ProviderFacingConcurrency,
 		ReportsUsage:        true,
 		Secrets:             []string{EnvStripeAPIKeySecretARN},
-		Tables:              map[string]Access{TableOutbox: ReadWrite, TableReview: ReadWrite},
-		Every:               time.Minute,
+		// Notifications: a row marked DEAD is marked with its notification (outbox.dead).
+		Tables: map[string]Access{TableOutbox: ReadWrite, TableReview: ReadWrite, TableNotifications: ReadWrite},
+		Every:  time.Minute,
 	},
 	{
 		Name:    FunctionReconciler,
@@ -820,7 +823,10 @@ var Functions = []Function{
 		Secrets:  []string{EnvStripeAPIKeySecretARN},
 		Settings: []string{EnvStripeRefetch, EnvStripeAPIBase},
 		// Accounts: the plan and status a billing event changes. Grants: the allowance rows.
-		Tables: map[string]Access{TableInbox: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: Read, TableGrants: ReadWrite},
+		// Notifications: what a change tells (account.plan_changed, account.status_changed, in
+		// the apply transaction) and billing_event.dead.
+		Tables: map[string]Access{TableInbox: ReadWrite, TableAccounts: ReadWrite, TableAccountLinks: Read, TableGrants: ReadWrite,
+			TableNotifications: ReadWrite},
 		// It consumes nudges and sends one back, delayed, for an event that is not due yet.
 		Queues: map[string]Access{QueueInbox: ConsumeAndSend},
 	},
@@ -852,6 +858,10 @@ func reconcileTables() map[string]Access {
 	return map[string]Access{
 		TableAccounts: Read, TableLedger: Read, TableHolds: Read, TableUsage: ReadWrite,
 		TableMeters: ReadWrite, TableOutbox: ReadWrite, TableEvidence: ReadWrite, TableReview: ReadWrite,
+		// Evidence whose verdict is not match is stored with its notification
+		// (reconcile.mismatch), and an outbox row these functions drain to DEAD is marked with
+		// its own (outbox.dead).
+		TableNotifications: ReadWrite,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/platform/fanout"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/stripe"
@@ -32,6 +33,8 @@ type Sender interface {
 type Store interface {
 	Get(ctx context.Context, ref Ref) (Row, error)
 	Rewrite(ctx context.Context, next Row, prev int64) (Row, error)
+	// RewriteNotifying is Rewrite and, in the same write, the notification n (put once).
+	RewriteNotifying(ctx context.Context, next Row, prev int64, n notify.Notification) (Row, error)
 	Due(ctx context.Context, nowMs int64, limit int) ([]Ref, error)
 }
 
@@ -172,6 +175,7 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 			retryAfter = se.RetryAfter
 		}
 		next, out := claimed.AfterFailure(sendErr.Error(), stripe.IsRetryable(sendErr), retryAfter, nowMs)
+		write := d.Store.Rewrite
 		if out == OutcomeDead {
 			// The alarm comes before the write: a DEAD row is never looked at again, so a write
 			// that commits but whose answer is lost must not take the alarm with it. A write that
@@ -179,8 +183,13 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 			d.Metrics.Count(metrics.OutboxDead, 1)
 			log.Error("outbox row DEAD: its meter event is not on Stripe's meter; the reconciler repairs the meter from the ledger",
 				"attempts", claimed.Attempts, "err", sendErr)
+			// The platform is told in the write that marks the row DEAD (outbox.dead): the
+			// notification exists exactly when the row is DEAD, and once, whoever marks it.
+			write = func(ctx context.Context, next Row, prev int64) (Row, error) {
+				return d.Store.RewriteNotifying(ctx, next, prev, deadNote(next))
+			}
 		}
-		if _, err := d.Store.Rewrite(ctx, next, claimed.Rev); err != nil && !errors.Is(err, ErrChanged) {
+		if _, err := write(ctx, next, claimed.Rev); err != nil && !errors.Is(err, ErrChanged) {
 			return "", fmt.Errorf("record the failed send of %s: %w", claimed.Identifier(), err)
 		}
 		if out != OutcomeDead {
@@ -204,6 +213,15 @@ func (d *Drainer) Drain(ctx context.Context, ref Ref) (Outcome, error) {
 	d.Metrics.Count(metrics.OutboxSent, 1)
 	log.Info("meter event sent", "value", claimed.Value(), "absolute", claimed.Absolute, "attempts", claimed.Attempts)
 	return OutcomeSent, nil
+}
+
+// deadNote is the outbox.dead notification of a row gone DEAD: one per row (its identifier is
+// the notification's subject), with the row's account, feature and cycle and the last error.
+func deadNote(dead Row) notify.Notification {
+	return notify.Notification{
+		Kind: notify.OutboxDead, Account: dead.Account, Feature: dead.Feature, Cycle: dead.Cycle,
+		Subject: dead.Identifier(), AtMs: dead.UpdatedAtMs, Detail: notify.Detail{Reason: dead.LastError},
+	}
 }
 
 // toReview takes an unsent row whose cycle closed more than LateSendGrace ago off the outbox and

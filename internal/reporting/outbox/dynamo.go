@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/metering/usage"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -45,6 +46,9 @@ type Ref struct{ PK, SK string }
 type Table struct {
 	DB    *dynamodb.Client
 	Table string
+	// Notifications is the notifications table, where RewriteNotifying puts the notification it
+	// writes with a row.
+	Notifications string
 }
 
 type rowItem struct {
@@ -159,15 +163,13 @@ func (s *Table) Get(ctx context.Context, ref Ref) (Row, error) {
 // index (the local emulator ignores REMOVE).
 func (s *Table) Rewrite(ctx context.Context, next Row, prev int64) (Row, error) {
 	next.Rev = prev + 1
-	item, err := attributevalue.MarshalMap(itemOf(next))
+	put, err := s.rewritePut(next, prev)
 	if err != nil {
-		return Row{}, fmt.Errorf("encode outbox row %s: %w", next.Identifier(), err)
+		return Row{}, err
 	}
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.Table), Item: item,
-		ConditionExpression:       aws.String(rewriteCondition),
-		ExpressionAttributeNames:  dynamo.Names(rewriteCondition),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": dynamo.N(prev)},
+		TableName: put.TableName, Item: put.Item, ConditionExpression: put.ConditionExpression,
+		ExpressionAttributeNames: put.ExpressionAttributeNames, ExpressionAttributeValues: put.ExpressionAttributeValues,
 	})
 	if dynamo.IsConditionFailed(err) {
 		return Row{}, ErrChanged
@@ -176,6 +178,63 @@ func (s *Table) Rewrite(ctx context.Context, next Row, prev int64) (Row, error) 
 		return Row{}, fmt.Errorf("write outbox row %s: %w", next.Identifier(), err)
 	}
 	return next, nil
+}
+
+// RewriteNotifying is Rewrite with a notification: one transaction rewrites the row (only if no
+// one wrote it since prev) and puts n (only if it was never put, notify.Put), so the row's new
+// state and its notification exist together or not at all, and no crash between two writes
+// can keep one without the other.
+//
+// A cancelled transaction is resolved from the row, not from the cancellation's reasons: a row
+// written since prev is ErrChanged, as for Rewrite. A row still at prev was not what cancelled
+// it: n exists already, or the transaction met another one. Then the notification is told on
+// its own first (conditional on its absence: telling twice is one notification) and the row
+// rewritten alone after it, so a crash between the two never loses the notification: it leaves
+// it told and the row as it was, claimed, for the drainer that takes the lapsed claim over.
+func (s *Table) RewriteNotifying(ctx context.Context, next Row, prev int64, n notify.Notification) (Row, error) {
+	if s.Notifications == "" {
+		return Row{}, fmt.Errorf("write outbox row %s with its %s: the outbox was composed without the notifications table", next.Identifier(), n.Kind)
+	}
+	next.Rev = prev + 1
+	put, err := s.rewritePut(next, prev)
+	if err != nil {
+		return Row{}, err
+	}
+	_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &put}, notify.Put(s.Notifications, n),
+	}})
+	if err == nil {
+		return next, nil
+	}
+	if !dynamo.IsTransactionCanceled(err) {
+		return Row{}, fmt.Errorf("write outbox row %s with its %s: %w", next.Identifier(), n.Kind, err)
+	}
+	now, gerr := s.Get(ctx, RefOf(next))
+	if gerr != nil {
+		return Row{}, gerr
+	}
+	if now.Rev != prev {
+		return Row{}, ErrChanged
+	}
+	if _, err := notify.Tell(ctx, s.DB, s.Notifications, n); err != nil {
+		return Row{}, err
+	}
+	return s.Rewrite(ctx, next, prev)
+}
+
+// rewritePut is the put that replaces a row read at revision prev with next, only if no one
+// wrote it since.
+func (s *Table) rewritePut(next Row, prev int64) (types.Put, error) {
+	item, err := attributevalue.MarshalMap(itemOf(next))
+	if err != nil {
+		return types.Put{}, fmt.Errorf("encode outbox row %s: %w", next.Identifier(), err)
+	}
+	return types.Put{
+		TableName: aws.String(s.Table), Item: item,
+		ConditionExpression:       aws.String(rewriteCondition),
+		ExpressionAttributeNames:  dynamo.Names(rewriteCondition),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": dynamo.N(prev)},
+	}, nil
 }
 
 // Due returns up to limit rows that need a drainer by nowMs, oldest first within each shard. The

@@ -11,8 +11,8 @@
 //
 // A drainer claims a row with a deadline before sending it (two drainers never send one row at
 // once; a claim whose drainer died expires and the row is taken over), backs off exponentially
-// after a failure, and dead-letters the row after a bounded number of tries (DEAD, with a metric
-// and an alarm). The decisions are plain functions here; Table and Drainer apply them.
+// after a failure, and dead-letters the row after a bounded number of tries (DEAD, with a metric,
+// an alarm, and the outbox.dead notification written with the DEAD mark). The decisions are plain functions here; Table and Drainer apply them.
 package outbox
 
 import (

@@ -119,7 +119,8 @@ func (r *Reconciler) check(ctx context.Context, acct accounts.Account, k report.
 			log.Info("repaired and confirmed", "meter", *ev.Meter, "readBack", *readBack)
 		}
 	}
-	added, err := r.Evidence.Add(ctx, rec)
+	// Evidence whose verdict is not match tells the platform, with the record (reconcile.mismatch).
+	added, err := r.Evidence.Add(ctx, rec, mismatchNotes(rec)...)
 	if err != nil {
 		return ch, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 )
 
@@ -49,10 +50,30 @@ func (r Record) Key() string {
 	return fmt.Sprintf("%s#%s#%d#%d#%s#%s", r.Feature, r.Provider, r.Ledger, r.Sent, meter, r.Verdict)
 }
 
+// Subject names the record whole, as its notification's subject: the account and the cycle
+// (its partition) and its key within them.
+func (r Record) Subject() string { return r.Account + "#" + r.Cycle + "#" + r.Key() }
+
+// mismatchNotes are the notifications a record calls for: reconcile.mismatch for every verdict
+// but match, keyed by the record (Subject), so the same numbers found again tell nothing more.
+func mismatchNotes(r Record) []notify.Notification {
+	if r.Verdict == Match {
+		return nil
+	}
+	ledger := r.Ledger
+	return []notify.Notification{{
+		Kind: notify.ReconcileMismatch, Account: r.Account, Feature: r.Feature, Cycle: r.Cycle,
+		Subject: r.Subject(), AtMs: r.AtMs,
+		Detail: notify.Detail{Provider: r.Provider, Verdict: string(r.Verdict), Ledger: &ledger, Meter: r.Meter},
+	}}
+}
+
 // EvidenceStore keeps records in the evidence table: one partition per (account, cycle).
 type EvidenceStore struct {
 	DB    *dynamodb.Client
 	Table string
+	// Notifications is the notifications table, where a record's notifications are put with it.
+	Notifications string
 }
 
 type recordItem struct {
@@ -77,8 +98,18 @@ type recordItem struct {
 
 func evidencePartition(account, cycle string) string { return "evidence#" + account + "#" + cycle }
 
-// Add stores a record unless one with the same numbers exists; added says which.
-func (s *EvidenceStore) Add(ctx context.Context, r Record) (added bool, err error) {
+// Add stores a record unless one with the same numbers exists; added says which. The record's
+// notifications, if any, are put in the same transaction, each conditional on its absence
+// (notify.Put): a record and what it tells exist together, so no crash between two writes can
+// store the evidence and lose its notification (the next run might find other numbers, and
+// never tell this record's).
+//
+// A cancelled transaction is resolved by the conditions themselves, not by the cancellation's
+// reasons: the record or a notification exists already (a run on the same numbers, a record
+// stored before its notification was), or the transaction met another. Each is then written
+// again alone, conditional on its absence, the record first: whichever existed stays one, and
+// whatever was missing is written.
+func (s *EvidenceStore) Add(ctx context.Context, r Record, notes ...notify.Notification) (added bool, err error) {
 	item, err := attributevalue.MarshalMap(recordItem{
 		PK: evidencePartition(r.Account, r.Cycle), SK: r.Key(), Account: r.Account, Cycle: r.Cycle, Feature: r.Feature,
 		Provider: r.Provider, Ledger: r.Ledger, Sent: r.Sent, Meter: r.Meter, Verdict: string(r.Verdict), Cause: r.Cause,
@@ -87,10 +118,34 @@ func (s *EvidenceStore) Add(ctx context.Context, r Record) (added bool, err erro
 	if err != nil {
 		return false, err
 	}
+	if len(notes) > 0 {
+		if s.Notifications == "" {
+			return false, fmt.Errorf("store the evidence of %s %s: the evidence store was composed without the notifications table", r.Account, r.Cycle)
+		}
+		items := []types.TransactWriteItem{{Put: &types.Put{
+			TableName: aws.String(s.Table), Item: item,
+			ConditionExpression: aws.String(dynamo.AbsentCondition), ExpressionAttributeNames: dynamo.Names(dynamo.AbsentCondition),
+		}}}
+		for _, n := range notes {
+			items = append(items, notify.Put(s.Notifications, n))
+		}
+		_, err = s.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			return true, nil
+		}
+		if !dynamo.IsTransactionCanceled(err) {
+			return false, fmt.Errorf("store the evidence of %s %s: %w", r.Account, r.Cycle, err)
+		}
+	}
 	// A record is written once; the same numbers again add nothing.
 	added, err = dynamo.PutNew(ctx, s.DB, s.Table, item)
 	if err != nil {
 		return false, fmt.Errorf("store the evidence of %s %s: %w", r.Account, r.Cycle, err)
+	}
+	for _, n := range notes {
+		if _, err := notify.Tell(ctx, s.DB, s.Notifications, n); err != nil {
+			return added, fmt.Errorf("store the evidence of %s %s: %w", r.Account, r.Cycle, err)
+		}
 	}
 	return added, nil
 }

@@ -11,7 +11,8 @@
 //     lets it cancel, else the review list), reads the meter back, and calls the repair
 //     confirmed only when the read-back equals the ledger — otherwise the run reports an error;
 //  5. stores the evidence: one row per distinct (ledger, sent, meter, verdict), with the cause in
-//     words. A run on the same numbers adds no row.
+//     words. A run on the same numbers adds no row. A row whose verdict is not match is stored
+//     with its notification (reconcile.mismatch), in one transaction.
 //
 // The nightly run pages through every account, 50 a page, 5 at a time.
 package reconcile

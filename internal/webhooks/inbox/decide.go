@@ -1,14 +1,17 @@
 package inbox
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 )
 
 // ClaimVerdict is what a worker may do with an event it was nudged about.
@@ -103,6 +106,10 @@ type Decision struct {
 	// the account is still linked to it (Change carries the condition; without a Change, the
 	// transaction checks it on its own).
 	Link CustomerRef
+	// Notes are what the effect tells the platform (account.plan_changed,
+	// account.status_changed), put in the same transaction as the change they report, so they
+	// are told exactly when it commits.
+	Notes []notify.Notification
 }
 
 // Reasons an event is IGNORED. The first is the seed's wording, kept as the contract's.
@@ -180,6 +187,11 @@ func Decide(in ApplyInput) Decision {
 		}
 		change.Plan, change.PlanChangedAtMs, change.PlanChangeKey = to.Name, f.Time.Ms(), key
 		d.Change = &change
+		// The plan as stored is what the account showed before (a plan the catalog no longer
+		// has included); an event that sets the plan the account is on changes nothing to tell.
+		if was := cmp.Or(acct.Plan, from.Name); was != to.Name {
+			d.Notes = append(d.Notes, accountChanged(in, notify.PlanChanged, was, to.Name))
+		}
 		d.Grants = topUps(in, from, to, allowance.Entered)
 		d.Result = fmt.Sprintf("plan set to %s", to.Name) + describe(d.Grants, cycleLabel)
 	case Payment:
@@ -187,6 +199,7 @@ func Decide(in ApplyInput) Decision {
 		switch setStatus(accounts.Active) {
 		case statusSet:
 			d.Change = &change
+			d.Notes = statusNote(in, d.Notes, accounts.Active)
 			parts = append(parts, "status active")
 		case statusAlreadyApplied:
 			parts = append(parts, "status already applied: the account's status ("+string(acct.Status)+") comes from this event")
@@ -218,6 +231,7 @@ func Decide(in ApplyInput) Decision {
 			return ignore(ReasonNewerStatus)
 		}
 		d.Change = &change
+		d.Notes = statusNote(in, d.Notes, status)
 		d.Result = "status set to " + string(status)
 	case MeterUsage:
 		feature := featureForKinde(f.FeatureCode, in.Catalog)
@@ -229,6 +243,51 @@ func Decide(in ApplyInput) Decision {
 		d.Result = fmt.Sprintf("provider meter change recorded; %s of %s marked for the reconciler", what, cycleLabel)
 	}
 	return d
+}
+
+// accountChanged is the notification of a change the event makes to the account (kind is
+// notify.PlanChanged or notify.StatusChanged): from is the plan or status as read, to what the
+// event sets. The transaction's conditions hold the change key and the link, not the plan or
+// status itself, so an operator's update landing between the read and the commit is not seen:
+// from is then the value it replaced.
+//
+// Its key is the event AND the account, so the Put that writes it, in the transaction that
+// makes the change, never meets one already there: that transaction commits the change only if
+// the event's order key is strictly newer than the account's plan (or status) change key and
+// sets that key to the event's, and no other write ever lowers the key (the operator's updates
+// leave it alone; accounts are never deleted). So an event changes one account's plan, and its
+// status, at most once, however often it is redelivered or replayed (the kind is in the key too,
+// so an event that changed both would tell two). Keyed by the event alone,
+// a replay after the customer was linked to another account would change that account and meet
+// the first account's notification; the condition would then cancel the transaction on every
+// attempt, and the event would end DEAD for nothing.
+func accountChanged(in ApplyInput, kind notify.Kind, from, to string) notify.Notification {
+	return notify.Notification{
+		Kind: kind, Account: in.Account.ID, AtMs: in.NowMs, Subject: in.Event.ID + "#" + in.Account.ID,
+		Detail: notify.Detail{Event: in.Event.ID, EventType: in.Event.Type, From: from, To: to},
+	}
+}
+
+// statusNote adds account.status_changed to notes when setting status changes the account's
+// status as read: a payment for an account that is already active tells nothing.
+func statusNote(in ApplyInput, notes []notify.Notification, status accounts.Status) []notify.Notification {
+	if in.Account.Status == status {
+		return notes
+	}
+	return append(notes, accountChanged(in, notify.StatusChanged, string(in.Account.Status), string(status)))
+}
+
+// deadNote is billing_event.dead for an event about to be written DEAD, told for account (the
+// account the event was resolved to: the message requires one). Its key is the event and how
+// often it was replayed. The DEAD mark is conditioned on the revision read and DEAD is final, so
+// an event goes DEAD at most once between two replays: the workers that decide one death (one
+// whose write failed, then the one that gives up after its lease) tell one notification, and an
+// event that dies again after a replay is told again.
+func deadNote(e Event, account string, atMs int64) notify.Notification {
+	return notify.Notification{
+		Kind: notify.BillingEventDead, Account: account, AtMs: atMs, Subject: e.ID + "#" + strconv.Itoa(e.Replays),
+		Detail: notify.Detail{Event: e.ID, EventType: e.Type, Reason: e.Reason},
+	}
 }
 
 // targetPlan is the catalog plan an event moves to (or pays for).

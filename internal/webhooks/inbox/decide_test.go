@@ -145,28 +145,36 @@ func TestDecide_EachKind(t *testing.T) {
 		grants     string
 		markCycle  string
 		resultPart string
+		// tells is the notifications the decision puts with its commit ("kind from→to", …).
+		tells string
 	}{
 		{name: "plan change, newer", facts: inbox.Facts{Kind: inbox.PlanChange, Type: "customer.plan_changed", Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: when},
-			acct: free(), status: inbox.Applied, plan: "plus", grants: "free 10 opening, plus 490 plan entered", resultPart: "plan set to plus"},
+			acct: free(), status: inbox.Applied, plan: "plus", grants: "free 10 opening, plus 490 plan entered", resultPart: "plan set to plus",
+			tells: "account.plan_changed free→plus"},
 		{name: "plan change, a newer one already stored", facts: inbox.Facts{Kind: inbox.PlanChange, Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: when},
 			acct: newerThan(laterKey), status: inbox.Ignored, reason: inbox.ReasonNewerPlan},
 		{name: "plan change, this very one stored (a replay)", facts: inbox.Facts{Kind: inbox.PlanChange, Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: when},
 			acct: newerThan(key), status: inbox.Applied, resultPart: "already applied"},
 		{name: "cancellation, back to the default plan", facts: inbox.Facts{Kind: inbox.PlanChange, Customers: customer, ToDefault: true, Time: when},
 			acct: &accounts.Account{ID: "acct_1", Plan: "plus", Status: accounts.Active, Known: true}, status: inbox.Applied, plan: "free",
-			grants: "plus 500 opening, free 0 plan entered"},
+			grants: "plus 500 opening, free 0 plan entered", tells: "account.plan_changed plus→free"},
+		{name: "cancellation of an account on the default plan: the plan is set, nothing to tell", facts: inbox.Facts{Kind: inbox.PlanChange, Customers: customer, ToDefault: true, Time: when},
+			acct: free(), status: inbox.Applied, plan: "free", grants: "free 10 opening"},
 		{name: "plan change to a plan the catalog does not know", facts: inbox.Facts{Kind: inbox.PlanChange, Customers: customer, PlanKeys: []string{"customer_gold"}, Time: when},
 			acct: free(), status: inbox.Ignored, reason: `the Kinde plan key "customer_gold" names no plan in the catalog`},
-		{name: "payment", facts: inbox.Facts{Kind: inbox.Payment, Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: when},
+		{name: "payment, already active: the status is set, nothing to tell", facts: inbox.Facts{Kind: inbox.Payment, Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: when},
 			acct: free(), status: inbox.Applied, setStatus: accounts.Active, grants: "free 10 opening, plus 490 payment"},
+		{name: "payment of a past_due account", facts: inbox.Facts{Kind: inbox.Payment, Customers: customer, Time: when},
+			acct: &accounts.Account{ID: "acct_1", Plan: "free", Status: accounts.PastDue, Known: true}, status: inbox.Applied, setStatus: accounts.Active,
+			tells: "account.status_changed past_due→active"},
 		{name: "payment older than the status change", facts: inbox.Facts{Kind: inbox.Payment, Customers: customer, PlanKeys: []string{"customer_pro_plan"}, Time: earlier},
 			acct: newerThan(key), status: inbox.Applied, grants: "free 10 opening, plus 490 payment", resultPart: "status unchanged"},
 		{name: "payment naming no plan", facts: inbox.Facts{Kind: inbox.Payment, Customers: customer, Time: when},
 			acct: free(), status: inbox.Applied, setStatus: accounts.Active, resultPart: "names no plan"},
 		{name: "payment failed", facts: inbox.Facts{Kind: inbox.PaymentFailed, Customers: customer, Time: when},
-			acct: free(), status: inbox.Applied, setStatus: accounts.PastDue},
+			acct: free(), status: inbox.Applied, setStatus: accounts.PastDue, tells: "account.status_changed active→past_due"},
 		{name: "invoice overdue", facts: inbox.Facts{Kind: inbox.InvoiceOverdue, Customers: customer, Time: when},
-			acct: free(), status: inbox.Applied, setStatus: accounts.Inactive},
+			acct: free(), status: inbox.Applied, setStatus: accounts.Inactive, tells: "account.status_changed active→inactive"},
 		{name: "payment failed, older than the status change", facts: inbox.Facts{Kind: inbox.PaymentFailed, Customers: customer, Time: earlier},
 			acct: newerThan(key), status: inbox.Ignored, reason: inbox.ReasonNewerStatus},
 		{name: "payment failed, this very one stored (a replay)", facts: inbox.Facts{Kind: inbox.PaymentFailed, Customers: customer, Time: when},
@@ -211,6 +219,18 @@ func TestDecide_EachKind(t *testing.T) {
 			}
 			if (d.Mark != nil) != (c.markCycle != "") || (d.Mark != nil && (d.Mark.Cycle != c.markCycle || d.Mark.Feature != "tokens")) {
 				t.Errorf("mark %+v; want cycle %q feature tokens", d.Mark, c.markCycle)
+			}
+			var tells []string
+			for _, n := range d.Notes {
+				tells = append(tells, string(n.Kind)+" "+n.Detail.From+"→"+n.Detail.To)
+				// Keyed by the event and the account (see accountChanged), stamped with the
+				// decision's instant, naming the stored event.
+				if n.Account != "acct_1" || n.Subject != "bev_test#acct_1" || n.AtMs != 1 || n.Detail.Event != "bev_test" {
+					t.Errorf("note %+v", n)
+				}
+			}
+			if got := strings.Join(tells, ", "); got != c.tells {
+				t.Errorf("tells [%s]; want [%s]", got, c.tells)
 			}
 		})
 	}

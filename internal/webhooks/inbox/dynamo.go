@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
@@ -68,14 +69,21 @@ const (
 )
 
 // Table keeps the inbox in its table. Its apply transactions also span the accounts
-// table (the plan and status) and the grants table (the allowance rows), through those
-// packages' own item builders.
+// table (the plan and status), the grants table (the allowance rows) and the notifications table
+// (what a change tells), through those packages' own item builders.
 type Table struct {
 	DB       *dynamodb.Client
 	Table    string
 	Accounts *accounts.Table
 	Grants   *allowance.Table
+	// Notifications is the notifications table's name: the worker's (only the worker applies
+	// events and writes them DEAD).
+	Notifications string
 }
+
+// errNoNotifications: a store without the notifications table was asked to tell something (a
+// composition that forgot it).
+var errNoNotifications = errors.New("the inbox store has no notifications table")
 
 type eventItem struct {
 	PK                string `dynamodbav:"pk"`
@@ -359,8 +367,9 @@ func (s *Table) Transition(ctx context.Context, readRev int64, next Event) error
 // Apply implements Store: the decision's effect — the account's change, the grant rows, the
 // meter mark — and the event's final mark, in ONE transaction. The mark is conditioned on the
 // claim's revision, the account change on the event being newer than the account's and on the
-// account's link (checked on its own when the event changes nothing on the account), the grant rows on the version of the rows they were decided from. A refused
-// condition cancels everything; ErrCancelled.
+// account's link (checked on its own when the event changes nothing on the account), the grant
+// rows on the version of the rows they were decided from; the notifications the change tells
+// ride with it. A refused condition cancels everything; ErrCancelled.
 func (s *Table) Apply(ctx context.Context, claimedRev int64, marked Event, d Decision) error {
 	mark, err := s.transition(marked, claimedRev)
 	if err != nil {
@@ -383,7 +392,25 @@ func (s *Table) Apply(ctx context.Context, claimedRev int64, marked Event, d Dec
 	if m := d.Mark; m != nil {
 		items = append(items, s.markItem(*m))
 	}
+	if len(d.Notes) > 0 && s.Notifications == "" {
+		return fmt.Errorf("apply billing event %s: %w", marked.ID, errNoNotifications)
+	}
+	// Each note's put is conditional on its absence, and commits with the change it reports.
+	// It never meets one already there (see accountChanged): it could only cancel this
+	// transaction, not tell twice.
+	for _, n := range d.Notes {
+		items = append(items, notify.Put(s.Notifications, n))
+	}
 	return s.write(ctx, "apply billing event "+marked.ID, items)
+}
+
+// Tell implements Store: the notification on its own, conditional on its absence (told is
+// false when it was told before).
+func (s *Table) Tell(ctx context.Context, n notify.Notification) (bool, error) {
+	if s.Notifications == "" {
+		return false, fmt.Errorf("tell %s: %w", n.Kind, errNoNotifications)
+	}
+	return notify.Tell(ctx, s.DB, s.Notifications, n)
 }
 
 func markSK(m MeterMark) string {

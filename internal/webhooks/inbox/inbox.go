@@ -13,10 +13,13 @@
 //     cancelled transaction is resolved by reading durable state again.
 //  3. Effects are safe to repeat: a plan change applies only if it is newer, by event time, than
 //     the change the account is on; allowance grants are keyed rows (account, cycle, plan), so
-//     a payment and its plan change grant once whichever comes first.
+//     a payment and its plan change grant once whichever comes first. A change of the plan or
+//     the status tells the platform (account.plan_changed, account.status_changed) in the
+//     transaction that applies it, so it is told exactly when it lands.
 //  4. Failures back off (5 s, 30 s, 2 min, 10 min, 1 h) and end DEAD after six attempts, with a
-//     metric and an alarm. A nudge queue starts the worker; a sweep every minute finds what a
-//     lost nudge or a dead worker left behind.
+//     metric, an alarm and, for an event of a known account, billing_event.dead. A nudge
+//     queue starts the worker; a sweep every minute finds what a lost nudge or a dead worker
+//     left behind.
 //
 // The decisions (Claim, AfterFailure, Decide) are pure functions in decide.go; the Worker runs
 // them against state read from the Store.

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/accounts"
 	"github.com/ferrymeter/ferry/internal/accounts/allowance"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/platform/metrics"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
 	"github.com/ferrymeter/ferry/internal/platform/retry"
@@ -36,6 +38,9 @@ type Store interface {
 	Receipts(ctx context.Context, id string, limit int) ([]Receipt, error)
 	Due(ctx context.Context, nowMs int64, limit int) ([]string, error)
 	List(ctx context.Context, q ListQuery) (Page, error)
+	// Tell writes a notification on its own, conditional on its absence: told is false when it
+	// was told before.
+	Tell(ctx context.Context, n notify.Notification) (told bool, err error)
 }
 
 // Nudger starts the worker on events: a queue message per event, optionally delayed.
@@ -198,7 +203,12 @@ func (w *Applier) Process(ctx context.Context, id string) (Outcome, error) {
 			dead := e
 			dead.Status, dead.Rev, dead.UpdatedAtMs, dead.FinishedAtMs = Dead, e.Rev+1, nowMs, nowMs
 			dead.Reason = fmt.Sprintf("the worker stopped during the last of %d attempts (its lease lapsed)", MaxAttempts)
-			w.dead(dead) // before the write: see dead
+			// Before the write, see dead. The account is the one the event was last resolved to:
+			// the payload is not interpreted again here, since interpreting it may be what kept
+			// killing the worker (a Stripe re-fetch that hangs, a payload that exhausts memory).
+			if err := w.dead(ctx, dead, e.AccountID); err != nil {
+				return claim{}, err
+			}
 			if err := w.Store.Transition(ctx, e.Rev, dead); err != nil {
 				return claim{}, rereadIfCancelled(err)
 			}
@@ -245,12 +255,15 @@ func (w *Applier) apply(ctx context.Context, claimed Event, payload []byte) (Out
 	log := w.Log.With("event", claimed.ID, "source", claimed.Source, "type", claimed.Type, "attempt", claimed.Attempts)
 	interp, ok := w.Interpreters[claimed.Source]
 	if !ok {
-		return w.fail(ctx, claimed, fmt.Errorf("no interpreter for source %s", claimed.Source))
+		return w.fail(ctx, claimed, "", fmt.Errorf("no interpreter for source %s", claimed.Source))
 	}
 	facts, err := interp.Interpret(ctx, payload)
 	if err != nil {
-		return w.fail(ctx, claimed, fmt.Errorf("read the event: %w", err))
+		return w.fail(ctx, claimed, "", fmt.Errorf("read the event: %w", err))
 	}
+	// resolved is the account the last lap resolved the event's customer to: the account a
+	// failure that ends the event DEAD is told for.
+	var resolved string
 	// Each lap reads the inputs, decides and commits. A cancelled commit is resolved by reading
 	// the event: if it moved, the work is another's; if not, what the effect was decided from
 	// moved, and the next lap decides again.
@@ -258,6 +271,10 @@ func (w *Applier) apply(ctx context.Context, claimed Event, payload []byte) (Out
 		in, err := w.inputs(ctx, claimed, facts)
 		if err != nil {
 			return Outcome{}, &attemptFailed{err}
+		}
+		resolved = ""
+		if in.Account != nil {
+			resolved = in.Account.ID
 		}
 		d := Decide(in)
 		marked := markedAs(claimed, d, in.NowMs)
@@ -286,13 +303,13 @@ func (w *Applier) apply(ctx context.Context, claimed Event, payload []byte) (Out
 	case err == nil:
 		return out, nil
 	case errors.As(err, &failed):
-		return w.fail(ctx, claimed, failed.cause)
+		return w.fail(ctx, claimed, resolved, failed.cause)
 	case errors.As(err, &stop):
 		return Outcome{}, stop.cause
 	case errors.Is(err, retry.ErrExhausted):
-		return w.fail(ctx, claimed, fmt.Errorf("the account or its allowance kept changing: %w", err))
+		return w.fail(ctx, claimed, resolved, fmt.Errorf("the account or its allowance kept changing: %w", err))
 	}
-	return w.fail(ctx, claimed, err)
+	return w.fail(ctx, claimed, resolved, err)
 }
 
 // errInputsMoved: the commit was refused and the event had not moved, so what its effect was
@@ -353,8 +370,9 @@ func markedAs(claimed Event, d Decision, nowMs int64) Event {
 
 // fail ends a claimed event's failed attempt: FAILED until its backoff ends, or DEAD after the
 // last attempt. If even that write fails, the work stops where it is (a worker that died there
-// leaves the same state) and the lease lapses.
-func (w *Applier) fail(ctx context.Context, claimed Event, cause error) (Outcome, error) {
+// leaves the same state) and the lease lapses. account is the account the attempt resolved the
+// event to ("" if it did not get that far).
+func (w *Applier) fail(ctx context.Context, claimed Event, account string, cause error) (Outcome, error) {
 	now := w.Now().UnixMilli()
 	status, next := AfterFailure(claimed, now)
 	failed := claimed
@@ -362,7 +380,11 @@ func (w *Applier) fail(ctx context.Context, claimed Event, cause error) (Outcome
 	failed.Reason = truncate(fmt.Sprintf("attempt %d of %d failed: %v", claimed.Attempts, MaxAttempts, cause), maxReasonBytes)
 	if status == Dead {
 		failed.FinishedAtMs = now
-		w.dead(failed) // before the write: see dead
+		// Before the write: see dead. An event that never resolved this time may have before
+		// (it was applied, then replayed).
+		if err := w.dead(ctx, failed, cmp.Or(account, claimed.AccountID)); err != nil {
+			return Outcome{}, errors.Join(cause, err)
+		}
 	}
 	if err := w.Store.Transition(ctx, claimed.Rev, failed); err != nil {
 		if IsCancelled(err) {
@@ -380,14 +402,42 @@ func (w *Applier) fail(ctx context.Context, claimed Event, cause error) (Outcome
 	return Outcome{Status: Failed, RetryAfter: RetryAt(now, next)}, nil
 }
 
-// dead raises the alarm for an event about to be written DEAD. It runs before the write: a DEAD
-// event is never looked at again, so a write that commits but whose answer is lost must not take
-// the alarm with it. A write that does not commit leaves the event to a later attempt, which
-// raises it again (an alarm twice, never none).
-func (w *Applier) dead(e Event) {
+// dead raises the alarm, and tells billing_event.dead, for an event about to be written DEAD.
+// Both come before the write: a DEAD event is never looked at again, so a write that commits but
+// whose answer is lost must not take the alarm or the notification with it. A write that does
+// not commit leaves the event to a later attempt, which raises the alarm again (an alarm twice,
+// never none) and tells again, which the notification's key makes the same one (told once).
+// The one notification a write that does not commit can leave behind is for a death a
+// concurrent replay overtook: the operator who replayed it is told it had died.
+//
+// The notification is not in a transaction with the DEAD mark: the mark is a single conditional
+// update, as every status transition but the apply is, and the crash instrumentation the tests
+// and the harness use (package inboxfault) models a killed worker by those updates. If the
+// telling fails, the mark is not written: the event stays PROCESSING until its lease lapses, and
+// the worker that gives up then tells again if it knows the account.
+//
+// account is the account the event was resolved to. The message names one (data.account is
+// required), so an event whose account is not known here is not told: its payload unreadable,
+// its customer linked to no account, or its last worker dead — the account an attempt resolves
+// is not kept on the event, so the worker that gives up after the lease knows only the one an
+// earlier apply recorded. The InboxDead alarm and GET /v1/billing-events?status=DEAD show those
+// to the operator.
+func (w *Applier) dead(ctx context.Context, e Event, account string) error {
 	w.Metrics.Count(metrics.InboxDead, 1)
 	w.Log.Error("billing event is DEAD: replay it once the cause is fixed", "event", e.ID, "source", e.Source,
-		"type", e.Type, "attempts", e.Attempts, "reason", e.Reason)
+		"type", e.Type, "attempts", e.Attempts, "account", account, "reason", e.Reason)
+	if account == "" {
+		return nil
+	}
+	n := deadNote(e, account, e.UpdatedAtMs)
+	told, err := w.Store.Tell(ctx, n)
+	if err != nil {
+		return fmt.Errorf("tell billing event %s is DEAD: %w", e.ID, err)
+	}
+	if told {
+		w.Log.Info("told billing_event.dead", "event", e.ID, "account", account, "notification", n.ID())
+	}
+	return nil
 }
 
 func (w *Applier) done(log *slog.Logger, e Event, d Decision) {
