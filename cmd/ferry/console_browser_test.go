@@ -18,7 +18,6 @@ import (
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/platform/cloud"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 )
 
 // Where the console's browser test finds what it drives.
@@ -81,8 +80,6 @@ func TestConsole_InABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As under ferry dev: the endpoint the page registers is the script's receiver, on loopback.
-	settings = settings.With(compose.Settings{resources.EnvAlertsAllowLoopback: "true"})
 	webhooks, err := devstack.NewInboxDev(env, log)
 	if err != nil {
 		t.Fatal(err)

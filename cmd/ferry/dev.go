@@ -49,11 +49,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	// Notifications go to receivers on this machine (ferry listen) unless the environment says
-	// otherwise.
-	if settings.Get(resources.EnvAlertsAllowLoopback) == "" {
-		settings = settings.With(compose.Settings{resources.EnvAlertsAllowLoopback: "true"})
-	}
 	// The webhook tooling: a local Kinde signer and a dev Stripe secret unless the environment
 	// names real ones, and the apply-crash injector the webhooks lab kills one apply with.
 	webhooks, err := devstack.NewInboxDev(env, log)

@@ -147,6 +147,11 @@ func Start(ctx context.Context, opts StackOptions) (*Stack, error) {
 	}
 	// The console's labs drive the stack through its own address, as ferry lab does.
 	settings := opts.Settings.With(compose.Settings{resources.EnvAPIURL: "http://" + listener.Addr().String()})
+	// A local stack's notifications go to receivers on this machine (ferry listen), over http,
+	// unless its settings say otherwise; a deployment never sets this.
+	if settings.Get(resources.EnvAlertsAllowLoopback) == "" {
+		settings = settings.With(compose.Settings{resources.EnvAlertsAllowLoopback: "true"})
+	}
 	// Each function gets its own clients, which refuse what its IAM role would refuse in AWS, so
 	// a capability that reaches past its grant fails here as it would there (AccessDenied).
 	clientsFor := func(fn resources.Function) (cloud.Clients, error) {

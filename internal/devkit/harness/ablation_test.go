@@ -168,6 +168,8 @@ var testAblations = []struct{ guards, target string }{
 	// written again, NEW.
 	{"usage.consume.alert-below", "./internal/metering/worker TestAlerts_TwoUnitsSteppingOverAThresholdTogether_OneDecidesIt"},
 	{"notify.put.once", "./internal/metering/worker TestAlerts_TwoUnitsRefusedAtTheLimit_TheNotificationIsWrittenOnce"},
+	// A billing event's DEAD mark whose answer is lost: the worker that gives up later tells again.
+	{"notify.put.once", "./internal/webhooks/inbox TestNotify_DeadWriteFailsOrItsAnswerIsLost_ToldOnce"},
 }
 
 // untestedGuards are the guards no run needs, each with the reason: a guard listed here is either

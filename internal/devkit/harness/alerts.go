@@ -52,7 +52,11 @@ func (p *Events) checkAlerts(ctx context.Context, s *Schedule, st *eventsState, 
 				bad("read %s: %v", f, err)
 				return v
 			}
-			for _, l := range plans.Levels(plans.DefaultThresholds, plans.Max(limit)) {
+			thresholds := plans.DefaultThresholds
+			if st.thresholds != nil {
+				thresholds = st.thresholds
+			}
+			for _, l := range plans.Levels(thresholds, plans.Max(limit)) {
 				if l.At <= t.Used {
 					want[noteKey(c, f, notify.ThresholdAlert(l.At))] = true
 				}
@@ -129,9 +133,14 @@ func accountNotes(ctx context.Context, env *Env, account string) (map[note]bool,
 			if err := json.Unmarshal(n.Body, &m); err != nil {
 				return nil, fmt.Errorf("notification %s: %w", n.ID, err)
 			}
-			k := note{cycle: n.Cycle, feature: n.Feature, key: notify.AlertLimit}
-			if m.Data.Threshold != nil {
+			k := note{cycle: n.Cycle, feature: n.Feature}
+			switch n.Kind {
+			case notify.ThresholdCrossed:
 				k.key, k.at = notify.ThresholdAlert(*m.Data.Threshold), *m.Data.Threshold
+			case notify.LimitReached:
+				k.key = notify.AlertLimit
+			default:
+				continue // the kinds the events pipeline does not decide
 			}
 			out[k] = true
 		}

@@ -106,6 +106,8 @@ type eventsState struct {
 	// limits.
 	meters bool
 	limits map[string]int64
+	// thresholds are the account's own thresholds for its capped features (nil: the plan's).
+	thresholds []plans.Threshold
 }
 
 // The harness catalog's meters other than events (Catalog), and what their events look like.
@@ -177,6 +179,17 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 			}
 		}
 	}
+	// A third of the schedules keep the plan's thresholds (80% and 100%), a third turn them off
+	// and a third set one of 50%: chosen by the seed, so the schedules' draws stay as they were.
+	// Without the 100% threshold, only the cap's condition keeps two racing units under the
+	// limit (the condition of an alert at the limit would otherwise hold them too).
+	st.thresholds = [][]plans.Threshold{nil, {}, {{Percent: 50}}}[s.Seed%3]
+	if st.thresholds != nil && st.plan == "free" {
+		in.Alerts = map[string][]plans.Threshold{}
+		for _, f := range []string{plans.FeatureEvents, meterTokens, meterUsers} {
+			in.Alerts[f] = st.thresholds
+		}
+	}
 	if st.inactive {
 		in.Status = accounts.Inactive
 	}
@@ -185,8 +198,8 @@ func (p *Events) Start(ctx context.Context, s *Schedule) error {
 		return fmt.Errorf("create account: %w", err)
 	}
 	st.acct = acct
-	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, meters %v (limits %v), fault rate %.2f",
-		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, st.meters, st.limits, s.FaultRate)
+	s.Note("events: plan %s, limit %d (raised to %d), inactive %v (reactivated %v), %d events, via ingest %v, meters %v (limits %v), thresholds %v, fault rate %.2f",
+		st.plan, st.limit, st.raised, st.inactive, st.reactivate, n, st.viaIngest, st.meters, st.limits, st.thresholds, s.FaultRate)
 	if st.raised > 0 || st.reactivate {
 		p.operate(s, st)
 	}

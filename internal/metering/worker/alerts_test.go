@@ -53,9 +53,14 @@ func notes(t testing.TB, h *apptest.Harness, account string) map[string][]notify
 			n := notify.StoredOf(item)
 			var m notify.Message
 			mustJSON(t, n.Body, &m)
-			key := notify.AlertLimit
-			if n.Kind == notify.ThresholdCrossed {
+			var key string
+			switch n.Kind {
+			case notify.ThresholdCrossed:
 				key = notify.ThresholdAlert(*m.Data.Threshold)
+			case notify.LimitReached:
+				key = notify.AlertLimit
+			default:
+				t.Fatalf("the worker decided a %s notification", n.Kind)
 			}
 			out[key] = append(out[key], n)
 		}
