@@ -15,7 +15,10 @@
 //   - RunUnderHold reserves part of a limit, runs a job, charges what it reports and settles the
 //     hold whatever happens: an error, a panic or a cancelled context;
 //   - every problem document becomes an error of its kind (*LimitReachedError,
-//     *AccountInactiveError, …), and a kind this version does not know a *Problem.
+//     *AccountInactiveError, …), and a kind this version does not know a *Problem;
+//   - the operator registers webhook endpoints for Ferry's notifications (CreateWebhookEndpoint
+//     and the calls beside it), and a receiver checks each delivery with a WebhookVerifier,
+//     whose VerifyMessage returns the typed NotificationMessage.
 //
 // A Client has no global state and is safe for concurrent use.
 package ferry

@@ -54,13 +54,24 @@ func (r *retryCounter) WithGroup(string) slog.Handler      { return r }
 // account creates a fresh account on the stack and returns a client of it through the proxy.
 func (env e2eEnv) account(t *testing.T, prefix string, limits Limits, retries *retryCounter) (*Client, *Client) {
 	t.Helper()
+	return env.accountNamed(t, newAccountID(prefix), limits, retries)
+}
+
+// newAccountID is prefix and 8 random hex digits: an account no other run made.
+func newAccountID(prefix string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// accountNamed creates the free account id on the stack and returns a client of it through the
+// proxy and one straight to the stack.
+func (env e2eEnv) accountNamed(t *testing.T, id string, limits Limits, retries *retryCounter) (*Client, *Client) {
+	t.Helper()
 	op, err := New(Config{BaseURL: env.stack, APIKey: env.adminKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b [4]byte
-	rand.Read(b[:])
-	id := prefix + "-" + hex.EncodeToString(b[:])
 	plan := "free"
 	acct, err := op.CreateAccount(context.Background(), CreateAccountRequest{Id: id, Plan: &plan, Limits: &limits})
 	if err != nil {

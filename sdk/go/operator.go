@@ -18,6 +18,23 @@ func (c *Client) CreateAccount(ctx context.Context, req CreateAccountRequest) (*
 	return &out, nil
 }
 
+// ThresholdPercent is an account's threshold at a share of a feature's limit, 1 to 100: for
+// CreateAccountRequest.Alerts and UpdateAccountRequest.Alerts, e.g.
+// ferry.Alerts{"events": {ferry.ThresholdPercent(80), ferry.ThresholdValue(500)}}.
+func ThresholdPercent(percent int) Threshold {
+	var t Threshold
+	// Encoding a struct of one int cannot fail.
+	_ = t.FromThreshold0(Threshold0{Percent: percent})
+	return t
+}
+
+// ThresholdValue is an account's threshold at an absolute usage of a feature (at least 1).
+func ThresholdValue(value int) Threshold {
+	var t Threshold
+	_ = t.FromThreshold1(Threshold1{Value: value})
+	return t
+}
+
 // GetAccount reads an account (never its key).
 func (c *Client) GetAccount(ctx context.Context, id string) (*Account, error) {
 	var out Account
@@ -27,9 +44,10 @@ func (c *Client) GetAccount(ctx context.Context, id string) (*Account, error) {
 	return &out, nil
 }
 
-// UpdateAccount changes an account's plan, status, limits, agreement start or linked ids. The
-// request is sent as JSON; a map says exactly which members to send (a linked id's null
-// unlinks it).
+// UpdateAccount changes an account's plan, status, limits, alerts, agreement start or linked
+// ids. The request is sent as JSON (an UpdateAccountRequest, or a map that says exactly which
+// members to send: a linked id's null unlinks it; a feature's empty list of alerts turns its
+// thresholds off).
 func (c *Client) UpdateAccount(ctx context.Context, id string, req any) (*Account, error) {
 	var out Account
 	if err := c.mutate(ctx, http.MethodPatch, "/v1/accounts/"+url.PathEscape(id), req, &out); err != nil {

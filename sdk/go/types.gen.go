@@ -121,28 +121,28 @@ func (e BillingEventFieldsSource) Valid() bool {
 
 // Defines values for BillingEventStatus.
 const (
-	APPLIED    BillingEventStatus = "APPLIED"
-	DEAD       BillingEventStatus = "DEAD"
-	FAILED     BillingEventStatus = "FAILED"
-	IGNORED    BillingEventStatus = "IGNORED"
-	PROCESSING BillingEventStatus = "PROCESSING"
-	RECEIVED   BillingEventStatus = "RECEIVED"
+	BillingEventStatusAPPLIED    BillingEventStatus = "APPLIED"
+	BillingEventStatusDEAD       BillingEventStatus = "DEAD"
+	BillingEventStatusFAILED     BillingEventStatus = "FAILED"
+	BillingEventStatusIGNORED    BillingEventStatus = "IGNORED"
+	BillingEventStatusPROCESSING BillingEventStatus = "PROCESSING"
+	BillingEventStatusRECEIVED   BillingEventStatus = "RECEIVED"
 )
 
 // Valid indicates whether the value is a known member of the BillingEventStatus enum.
 func (e BillingEventStatus) Valid() bool {
 	switch e {
-	case APPLIED:
+	case BillingEventStatusAPPLIED:
 		return true
-	case DEAD:
+	case BillingEventStatusDEAD:
 		return true
-	case FAILED:
+	case BillingEventStatusFAILED:
 		return true
-	case IGNORED:
+	case BillingEventStatusIGNORED:
 		return true
-	case PROCESSING:
+	case BillingEventStatusPROCESSING:
 		return true
-	case RECEIVED:
+	case BillingEventStatusRECEIVED:
 		return true
 	default:
 		return false
@@ -248,6 +248,60 @@ func (e LimitReachedProblemHoldStatus) Valid() bool {
 	case LimitReachedProblemHoldStatusRUNNING:
 		return true
 	case LimitReachedProblemHoldStatusSETTLED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotificationDataProvider.
+const (
+	NotificationDataProviderKinde  NotificationDataProvider = "kinde"
+	NotificationDataProviderStripe NotificationDataProvider = "stripe"
+)
+
+// Valid indicates whether the value is a known member of the NotificationDataProvider enum.
+func (e NotificationDataProvider) Valid() bool {
+	switch e {
+	case NotificationDataProviderKinde:
+		return true
+	case NotificationDataProviderStripe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotificationKind.
+const (
+	AccountPlanChanged   NotificationKind = "account.plan_changed"
+	AccountStatusChanged NotificationKind = "account.status_changed"
+	BillingEventDead     NotificationKind = "billing_event.dead"
+	HoldRefused          NotificationKind = "hold.refused"
+	LimitReached         NotificationKind = "limit.reached"
+	OutboxDead           NotificationKind = "outbox.dead"
+	ReconcileMismatch    NotificationKind = "reconcile.mismatch"
+	ThresholdCrossed     NotificationKind = "threshold.crossed"
+)
+
+// Valid indicates whether the value is a known member of the NotificationKind enum.
+func (e NotificationKind) Valid() bool {
+	switch e {
+	case AccountPlanChanged:
+		return true
+	case AccountStatusChanged:
+		return true
+	case BillingEventDead:
+		return true
+	case HoldRefused:
+		return true
+	case LimitReached:
+		return true
+	case OutboxDead:
+		return true
+	case ReconcileMismatch:
+		return true
+	case ThresholdCrossed:
 		return true
 	default:
 		return false
@@ -431,6 +485,30 @@ func (e Verdict) Valid() bool {
 	}
 }
 
+// Defines values for WebhookDeliveryStatus.
+const (
+	WebhookDeliveryStatusDEAD      WebhookDeliveryStatus = "DEAD"
+	WebhookDeliveryStatusDELIVERED WebhookDeliveryStatus = "DELIVERED"
+	WebhookDeliveryStatusPENDING   WebhookDeliveryStatus = "PENDING"
+	WebhookDeliveryStatusSENDING   WebhookDeliveryStatus = "SENDING"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryStatus enum.
+func (e WebhookDeliveryStatus) Valid() bool {
+	switch e {
+	case WebhookDeliveryStatusDEAD:
+		return true
+	case WebhookDeliveryStatusDELIVERED:
+		return true
+	case WebhookDeliveryStatusPENDING:
+		return true
+	case WebhookDeliveryStatusSENDING:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListFailedEventsParamsStatus.
 const (
 	ListFailedEventsParamsStatusREJECTED     ListFailedEventsParamsStatus = "REJECTED"
@@ -500,7 +578,13 @@ type Account = AccountFields
 // AccountFields defines model for AccountFields.
 type AccountFields struct {
 	// AgreementStart The day of the month billing cycles start; null means calendar months.
-	AgreementStart   *int      `json:"agreementStart"`
+	AgreementStart *int `json:"agreementStart"`
+
+	// Alerts Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
+	// limit on a capped plan unless the plans file says otherwise). Only a capped plan's
+	// features have thresholds; a threshold crossed is told once a cycle as a
+	// threshold.crossed notification.
+	Alerts           Alerts    `json:"alerts"`
 	CreatedAt        time.Time `json:"createdAt"`
 	Id               AccountID `json:"id"`
 	KindeAgreementId *LinkedID `json:"kindeAgreementId"`
@@ -531,7 +615,7 @@ type AccountID = string
 type AccountInactiveProblem struct {
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors Every problem with an account's fields (`invalid-request`).
+	// Errors Every problem with an account's or a webhook endpoint's fields (`invalid-request`).
 	Errors *[]string `json:"errors,omitempty"`
 
 	// HoldStatus The hold's status when it no longer takes charges (`hold-not-running`).
@@ -563,7 +647,13 @@ type AccountStatus string
 // AccountWithKey A new account and its API key, which is shown in this answer only.
 type AccountWithKey struct {
 	// AgreementStart The day of the month billing cycles start; null means calendar months.
-	AgreementStart   *int      `json:"agreementStart"`
+	AgreementStart *int `json:"agreementStart"`
+
+	// Alerts Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
+	// limit on a capped plan unless the plans file says otherwise). Only a capped plan's
+	// features have thresholds; a threshold crossed is told once a cycle as a
+	// threshold.crossed notification.
+	Alerts           Alerts    `json:"alerts"`
 	ApiKey           string    `json:"apiKey"`
 	CreatedAt        time.Time `json:"createdAt"`
 	Id               AccountID `json:"id"`
@@ -590,6 +680,9 @@ type AccountWithKey struct {
 
 // Aggregation How a meter combines the values of a cycle.
 type Aggregation string
+
+// Alerts Thresholds by feature (a feature of the catalog, not an allowance); each threshold at most once.
+type Alerts map[string][]Threshold
 
 // BatchAccepted defines model for BatchAccepted.
 type BatchAccepted struct {
@@ -819,7 +912,9 @@ type CorrectionRequest struct {
 
 // CreateAccountRequest defines model for CreateAccountRequest.
 type CreateAccountRequest struct {
-	Id AccountID `json:"id"`
+	// Alerts Overrides of the plan's thresholds; absent features keep the plan's.
+	Alerts *Alerts   `json:"alerts,omitempty"`
+	Id     AccountID `json:"id"`
 
 	// KindeAgreementId A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe
 	// customer). Each id names at most one account: linking one that another account holds
@@ -855,6 +950,31 @@ type CreateHoldRequest struct {
 
 	// Key The job's key; the same key is the same hold. At most 255 bytes of UTF-8, no control characters.
 	Key string `json:"key"`
+}
+
+// CreateWebhookEndpointRequest defines model for CreateWebhookEndpointRequest.
+type CreateWebhookEndpointRequest struct {
+	// Accounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+	// empty (or absent at registration) for every account, including accounts created later.
+	// An account need not exist yet.
+	Accounts *WebhookAccounts `json:"accounts,omitempty"`
+
+	// Description The operator's note, at most 256 characters.
+	Description *string `json:"description,omitempty"`
+
+	// Kinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+	Kinds *WebhookKinds `json:"kinds,omitempty"`
+
+	// Url Where deliveries go: an https URL of at most 2048 bytes, without user information
+	// (`user:password@`) or a fragment, whose host is not loopback, private, link-local or a
+	// cloud metadata address (an IP literal in such a range is refused here; a name is judged
+	// against the addresses it resolves to when each delivery connects). Under `ferry dev`
+	// http to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is
+	// the common form every stack takes: an https URL whose host is a DNS name; Ferry also takes
+	// other URLs that pass the rules above (an allowed IP literal, upper-case letters, more
+	// characters in the path and query), and refuses every URL that breaks them, naming each
+	// problem. The URL is stored as sent, never rewritten.
+	Url WebhookURL `json:"url"`
 }
 
 // CycleLabel A billing cycle, named by the month it starts in.
@@ -985,7 +1105,7 @@ type Limit = int
 type LimitReachedProblem struct {
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors Every problem with an account's fields (`invalid-request`).
+	// Errors Every problem with an account's or a webhook endpoint's fields (`invalid-request`).
 	Errors *[]string `json:"errors,omitempty"`
 
 	// HoldStatus The hold's status when it no longer takes charges (`hold-not-running`).
@@ -1042,6 +1162,121 @@ type MeterValue struct {
 	Value int `json:"value"`
 }
 
+// NotificationData The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
+// feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+// `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
+type NotificationData struct {
+	Account AccountID `json:"account"`
+
+	// Cycle A billing cycle, named by the month it starts in.
+	Cycle *CycleLabel `json:"cycle,omitempty"`
+
+	// Event The billing event's id (`billing_event.dead`, `account.plan_changed`, `account.status_changed`).
+	Event *string `json:"event,omitempty"`
+
+	// EventType The billing event's type, as the provider names it.
+	EventType *string `json:"eventType,omitempty"`
+
+	// Feature The feature whose usage it reports.
+	Feature *string `json:"feature,omitempty"`
+
+	// From The plan or status before (`account.plan_changed`, `account.status_changed`).
+	From *string `json:"from,omitempty"`
+
+	// Ledger The ledger's total (`reconcile.mismatch`).
+	Ledger *int `json:"ledger,omitempty"`
+
+	// Limit The limit in force.
+	Limit *int `json:"limit,omitempty"`
+
+	// Meter The meter that moves the feature, when one does.
+	Meter *string `json:"meter,omitempty"`
+
+	// Percent The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only).
+	Percent *int `json:"percent,omitempty"`
+
+	// Provider The provider whose meter was compared (`reconcile.mismatch`).
+	Provider *NotificationDataProvider `json:"provider,omitempty"`
+
+	// ProviderMeter The provider meter's total as read (`reconcile.mismatch`).
+	ProviderMeter *int `json:"providerMeter,omitempty"`
+
+	// Reason Why it is DEAD (`outbox.dead`, `billing_event.dead`).
+	Reason *string `json:"reason,omitempty"`
+
+	// Requested What the refused hold asked for (`hold.refused`).
+	Requested *int `json:"requested,omitempty"`
+
+	// Threshold The usage the crossed threshold stands at (`threshold.crossed` only).
+	Threshold *int `json:"threshold,omitempty"`
+
+	// To The plan or status after.
+	To *string `json:"to,omitempty"`
+
+	// Used The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused).
+	Used *int `json:"used,omitempty"`
+
+	// Verdict The reconciler's verdict (`reconcile.mismatch`).
+	Verdict *string `json:"verdict,omitempty"`
+}
+
+// NotificationDataProvider The provider whose meter was compared (`reconcile.mismatch`).
+type NotificationDataProvider string
+
+// NotificationID A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.
+type NotificationID = string
+
+// NotificationKind What a notification reports (its message's `type`): `threshold.crossed`, an account's
+// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
+// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
+// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+// reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
+// `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
+// provider's billing event failed every attempt to apply it; `account.plan_changed` and
+// `account.status_changed`, a billing event changed an account's plan or status (each once
+// per row or event).
+type NotificationKind string
+
+// NotificationMessage The body of every delivery of a notification to a registered endpoint: a POST of this
+// JSON, `Content-Type: application/json`, `User-Agent: Ferry-Webhooks/1`, signed as
+// Standard Webhooks (https://www.standardwebhooks.com/) specifies with three headers:
+//
+//   - `webhook-id`: the notification's `id`, the same on every attempt and every replay, so
+//     a receiver drops a copy it has already handled;
+//   - `webhook-timestamp`: the message's time, in unix seconds (receivers refuse one more
+//     than 5 minutes from their clock);
+//   - `webhook-signature`: `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, one entry
+//     per secret that signs, separated by spaces (two during a rotation's overlap).
+//
+// Verify with a Standard Webhooks library and the endpoint's secret: Go
+// `github.com/standard-webhooks/standard-webhooks/libraries/go`, npm `standardwebhooks`,
+// PyPI `standardwebhooks`. Answer 2xx once the message is stored; any other answer (or
+// none within 10 seconds) is retried with backoff, and after the last try the delivery is
+// DEAD until the operator replays it. Ferry never follows a redirect.
+type NotificationMessage struct {
+	// Data The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
+	// feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+	// `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
+	Data NotificationData `json:"data"`
+
+	// Id A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.
+	Id NotificationID `json:"id"`
+
+	// Timestamp When the notification was decided (RFC 3339 UTC).
+	Timestamp time.Time `json:"timestamp"`
+
+	// Type What a notification reports (its message's `type`): `threshold.crossed`, an account's
+	// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
+	// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
+	// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+	// reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
+	// `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
+	// provider's billing event failed every attempt to apply it; `account.plan_changed` and
+	// `account.status_changed`, a billing event changed an account's plan or status (each once
+	// per row or event).
+	Type NotificationKind `json:"type"`
+}
+
 // Page defines model for Page.
 type Page struct {
 	Items []map[string]interface{} `json:"items"`
@@ -1055,7 +1290,7 @@ type PlanName = string
 type Problem struct {
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors Every problem with an account's fields (`invalid-request`).
+	// Errors Every problem with an account's or a webhook endpoint's fields (`invalid-request`).
 	Errors *[]string `json:"errors,omitempty"`
 
 	// HoldStatus The hold's status when it no longer takes charges (`hold-not-running`).
@@ -1228,6 +1463,34 @@ type ReviewList struct {
 // ReviewListEntriesReason defines model for ReviewList.Entries.Reason.
 type ReviewListEntriesReason string
 
+// RotatedWebhookEndpoint The endpoint after a rotation, its new secret (shown in this answer only), and when the one it replaced stops signing.
+type RotatedWebhookEndpoint struct {
+	// Accounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+	// empty (or absent at registration) for every account, including accounts created later.
+	// An account need not exist yet.
+	Accounts    WebhookAccounts `json:"accounts"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	Description *string         `json:"description"`
+	Disabled    bool            `json:"disabled"`
+
+	// Id An endpoint's id, `we_` and 26 characters, as its registration answered.
+	Id WebhookEndpointID `json:"id"`
+
+	// Kinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+	Kinds                   WebhookKinds `json:"kinds"`
+	PreviousSecretExpiresAt *time.Time   `json:"previousSecretExpiresAt"`
+
+	// Secret A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once.
+	Secret WebhookSecret `json:"secret"`
+
+	// Secrets The secrets that sign now, current first (two during a rotation's overlap).
+	Secrets   []WebhookSecretInfo `json:"secrets"`
+	UpdatedAt time.Time           `json:"updatedAt"`
+
+	// Url As registered (see `WebhookURL`).
+	Url string `json:"url"`
+}
+
 // SettleRequest defines model for SettleRequest.
 type SettleRequest struct {
 	// Used The job's final usage; by default what the charges recorded.
@@ -1276,10 +1539,28 @@ type StripeEvent struct {
 	Type string `json:"type"`
 }
 
+// Threshold A share of the limit (percent) or an absolute quantity (value); exactly one.
+type Threshold struct {
+	union json.RawMessage
+}
+
+// Threshold0 defines model for Threshold.0.
+type Threshold0 struct {
+	Percent int `json:"percent"`
+}
+
+// Threshold1 defines model for Threshold.1.
+type Threshold1 struct {
+	Value int `json:"value"`
+}
+
 // UpdateAccountRequest defines model for UpdateAccountRequest.
 type UpdateAccountRequest struct {
 	// AgreementStart The day of the month billing cycles start (1–28); refused after the first usage.
 	AgreementStart *int `json:"agreementStart,omitempty"`
+
+	// Alerts Replaces the account's threshold overrides (an empty list turns a feature's thresholds off).
+	Alerts *Alerts `json:"alerts,omitempty"`
 
 	// KindeAgreementId Links a Kinde customer agreement (where Kinde records meter usage); null unlinks.
 	KindeAgreementId *LinkedID `json:"kindeAgreementId,omitempty"`
@@ -1299,6 +1580,34 @@ type UpdateAccountRequest struct {
 
 	// StripeCustomerId Links a Stripe customer; null unlinks.
 	StripeCustomerId *LinkedID `json:"stripeCustomerId,omitempty"`
+}
+
+// UpdateWebhookEndpointRequest defines model for UpdateWebhookEndpointRequest.
+type UpdateWebhookEndpointRequest struct {
+	// Accounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+	// empty (or absent at registration) for every account, including accounts created later.
+	// An account need not exist yet.
+	Accounts *WebhookAccounts `json:"accounts,omitempty"`
+
+	// Description The operator's note, at most 256 characters; `""` removes it.
+	Description *string `json:"description,omitempty"`
+
+	// Disabled A disabled endpoint is sent nothing until it is enabled again.
+	Disabled *bool `json:"disabled,omitempty"`
+
+	// Kinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+	Kinds *WebhookKinds `json:"kinds,omitempty"`
+
+	// Url Where deliveries go: an https URL of at most 2048 bytes, without user information
+	// (`user:password@`) or a fragment, whose host is not loopback, private, link-local or a
+	// cloud metadata address (an IP literal in such a range is refused here; a name is judged
+	// against the addresses it resolves to when each delivery connects). Under `ferry dev`
+	// http to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is
+	// the common form every stack takes: an https URL whose host is a DNS name; Ferry also takes
+	// other URLs that pass the rules above (an allowed IP literal, upper-case letters, more
+	// characters in the path and query), and refuses every URL that breaks them, naming each
+	// problem. The URL is stored as sent, never rewritten.
+	Url *WebhookURL `json:"url,omitempty"`
 }
 
 // Usage defines model for Usage.
@@ -1376,6 +1685,145 @@ type UsageRowOther bool
 // Verdict defines model for Verdict.
 type Verdict string
 
+// WebhookAccounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+// empty (or absent at registration) for every account, including accounts created later.
+// An account need not exist yet.
+type WebhookAccounts = []AccountID
+
+// WebhookDelivery One notification's delivery to one endpoint.
+type WebhookDelivery struct {
+	Account AccountID `json:"account"`
+
+	// Attempts Attempts since it was made or last replayed.
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	DeliveredAt *time.Time `json:"deliveredAt,omitempty"`
+
+	// Endpoint An endpoint's id, `we_` and 26 characters, as its registration answered.
+	Endpoint WebhookEndpointID `json:"endpoint"`
+
+	// Kind What a notification reports (its message's `type`): `threshold.crossed`, an account's
+	// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
+	// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
+	// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+	// reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
+	// `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
+	// provider's billing event failed every attempt to apply it; `account.plan_changed` and
+	// `account.status_changed`, a billing event changed an account's plan or status (each once
+	// per row or event).
+	Kind NotificationKind `json:"kind"`
+
+	// LastAnswer The first bytes of the last attempt's answer.
+	LastAnswer *string `json:"lastAnswer,omitempty"`
+
+	// LastError What went wrong with the last attempt.
+	LastError *string `json:"lastError,omitempty"`
+
+	// LastStatus The HTTP status of the last attempt; absent when it got no answer.
+	LastStatus    *int       `json:"lastStatus,omitempty"`
+	NextAttemptAt *time.Time `json:"nextAttemptAt,omitempty"`
+
+	// Notification A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.
+	Notification NotificationID `json:"notification"`
+
+	// Replays How many times the operator replayed it.
+	Replays int `json:"replays"`
+
+	// Status PENDING waits for its next attempt; SENDING is being attempted; DELIVERED was answered
+	// 2xx; DEAD failed every attempt (or failed in a way no retry fixes) until replayed.
+	Status    WebhookDeliveryStatus `json:"status"`
+	UpdatedAt time.Time             `json:"updatedAt"`
+}
+
+// WebhookDeliveryPage defines model for WebhookDeliveryPage.
+type WebhookDeliveryPage struct {
+	Items []WebhookDelivery `json:"items"`
+	Next  *string           `json:"next"`
+}
+
+// WebhookDeliveryStatus PENDING waits for its next attempt; SENDING is being attempted; DELIVERED was answered
+// 2xx; DEAD failed every attempt (or failed in a way no retry fixes) until replayed.
+type WebhookDeliveryStatus string
+
+// WebhookEndpoint An endpoint, never with a secret's value.
+type WebhookEndpoint = WebhookEndpointFields
+
+// WebhookEndpointFields defines model for WebhookEndpointFields.
+type WebhookEndpointFields struct {
+	// Accounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+	// empty (or absent at registration) for every account, including accounts created later.
+	// An account need not exist yet.
+	Accounts    WebhookAccounts `json:"accounts"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	Description *string         `json:"description"`
+	Disabled    bool            `json:"disabled"`
+
+	// Id An endpoint's id, `we_` and 26 characters, as its registration answered.
+	Id WebhookEndpointID `json:"id"`
+
+	// Kinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+	Kinds WebhookKinds `json:"kinds"`
+
+	// Secrets The secrets that sign now, current first (two during a rotation's overlap).
+	Secrets   []WebhookSecretInfo `json:"secrets"`
+	UpdatedAt time.Time           `json:"updatedAt"`
+
+	// Url As registered (see `WebhookURL`).
+	Url string `json:"url"`
+}
+
+// WebhookEndpointID An endpoint's id, `we_` and 26 characters, as its registration answered.
+type WebhookEndpointID = string
+
+// WebhookEndpointList defines model for WebhookEndpointList.
+type WebhookEndpointList struct {
+	Items []WebhookEndpoint `json:"items"`
+
+	// Next Always null; every endpoint fits one page.
+	Next any `json:"next"`
+}
+
+// WebhookEndpointWithSecret A new endpoint and its first secret, which is shown in this answer only.
+type WebhookEndpointWithSecret struct {
+	// Accounts The accounts the endpoint is sent notifications of, each at most once (at most 100);
+	// empty (or absent at registration) for every account, including accounts created later.
+	// An account need not exist yet.
+	Accounts    WebhookAccounts `json:"accounts"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	Description *string         `json:"description"`
+	Disabled    bool            `json:"disabled"`
+
+	// Id An endpoint's id, `we_` and 26 characters, as its registration answered.
+	Id WebhookEndpointID `json:"id"`
+
+	// Kinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+	Kinds WebhookKinds `json:"kinds"`
+
+	// Secret A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once.
+	Secret WebhookSecret `json:"secret"`
+
+	// Secrets The secrets that sign now, current first (two during a rotation's overlap).
+	Secrets   []WebhookSecretInfo `json:"secrets"`
+	UpdatedAt time.Time           `json:"updatedAt"`
+
+	// Url As registered (see `WebhookURL`).
+	Url string `json:"url"`
+}
+
+// WebhookKinds The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.
+type WebhookKinds = []NotificationKind
+
+// WebhookSecret A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once.
+type WebhookSecret = string
+
+// WebhookSecretInfo One secret that signs the endpoint's deliveries now, never its value.
+type WebhookSecretInfo struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When a replaced secret stops signing; null for the current secret.
+	ExpiresAt *time.Time `json:"expiresAt"`
+}
+
 // WebhookStored defines model for WebhookStored.
 type WebhookStored struct {
 	// Duplicate True when the event was already stored and this delivery was a copy.
@@ -1384,6 +1832,17 @@ type WebhookStored struct {
 	// Id The stored event's id (the same for every copy of one event).
 	Id string `json:"id"`
 }
+
+// WebhookURL Where deliveries go: an https URL of at most 2048 bytes, without user information
+// (`user:password@`) or a fragment, whose host is not loopback, private, link-local or a
+// cloud metadata address (an IP literal in such a range is refused here; a name is judged
+// against the addresses it resolves to when each delivery connects). Under `ferry dev`
+// http to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is
+// the common form every stack takes: an https URL whose host is a DNS name; Ferry also takes
+// other URLs that pass the rules above (an allowed IP literal, upper-case letters, more
+// characters in the path and query), and refuses every URL that breaks them, naming each
+// problem. The URL is stored as sent, never rewritten.
+type WebhookURL = string
 
 // BillingEventID defines model for BillingEventID.
 type BillingEventID = string
@@ -1726,6 +2185,67 @@ type QueryUsageParams struct {
 // QueryUsageParamsWindow defines parameters for QueryUsage.
 type QueryUsageParamsWindow string
 
+// CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
+type CreateWebhookEndpointParams struct {
+	// IdempotencyKey Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+	// characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+	// one cannot be told from two), with no space at either end (HTTP trims it); a random
+	// UUID is best, since the key also protects the stored answer.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// DeleteWebhookEndpointJSONBody defines parameters for DeleteWebhookEndpoint.
+type DeleteWebhookEndpointJSONBody = map[string]interface{}
+
+// DeleteWebhookEndpointParams defines parameters for DeleteWebhookEndpoint.
+type DeleteWebhookEndpointParams struct {
+	// IdempotencyKey Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+	// characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+	// one cannot be told from two), with no space at either end (HTTP trims it); a random
+	// UUID is best, since the key also protects the stored answer.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// UpdateWebhookEndpointParams defines parameters for UpdateWebhookEndpoint.
+type UpdateWebhookEndpointParams struct {
+	// IdempotencyKey Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+	// characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+	// one cannot be told from two), with no space at either end (HTTP trims it); a random
+	// UUID is best, since the key also protects the stored answer.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	// Cursor The `next` of the page before.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *int    `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ReplayWebhookDeliveryJSONBody defines parameters for ReplayWebhookDelivery.
+type ReplayWebhookDeliveryJSONBody = map[string]interface{}
+
+// ReplayWebhookDeliveryParams defines parameters for ReplayWebhookDelivery.
+type ReplayWebhookDeliveryParams struct {
+	// IdempotencyKey Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+	// characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+	// one cannot be told from two), with no space at either end (HTTP trims it); a random
+	// UUID is best, since the key also protects the stored answer.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// RotateWebhookEndpointSecretJSONBody defines parameters for RotateWebhookEndpointSecret.
+type RotateWebhookEndpointSecretJSONBody = map[string]interface{}
+
+// RotateWebhookEndpointSecretParams defines parameters for RotateWebhookEndpointSecret.
+type RotateWebhookEndpointSecretParams struct {
+	// IdempotencyKey Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+	// characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+	// one cannot be told from two), with no space at either end (HTTP trims it); a random
+	// UUID is best, since the key also protects the stored answer.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ReceiveKindeWebhookParams defines parameters for ReceiveKindeWebhook.
 type ReceiveKindeWebhookParams struct {
 	// WebhookId Kinde's delivery id, the same on every attempt; kept on the receipt.
@@ -1782,6 +2302,21 @@ type RunReportJSONRequestBody = RunReportJSONBody
 
 // CreateCorrectionJSONRequestBody defines body for CreateCorrection for application/json ContentType.
 type CreateCorrectionJSONRequestBody = CorrectionRequest
+
+// CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
+type CreateWebhookEndpointJSONRequestBody = CreateWebhookEndpointRequest
+
+// DeleteWebhookEndpointJSONRequestBody defines body for DeleteWebhookEndpoint for application/json ContentType.
+type DeleteWebhookEndpointJSONRequestBody = DeleteWebhookEndpointJSONBody
+
+// UpdateWebhookEndpointJSONRequestBody defines body for UpdateWebhookEndpoint for application/json ContentType.
+type UpdateWebhookEndpointJSONRequestBody = UpdateWebhookEndpointRequest
+
+// ReplayWebhookDeliveryJSONRequestBody defines body for ReplayWebhookDelivery for application/json ContentType.
+type ReplayWebhookDeliveryJSONRequestBody = ReplayWebhookDeliveryJSONBody
+
+// RotateWebhookEndpointSecretJSONRequestBody defines body for RotateWebhookEndpointSecret for application/json ContentType.
+type RotateWebhookEndpointSecretJSONRequestBody = RotateWebhookEndpointSecretJSONBody
 
 // ReceiveStripeWebhookJSONRequestBody defines body for ReceiveStripeWebhook for application/json ContentType.
 type ReceiveStripeWebhookJSONRequestBody = StripeEvent
@@ -2063,6 +2598,68 @@ func (t CloudEvent_AdditionalProperties) MarshalJSON() ([]byte, error) {
 }
 
 func (t *CloudEvent_AdditionalProperties) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsThreshold0 returns the union data inside the Threshold as a Threshold0
+func (t Threshold) AsThreshold0() (Threshold0, error) {
+	var body Threshold0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromThreshold0 overwrites any union data inside the Threshold as the provided Threshold0
+func (t *Threshold) FromThreshold0(v Threshold0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeThreshold0 performs a merge with any union data inside the Threshold, using the provided Threshold0
+func (t *Threshold) MergeThreshold0(v Threshold0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsThreshold1 returns the union data inside the Threshold as a Threshold1
+func (t Threshold) AsThreshold1() (Threshold1, error) {
+	var body Threshold1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromThreshold1 overwrites any union data inside the Threshold as the provided Threshold1
+func (t *Threshold) FromThreshold1(v Threshold1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeThreshold1 performs a merge with any union data inside the Threshold, using the provided Threshold1
+func (t *Threshold) MergeThreshold1(v Threshold1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Threshold) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Threshold) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }

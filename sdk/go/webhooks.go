@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -32,4 +33,21 @@ func (v *WebhookVerifier) Verify(payload []byte, headers http.Header) error {
 		return fmt.Errorf("ferry: webhook not verified: %w", err)
 	}
 	return nil
+}
+
+// VerifyMessage verifies payload and headers as Verify does, then decodes the notification:
+// its Type (ThresholdCrossed, LimitReached, …) and Data (the account, and the members its kind
+// carries: for a threshold crossed, the feature, cycle, threshold, limit and usage). Its Id is
+// the webhook-id, the same on every attempt and replay: dedupe on it. A kind this version does
+// not know decodes with its Type as sent (Type.Valid() is false): answer it 2xx and ignore it,
+// since an endpoint registered for every kind is sent the kinds added later too.
+func (v *WebhookVerifier) VerifyMessage(payload []byte, headers http.Header) (*NotificationMessage, error) {
+	if err := v.Verify(payload, headers); err != nil {
+		return nil, err
+	}
+	var msg NotificationMessage
+	if err := json.Unmarshal(payload, &msg); err != nil {
+		return nil, fmt.Errorf("ferry: webhook verified, but it is not a notification: %w", err)
+	}
+	return &msg, nil
 }

@@ -29,6 +29,19 @@ export type ReconcileRun = S["ReconcileRun"];
 export type EvidenceList = S["EvidenceList"];
 export type ReviewList = S["ReviewList"];
 export type Health = S["Health"];
+export type Alerts = S["Alerts"];
+export type Threshold = S["Threshold"];
+export type WebhookEndpoint = S["WebhookEndpoint"];
+export type WebhookEndpointWithSecret = S["WebhookEndpointWithSecret"];
+export type RotatedWebhookEndpoint = S["RotatedWebhookEndpoint"];
+export type CreateWebhookEndpointRequest = S["CreateWebhookEndpointRequest"];
+export type UpdateWebhookEndpointRequest = S["UpdateWebhookEndpointRequest"];
+export type WebhookDelivery = S["WebhookDelivery"];
+export type WebhookDeliveryStatus = S["WebhookDeliveryStatus"];
+/** A notification's kind: its message's `type`. */
+export type NotificationKind = S["NotificationKind"];
+/** The body of every delivery to a webhook endpoint (see WebhookVerifier.verifyMessage). */
+export type NotificationMessage = S["NotificationMessage"];
 /** The usage query's answer: a meter's rows by window and group (Go's UsageQuery). */
 export type UsageQueryResult = S["UsageQuery"];
 export type UsageRow = S["UsageRow"];
@@ -41,6 +54,7 @@ export type HoldsQuery = Query<"listHolds">;
 export type AccountsQuery = Query<"listAccounts">;
 /** The usage query's parameters (named apart from UsageQuery, which is the usage route's). */
 export type QueryUsageParams = Query<"queryUsage">;
+export type WebhookDeliveriesQuery = Query<"listWebhookDeliveries">;
 
 /**
  * An event to send: a CloudEvents 1.0 event in its JSON format, whose `specversion` and `id` the
@@ -380,7 +394,10 @@ export class FerryClient {
     return this.#get(`/v1/accounts/${encodeURIComponent(id)}`, undefined, options);
   }
 
-  /** Changes an account's plan, status, limits, agreement start or linked ids (null unlinks). */
+  /**
+   * Changes an account's plan, status, limits, alerts (a feature's empty list turns its thresholds
+   * off), agreement start or linked ids (null unlinks).
+   */
   updateAccount(id: string, req: UpdateAccountRequest, options?: CallOptions): Promise<Account> {
     return this.#mutate("PATCH", `/v1/accounts/${encodeURIComponent(id)}`, req, options);
   }
@@ -430,6 +447,69 @@ export class FerryClient {
     return this.#mutate("POST", `/v1/labs/${encodeURIComponent(lab)}/runs`, {}, options);
   }
 
+  // Webhook endpoints (operator): where Ferry sends its notifications, their signing secrets and
+  // their delivery logs. Each mutating call sends one Idempotency-Key on all its attempts, so a
+  // retried registration or rotation answers the same endpoint and secret, not a second one.
+
+  /**
+   * Registers an endpoint and returns it with its first signing secret ("whsec_…"), which no other
+   * answer shows: store it with the receiver. A refused registration throws an
+   * InvalidRequestError naming every problem.
+   */
+  createWebhookEndpoint(req: CreateWebhookEndpointRequest, options?: CallOptions): Promise<WebhookEndpointWithSecret> {
+    return this.#mutate("POST", "/v1/webhook-endpoints", req, options);
+  }
+
+  /** Iterates over every registered endpoint, oldest first (never a secret's value). */
+  webhookEndpoints(options?: CallOptions): AsyncGenerator<WebhookEndpoint> {
+    return this.#pages("/v1/webhook-endpoints", {}, options);
+  }
+
+  /** Reads an endpoint: when each secret that signs was made and stops, never its value. */
+  async getWebhookEndpoint(id: string, options?: CallOptions): Promise<WebhookEndpoint> {
+    return this.#get(endpointPath(id), undefined, options);
+  }
+
+  /**
+   * Changes the members of `req` that are given (a description of "" removes it; `disabled` stops
+   * and resumes deliveries) and resolves to the endpoint as stored. Secrets are never changed here.
+   */
+  async updateWebhookEndpoint(id: string, req: UpdateWebhookEndpointRequest, options?: CallOptions): Promise<WebhookEndpoint> {
+    return this.#mutate("PATCH", endpointPath(id), req, options);
+  }
+
+  /** Deletes an endpoint: it is sent nothing more. A second delete throws a NotFoundError. */
+  async deleteWebhookEndpoint(id: string, options?: CallOptions): Promise<void> {
+    await this.#mutate<void>("DELETE", endpointPath(id), undefined, options);
+  }
+
+  /**
+   * Makes a new signing secret current and returns it (in this answer only); the one it replaces
+   * keeps signing until `previousSecretExpiresAt` (24 hours). A rotation that raced another throws
+   * a ConflictError and changed nothing.
+   */
+  async rotateWebhookEndpointSecret(id: string, options?: CallOptions): Promise<RotatedWebhookEndpoint> {
+    return this.#mutate("POST", endpointPath(id, "/rotate-secret"), undefined, options);
+  }
+
+  /**
+   * Iterates over an endpoint's delivery log, newest notification first, page after page (`limit`
+   * deliveries a page, at most 100): each delivery's status, attempts and last answer.
+   */
+  async *webhookDeliveries(id: string, query: WebhookDeliveriesQuery = {}, options?: CallOptions): AsyncGenerator<WebhookDelivery> {
+    yield* this.#pages<WebhookDelivery>(endpointPath(id, "/deliveries"), { ...query }, options);
+  }
+
+  /**
+   * Puts an endpoint's delivery of a notification back to PENDING with a fresh set of attempts; the
+   * notifier sends it on its next run with the same webhook-id. Throws a ConflictError while an
+   * attempt is being sent.
+   */
+  async replayWebhookDelivery(id: string, notification: string, options?: CallOptions): Promise<WebhookDelivery> {
+    if (!notification) throw new TypeError("ferry: the notification's id is empty");
+    return this.#mutate("POST", endpointPath(id, `/deliveries/${encodeURIComponent(notification)}/replay`), undefined, options);
+  }
+
   /** Whether every part of a local stack answers (ferry dev only). */
   health(options?: CallOptions): Promise<Health> {
     return this.#get("/healthz", undefined, options);
@@ -439,6 +519,16 @@ export class FerryClient {
   log(entry: LogEntry): void {
     this.#log(entry);
   }
+}
+
+/**
+ * The path of a webhook endpoint, and of what is below it. An empty id is refused here, before
+ * anything is sent (the methods that call it are async, so it rejects their promise): the path
+ * would name the collection instead.
+ */
+function endpointPath(id: string, tail = ""): string {
+  if (!id) throw new TypeError("ferry: the webhook endpoint's id is empty");
+  return `/v1/webhook-endpoints/${encodeURIComponent(id)}${tail}`;
 }
 
 /** Fills what the client owns in an event: its spec version and, when left out, its id. */

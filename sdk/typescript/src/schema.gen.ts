@@ -684,6 +684,153 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhook-endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every registered endpoint, oldest first (never a secret's value) */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Register an endpoint for Ferry's notifications, and get its signing secret
+         * @description Registers where Ferry sends its notifications (Standard Webhooks; see
+         *     `NotificationMessage`), for which kinds (none: every kind) and which accounts (none: every
+         *     account, including accounts created later). Everything is checked at once and a refusal
+         *     names every problem in `errors`; nothing is stored, and nothing is rewritten (the URL,
+         *     the lists' order and the description are kept as sent).
+         *
+         *     The answer carries the endpoint's first signing secret, `whsec_` and the base64 of 32
+         *     random bytes, as every Standard Webhooks library takes it. It is shown in this answer
+         *     only (and in its idempotent replays, kept 24 hours like every keyed answer): reads show
+         *     when each secret was made and when it stops signing, never its value. At most 100
+         *     endpoints may be registered (409 beyond).
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        /** Read an endpoint (never a secret's value) */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an endpoint
+         * @description It is sent nothing more: its deliveries still pending end DEAD when they come due. The
+         *     body, if any, is an empty object. A second delete is a 404.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        /**
+         * Change an endpoint's URL, kinds, accounts, description, or disable it
+         * @description Sets the members sent and leaves the others as they are; its secrets are never changed
+         *     here (see rotate-secret). Checked as a registration is, every problem at once. The change
+         *     is applied to the endpoint as stored when it lands: an update that raced a rotation keeps
+         *     the rotation's secret. A disabled endpoint is sent nothing: a delivery that comes due
+         *     meanwhile ends DEAD, and can be replayed once it is enabled again.
+         */
+        patch: operations["updateWebhookEndpoint"];
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Make a new signing secret current; the old one keeps signing for 24 hours
+         * @description The new secret is in this answer only (and in its idempotent replays: a retry with the
+         *     same Idempotency-Key is the same rotation, not a second one). The secret it replaces
+         *     keeps signing until `previousSecretExpiresAt`, 24 hours from now: meanwhile every delivery
+         *     carries one signature per secret, and a receiver that holds either verifies it, so the
+         *     receiver can switch at its own pace. An endpoint signs with at most two secrets: rotating
+         *     again within the 24 hours drops the oldest at once. Two rotations racing each other
+         *     cannot both land: the second is a 409 and changes nothing. The body, if any, is an empty
+         *     object.
+         */
+        post: operations["rotateWebhookEndpointSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The endpoint's delivery log, newest notification first
+         * @description One item per notification sent (or to be sent) to the endpoint: its status, attempts and
+         *     the last attempt's answer. Pages are at most 100 deliveries (50 by default); `next` is
+         *     the cursor of the following page (null on the last). An unknown endpoint is a 404.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}/deliveries/{notification}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+                /** @description The notification's id (its `webhook-id`), as the delivery log shows it. */
+                notification: components["schemas"]["NotificationID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery again, from a fresh set of attempts
+         * @description Back to PENDING, due at once, whatever its status (DELIVERED included: sending it again
+         *     is what a replay is for). The message is the same, with the same `webhook-id`, so a
+         *     receiver that has it already can drop the copy. 404 for an unknown endpoint or delivery;
+         *     409 while an attempt is being sent. The body, if any, is an empty object.
+         */
+        post: operations["replayWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/console": {
         parameters: {
             query?: never;
@@ -751,7 +898,7 @@ export interface components {
              * @enum {string}
              */
             holdStatus?: "RUNNING" | "SETTLED" | "EXPIRED";
-            /** @description Every problem with an account's fields (`invalid-request`). */
+            /** @description Every problem with an account's or a webhook endpoint's fields (`invalid-request`). */
             errors?: string[];
             /** @description Why each item of a batch was refused (`invalid-request`). */
             results?: components["schemas"]["BatchItemResult"][];
@@ -795,12 +942,24 @@ export interface components {
         Limits: {
             [key: string]: components["schemas"]["Limit"];
         };
+        /** @description Thresholds by feature (a feature of the catalog, not an allowance); each threshold at most once. */
+        Alerts: {
+            [key: string]: components["schemas"]["Threshold"][];
+        };
+        /** @description A share of the limit (percent) or an absolute quantity (value); exactly one. */
+        Threshold: {
+            percent: number;
+        } | {
+            value: number;
+        };
         CreateAccountRequest: {
             id: components["schemas"]["AccountID"];
             plan?: components["schemas"]["PlanName"];
             status?: components["schemas"]["AccountStatus"];
             /** @description Overrides of the plan's limits; absent features keep the plan's. */
             limits?: components["schemas"]["Limits"];
+            /** @description Overrides of the plan's thresholds; absent features keep the plan's. */
+            alerts?: components["schemas"]["Alerts"];
             kindeCustomerId?: components["schemas"]["LinkedID"];
             stripeCustomerId?: components["schemas"]["LinkedID"];
             kindeAgreementId?: components["schemas"]["LinkedID"];
@@ -810,6 +969,8 @@ export interface components {
             status?: components["schemas"]["AccountStatus"];
             /** @description Replaces the account's overrides. */
             limits?: components["schemas"]["Limits"];
+            /** @description Replaces the account's threshold overrides (an empty list turns a feature's thresholds off). */
+            alerts?: components["schemas"]["Alerts"];
             /** @description The day of the month billing cycles start (1–28); refused after the first usage. */
             agreementStart?: number;
             /** @description Links a Kinde customer; null unlinks. */
@@ -829,6 +990,13 @@ export interface components {
              *     grant rows, shown by GET /v1/usage.
              */
             limits: components["schemas"]["Limits"];
+            /**
+             * @description Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
+             *     limit on a capped plan unless the plans file says otherwise). Only a capped plan's
+             *     features have thresholds; a threshold crossed is told once a cycle as a
+             *     threshold.crossed notification.
+             */
+            alerts: components["schemas"]["Alerts"];
             /** @description The day of the month billing cycles start; null means calendar months. */
             agreementStart: number | null;
             /** Format: date-time */
@@ -1336,6 +1504,233 @@ export interface components {
                 at: string;
             }[];
         };
+        /**
+         * @description An endpoint's id, `we_` and 26 characters, as its registration answered.
+         * @example we_4t7kq2m5xv3nb6ydz2wjc7hgra
+         */
+        WebhookEndpointID: string;
+        /**
+         * @description A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.
+         * @example ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr
+         */
+        NotificationID: string;
+        /**
+         * @description What a notification reports (its message's `type`): `threshold.crossed`, an account's
+         *     usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
+         *     was refused at the account's limit; `hold.refused`, a hold was refused at the account's
+         *     limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+         *     reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
+         *     `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
+         *     provider's billing event failed every attempt to apply it; `account.plan_changed` and
+         *     `account.status_changed`, a billing event changed an account's plan or status (each once
+         *     per row or event).
+         * @enum {string}
+         */
+        NotificationKind: "threshold.crossed" | "limit.reached" | "hold.refused" | "reconcile.mismatch" | "outbox.dead" | "billing_event.dead" | "account.plan_changed" | "account.status_changed";
+        /**
+         * @description Where deliveries go: an https URL of at most 2048 bytes, without user information
+         *     (`user:password@`) or a fragment, whose host is not loopback, private, link-local or a
+         *     cloud metadata address (an IP literal in such a range is refused here; a name is judged
+         *     against the addresses it resolves to when each delivery connects). Under `ferry dev`
+         *     http to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is
+         *     the common form every stack takes: an https URL whose host is a DNS name; Ferry also takes
+         *     other URLs that pass the rules above (an allowed IP literal, upper-case letters, more
+         *     characters in the path and query), and refuses every URL that breaks them, naming each
+         *     problem. The URL is stored as sent, never rewritten.
+         * @example https://hooks.example.com/ferry
+         */
+        WebhookURL: string;
+        /** @description The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind. */
+        WebhookKinds: components["schemas"]["NotificationKind"][];
+        /**
+         * @description The accounts the endpoint is sent notifications of, each at most once (at most 100);
+         *     empty (or absent at registration) for every account, including accounts created later.
+         *     An account need not exist yet.
+         */
+        WebhookAccounts: components["schemas"]["AccountID"][];
+        CreateWebhookEndpointRequest: {
+            url: components["schemas"]["WebhookURL"];
+            kinds?: components["schemas"]["WebhookKinds"];
+            accounts?: components["schemas"]["WebhookAccounts"];
+            /** @description The operator's note, at most 256 characters. */
+            description?: string;
+        };
+        UpdateWebhookEndpointRequest: {
+            url?: components["schemas"]["WebhookURL"];
+            kinds?: components["schemas"]["WebhookKinds"];
+            accounts?: components["schemas"]["WebhookAccounts"];
+            /** @description The operator's note, at most 256 characters; `""` removes it. */
+            description?: string;
+            /** @description A disabled endpoint is sent nothing until it is enabled again. */
+            disabled?: boolean;
+        };
+        /** @description One secret that signs the endpoint's deliveries now, never its value. */
+        WebhookSecretInfo: {
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description When a replaced secret stops signing; null for the current secret.
+             */
+            expiresAt: string | null;
+        };
+        WebhookEndpointFields: {
+            id: components["schemas"]["WebhookEndpointID"];
+            /** @description As registered (see `WebhookURL`). */
+            url: string;
+            kinds: components["schemas"]["WebhookKinds"];
+            accounts: components["schemas"]["WebhookAccounts"];
+            description: string | null;
+            disabled: boolean;
+            /** @description The secrets that sign now, current first (two during a rotation's overlap). */
+            secrets: components["schemas"]["WebhookSecretInfo"][];
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        /** @description A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once. */
+        WebhookSecret: string;
+        /** @description An endpoint, never with a secret's value. */
+        WebhookEndpoint: components["schemas"]["WebhookEndpointFields"];
+        /** @description A new endpoint and its first secret, which is shown in this answer only. */
+        WebhookEndpointWithSecret: components["schemas"]["WebhookEndpointFields"] & {
+            secret: components["schemas"]["WebhookSecret"];
+        };
+        /** @description The endpoint after a rotation, its new secret (shown in this answer only), and when the one it replaced stops signing. */
+        RotatedWebhookEndpoint: components["schemas"]["WebhookEndpointFields"] & {
+            secret: components["schemas"]["WebhookSecret"];
+            /** Format: date-time */
+            previousSecretExpiresAt: string | null;
+        };
+        WebhookEndpointList: {
+            items: components["schemas"]["WebhookEndpoint"][];
+            /** @description Always null; every endpoint fits one page. */
+            next: null;
+        };
+        /**
+         * @description PENDING waits for its next attempt; SENDING is being attempted; DELIVERED was answered
+         *     2xx; DEAD failed every attempt (or failed in a way no retry fixes) until replayed.
+         * @enum {string}
+         */
+        WebhookDeliveryStatus: "PENDING" | "SENDING" | "DELIVERED" | "DEAD";
+        /** @description One notification's delivery to one endpoint. */
+        WebhookDelivery: {
+            notification: components["schemas"]["NotificationID"];
+            endpoint: components["schemas"]["WebhookEndpointID"];
+            kind: components["schemas"]["NotificationKind"];
+            account: components["schemas"]["AccountID"];
+            status: components["schemas"]["WebhookDeliveryStatus"];
+            /** @description Attempts since it was made or last replayed. */
+            attempts: number;
+            /** @description The HTTP status of the last attempt; absent when it got no answer. */
+            lastStatus?: number;
+            /** @description The first bytes of the last attempt's answer. */
+            lastAnswer?: string;
+            /** @description What went wrong with the last attempt. */
+            lastError?: string;
+            /** Format: date-time */
+            nextAttemptAt?: string;
+            /** Format: date-time */
+            deliveredAt?: string;
+            /** @description How many times the operator replayed it. */
+            replays: number;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        WebhookDeliveryPage: {
+            items: components["schemas"]["WebhookDelivery"][];
+            next: string | null;
+        };
+        /**
+         * @description The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
+         *     feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+         *     `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
+         */
+        NotificationData: {
+            account: components["schemas"]["AccountID"];
+            /** @description What the refused hold asked for (`hold.refused`). */
+            requested?: number;
+            /**
+             * @description The provider whose meter was compared (`reconcile.mismatch`).
+             * @enum {string}
+             */
+            provider?: "kinde" | "stripe";
+            /** @description The reconciler's verdict (`reconcile.mismatch`). */
+            verdict?: string;
+            /** @description The ledger's total (`reconcile.mismatch`). */
+            ledger?: number;
+            /** @description The provider meter's total as read (`reconcile.mismatch`). */
+            providerMeter?: number;
+            /** @description The billing event's id (`billing_event.dead`, `account.plan_changed`, `account.status_changed`). */
+            event?: string;
+            /** @description The billing event's type, as the provider names it. */
+            eventType?: string;
+            /** @description The plan or status before (`account.plan_changed`, `account.status_changed`). */
+            from?: string;
+            /** @description The plan or status after. */
+            to?: string;
+            /** @description Why it is DEAD (`outbox.dead`, `billing_event.dead`). */
+            reason?: string;
+            /** @description The feature whose usage it reports. */
+            feature?: string;
+            /** @description The meter that moves the feature, when one does. */
+            meter?: string;
+            cycle?: components["schemas"]["CycleLabel"];
+            /** @description The usage the crossed threshold stands at (`threshold.crossed` only). */
+            threshold?: number;
+            /** @description The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only). */
+            percent?: number;
+            /** @description The limit in force. */
+            limit?: number;
+            /** @description The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused). */
+            used?: number;
+        };
+        /**
+         * @description The body of every delivery of a notification to a registered endpoint: a POST of this
+         *     JSON, `Content-Type: application/json`, `User-Agent: Ferry-Webhooks/1`, signed as
+         *     Standard Webhooks (https://www.standardwebhooks.com/) specifies with three headers:
+         *
+         *     - `webhook-id`: the notification's `id`, the same on every attempt and every replay, so
+         *       a receiver drops a copy it has already handled;
+         *     - `webhook-timestamp`: the message's time, in unix seconds (receivers refuse one more
+         *       than 5 minutes from their clock);
+         *     - `webhook-signature`: `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, one entry
+         *       per secret that signs, separated by spaces (two during a rotation's overlap).
+         *
+         *     Verify with a Standard Webhooks library and the endpoint's secret: Go
+         *     `github.com/standard-webhooks/standard-webhooks/libraries/go`, npm `standardwebhooks`,
+         *     PyPI `standardwebhooks`. Answer 2xx once the message is stored; any other answer (or
+         *     none within 10 seconds) is retried with backoff, and after the last try the delivery is
+         *     DEAD until the operator replays it. Ferry never follows a redirect.
+         * @example {
+         *       "id": "ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr",
+         *       "type": "threshold.crossed",
+         *       "timestamp": "2026-11-15T12:00:00.000Z",
+         *       "data": {
+         *         "account": "acct_1",
+         *         "feature": "tokens",
+         *         "meter": "tokens",
+         *         "cycle": "2026-11",
+         *         "threshold": 80000,
+         *         "percent": 80,
+         *         "limit": 100000,
+         *         "used": 80125
+         *       }
+         *     }
+         */
+        NotificationMessage: {
+            id: components["schemas"]["NotificationID"];
+            type: components["schemas"]["NotificationKind"];
+            /**
+             * Format: date-time
+             * @description When the notification was decided (RFC 3339 UTC).
+             */
+            timestamp: string;
+            data: components["schemas"]["NotificationData"];
+        };
         /** @description Each part of the stack, "ok" or why it does not answer. */
         Health: {
             [key: string]: string;
@@ -1366,9 +1761,9 @@ export interface components {
         /**
          * @description The request is invalid (`invalid-request`): a body the strict decoder refuses (see
          *     "Strict input"), a missing or wrong field, an invalid Idempotency-Key. `errors` lists
-         *     every problem with an account's fields; `results` answers each item of a batch none of
-         *     whose items is valid. A request head HTTP refuses (a control character in a header) is
-         *     `invalid-header`.
+         *     every problem with an account's or a webhook endpoint's fields; `results` answers each
+         *     item of a batch none of whose items is valid. A request head HTTP refuses (a control
+         *     character in a header) is `invalid-header`.
          */
         BadRequest: {
             headers: {
@@ -1473,7 +1868,10 @@ export interface components {
         /**
          * @description The request conflicts with the resource's state (`conflict`: an account with this id
          *     exists; `agreement-locked`: the agreement start is fixed after the first usage; a hold
-         *     that is no longer RUNNING; a negative correction larger than its cycle's usage), or a request with this Idempotency-Key is still in flight
+         *     that is no longer RUNNING; a negative correction larger than its cycle's usage; 100 webhook
+         *     endpoints registered already; a webhook endpoint changed by another request while this one
+         *     ran, a rotation that lost a race included; a delivery being sent when it was replayed), or a
+         *     request with this Idempotency-Key is still in flight
          *     (`idempotency-in-flight`, with `Retry-After`).
          */
         Conflict: {
@@ -1606,6 +2004,8 @@ export interface components {
         HoldID: string;
         /** @description A stored event's id (`bev_` and 26 characters), as a webhook's answer gives it. */
         BillingEventID: string;
+        /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+        WebhookEndpointID: components["schemas"]["WebhookEndpointID"];
     };
     requestBodies: never;
     headers: {
@@ -2842,6 +3242,319 @@ export interface operations {
             429: components["responses"]["ProblemAnswer"];
             500: components["responses"]["Internal"];
             501: components["responses"]["ProblemAnswer"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every endpoint, in one page (there are at most 100). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+                 *     characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+                 *     one cannot be told from two), with no space at either end (HTTP trims it); a random
+                 *     UUID is best, since the key also protects the stored answer.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhookEndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description Registered; the secret is in this answer only. */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+                 *     characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+                 *     one cannot be told from two), with no space at either end (HTTP trims it); a random
+                 *     UUID is best, since the key also protects the stored answer.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["IdempotencyInFlight"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+                 *     characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+                 *     one cannot be told from two), with no space at either end (HTTP trims it); a random
+                 *     UUID is best, since the key also protects the stored answer.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateWebhookEndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint as stored after the change. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rotateWebhookEndpointSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+                 *     characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+                 *     one cannot be told from two), with no space at either end (HTTP trims it); a random
+                 *     UUID is best, since the key also protects the stored answer.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Rotated; the new secret is in this answer only. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RotatedWebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description The `next` of the page before. */
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    replayWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes the request safe to retry: see "Idempotency" above. 1–255 printable ASCII
+                 *     characters but the comma (HTTP joins a header sent twice with commas, so a key holding
+                 *     one cannot be told from two), with no space at either end (HTTP trims it); a random
+                 *     UUID is best, since the key also protects the stored answer.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description A webhook endpoint's id; any other string names no endpoint (404). */
+                id: components["parameters"]["WebhookEndpointID"];
+                /** @description The notification's id (its `webhook-id`), as the delivery log shows it. */
+                notification: components["schemas"]["NotificationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Replayed; the notifier sends it on its next run. */
+            202: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
     };

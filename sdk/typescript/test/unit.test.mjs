@@ -6,7 +6,7 @@ import { Webhook } from "standardwebhooks";
 import {
   FerryClient, Batcher, BatchError, BufferFullError, BatcherClosedError, ProblemError, LimitReachedError,
   InvalidRequestError, RateLimitedError, HoldNotRunningError, UnavailableError, PROBLEM_KINDS, NetworkError,
-  WebhookVerifier, decide, problemFromAnswer, VERSION,
+  WebhookVerifier, decide, problemFromAnswer, VERSION, NotFoundError, ConflictError,
 } from "../dist/index.js";
 
 const problem = (status, kind, extra = {}, headers = {}) => () =>
@@ -327,6 +327,151 @@ test("webhooks: signatures made by the Standard Webhooks library verify; tamperi
   assert.throws(() => v.verify(body, sign(new Date(Date.now() - 10 * 60_000), body)));
   assert.throws(() => new WebhookVerifier("whsec_c2VjcmV0LW9mLWFub3RoZXItZW5kcG9pbnQ=").verify(body, sign(new Date(), body)));
   assert.throws(() => new WebhookVerifier(""));
+});
+
+const endpointId = "we_4t7kq2m5xv3nb6ydz2wjc7hgra";
+const endpoint = {
+  id: endpointId, url: "http://127.0.0.1:9/hook", kinds: ["threshold.crossed", "limit.reached"], accounts: ["acct_1"], description: null,
+  disabled: false, secrets: [{ createdAt: "2026-11-15T12:00:00.000Z", expiresAt: null }],
+  createdAt: "2026-11-15T12:00:00.000Z", updatedAt: "2026-11-15T12:00:00.000Z",
+};
+const delivery = (notification, status = "DELIVERED") => ({
+  notification, endpoint: endpointId, kind: "threshold.crossed", account: "acct_1", status, attempts: 1, lastStatus: 204, replays: 0,
+  createdAt: "2026-11-15T12:00:00.000Z", updatedAt: "2026-11-15T12:00:02.000Z",
+});
+
+test("webhook endpoints: a registration whose answer is lost is sent again with the same bytes and key", async () => {
+  const secret = "whsec_Ed6lJUaehf1BhhX5RbFQGypEWULXlNaqr7xRzXgLHcA=";
+  const s = scripted(hangUp, problem(502, "outcome-unknown", {}, { "retry-after": "0" }), problem(409, "idempotency-in-flight", {}, { "retry-after": "0" }),
+    json(201, { ...endpoint, secret }));
+  const got = await client(s.fetch, { maxAttempts: 4 }).createWebhookEndpoint({ url: "http://127.0.0.1:9/hook", kinds: ["threshold.crossed", "limit.reached"], accounts: ["acct_1"] });
+  assert.equal(s.requests.length, 4);
+  for (const r of s.requests) {
+    assert.equal(r.method, "POST");
+    assert.equal(r.url, "http://ferry.test/v1/webhook-endpoints");
+    assert.equal(r.body, '{"url":"http://127.0.0.1:9/hook","kinds":["threshold.crossed","limit.reached"],"accounts":["acct_1"]}');
+    assert.equal(r.headers["Content-Type"], "application/json");
+    assert.ok(r.headers["Idempotency-Key"]);
+    assert.equal(r.headers["Idempotency-Key"], s.requests[0].headers["Idempotency-Key"]);
+  }
+  assert.equal(got.secret, secret);
+  assert.equal(got.id, endpointId);
+});
+
+test("webhook endpoints: each route's method, path, body and key", async () => {
+  const cases = [
+    ["list", json(200, { items: [endpoint], next: null }), async (c) => {
+      const all = [];
+      for await (const e of c.webhookEndpoints()) all.push(e.id);
+      assert.deepEqual(all, [endpointId]);
+    }, "GET", `/v1/webhook-endpoints`, undefined],
+    ["get", json(200, endpoint), async (c) => assert.equal((await c.getWebhookEndpoint(endpointId)).url, endpoint.url),
+      "GET", `/v1/webhook-endpoints/${endpointId}`, undefined],
+    // An empty description is sent, not dropped: it is how the description is removed.
+    ["update", json(200, { ...endpoint, disabled: true }), async (c) => assert.equal((await c.updateWebhookEndpoint(endpointId, { description: "", disabled: true })).disabled, true),
+      "PATCH", `/v1/webhook-endpoints/${endpointId}`, '{"description":"","disabled":true}'],
+    ["delete", () => new Response(null, { status: 204 }), async (c) => assert.equal(await c.deleteWebhookEndpoint(endpointId), undefined),
+      "DELETE", `/v1/webhook-endpoints/${endpointId}`, undefined],
+    ["rotate", json(200, { ...endpoint, secret: "whsec_ujdZKLH6rzzed/aH4YV/LvkOqkbJFYqOJk/v7bUSni0=", previousSecretExpiresAt: "2026-11-17T09:00:00.000Z" }),
+      async (c) => assert.equal((await c.rotateWebhookEndpointSecret(endpointId)).previousSecretExpiresAt, "2026-11-17T09:00:00.000Z"),
+      "POST", `/v1/webhook-endpoints/${endpointId}/rotate-secret`, undefined],
+    ["replay", json(202, delivery("ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr", "PENDING")),
+      async (c) => assert.equal((await c.replayWebhookDelivery(endpointId, "ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr")).status, "PENDING"),
+      "POST", `/v1/webhook-endpoints/${endpointId}/deliveries/ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr/replay`, undefined],
+    ["an id escaped", json(200, endpoint), async (c) => c.getWebhookEndpoint("we_a/b?c"), "GET", "/v1/webhook-endpoints/we_a%2Fb%3Fc", undefined],
+  ];
+  for (const [name, answer, call, method, path, body] of cases) {
+    const s = scripted(answer);
+    await call(client(s.fetch));
+    assert.equal(s.requests.length, 1, name);
+    const r = s.requests[0];
+    assert.equal(r.method, method, name);
+    assert.equal(r.url, `http://ferry.test${path}`, name);
+    assert.equal(r.body, body, name);
+    assert.equal(r.headers["Content-Type"], body === undefined ? undefined : "application/json", name);
+    assert.equal(Boolean(r.headers["Idempotency-Key"]), method !== "GET", `${name}: Idempotency-Key ${r.headers["Idempotency-Key"]}`);
+  }
+});
+
+test("webhook endpoints: the delivery log is read page after page by cursor", async () => {
+  const s = scripted(json(200, { items: [delivery("ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr")], next: "c2" }),
+    json(200, { items: [delivery("ntf_b3kz7q2m5xv3nb6ydz2wjc7hgr")], next: null }));
+  const got = [];
+  for await (const d of client(s.fetch).webhookDeliveries(endpointId, { limit: 1 })) got.push(d.notification);
+  assert.deepEqual(got, ["ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr", "ntf_b3kz7q2m5xv3nb6ydz2wjc7hgr"]);
+  assert.deepEqual(s.requests.map((r) => r.url), [
+    `http://ferry.test/v1/webhook-endpoints/${endpointId}/deliveries?limit=1`,
+    `http://ferry.test/v1/webhook-endpoints/${endpointId}/deliveries?limit=1&cursor=c2`,
+  ]);
+});
+
+test("webhook endpoints: refusals are their kinds and not retried; an empty id is refused unsent", async () => {
+  for (const [answer, call, kind] of [
+    [problem(404, "not-found"), (c) => c.deleteWebhookEndpoint(endpointId), NotFoundError],
+    [problem(409, "conflict"), (c) => c.rotateWebhookEndpointSecret(endpointId), ConflictError],
+    [problem(409, "conflict"), (c) => c.replayWebhookDelivery(endpointId, "ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr"), ConflictError],
+    [problem(404, "not-found"), async (c) => { for await (const _ of c.webhookDeliveries(endpointId)) break; }, NotFoundError],
+    [problem(400, "invalid-request", { errors: ["url: https only", "kinds: unknown kind usage.spike"] }),
+      (c) => c.createWebhookEndpoint({ url: "ftp://x" }), InvalidRequestError],
+  ]) {
+    const s = scripted(answer);
+    await assert.rejects(call(client(s.fetch, { maxAttempts: 5 })), kind);
+    assert.equal(s.requests.length, 1);
+  }
+  const s = scripted(json(200, {}));
+  const c = client(s.fetch);
+  for (const call of [() => c.getWebhookEndpoint(""), () => c.updateWebhookEndpoint("", { disabled: true }), () => c.deleteWebhookEndpoint(""),
+    () => c.rotateWebhookEndpointSecret(""), () => c.replayWebhookDelivery(endpointId, ""),
+    async () => { for await (const _ of c.webhookDeliveries("")) break; }]) {
+    await assert.rejects(call(), TypeError);
+  }
+  assert.equal(s.requests.length, 0);
+});
+
+/** A secret as Ferry makes one: "whsec_" and the standard base64 of 32 random bytes. */
+const serverSecret = () => `whsec_${btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))}`;
+
+/**
+ * A delivery's headers as Ferry's sender writes them (Go's canonical names, unix seconds, one
+ * signature per secret, newest first, separated by spaces).
+ */
+function serverHeaders(id, at, body, ...secrets) {
+  return {
+    "Content-Type": "application/json", "User-Agent": "Ferry-Webhooks/1", "Webhook-Id": id, "Webhook-Timestamp": String(Math.floor(at.getTime() / 1000)),
+    "Webhook-Signature": secrets.map((s) => new Webhook(s).sign(id, at, body)).join(" "),
+  };
+}
+
+test("webhooks: a notification as Ferry sends it verifies under either secret and is typed; tampering does not", () => {
+  const id = "ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr";
+  const body = `{"id":"${id}","type":"threshold.crossed","timestamp":"2026-11-15T12:00:00.000Z",`
+    + `"data":{"account":"acct_1","feature":"events","meter":"events","cycle":"2026-11","threshold":80,"percent":80,"limit":100,"used":85}}`;
+  const current = serverSecret(), previous = serverSecret();
+  const h = serverHeaders(id, new Date(), body, current, previous);
+  for (const secret of [current, previous]) {
+    const v = new WebhookVerifier(secret);
+    const msg = v.verifyMessage(body, h);
+    assert.equal(msg.id, id);
+    assert.equal(msg.type, "threshold.crossed");
+    assert.deepEqual(msg.data, { account: "acct_1", feature: "events", meter: "events", cycle: "2026-11", threshold: 80, percent: 80, limit: 100, used: 85 });
+    // The body's bytes, as a server framework hands them over, and Node's lower-cased headers.
+    const lower = Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+    assert.equal(v.verifyMessage(new TextEncoder().encode(body), lower).id, id);
+    assert.equal(v.verifyMessage(body, new Headers(h)).id, id);
+  }
+  const v = new WebhookVerifier(current);
+  assert.throws(() => v.verifyMessage(body.replace('"used":85', '"used":8'), h));
+  assert.throws(() => v.verifyMessage(body, { ...h, "Webhook-Id": "ntf_b3kz7q2m5xv3nb6ydz2wjc7hgr" }));
+  assert.throws(() => new WebhookVerifier(serverSecret()).verifyMessage(body, h));
+  assert.throws(() => v.verifyMessage(body, {}));
+  const bytes = new TextEncoder().encode(body);
+  bytes[bytes.length - 3] = 0xff; // no longer UTF-8, so no longer the bytes signed
+  assert.throws(() => v.verifyMessage(bytes, h));
+  // A kind added after this version is handed over as sent; a verified body that is no
+  // notification is refused.
+  const later = body.replace("threshold.crossed", "usage.spike");
+  assert.equal(v.verifyMessage(later, serverHeaders(id, new Date(), later, current)).type, "usage.spike");
+  assert.throws(() => v.verifyMessage("[1]", serverHeaders(id, new Date(), "[1]", current)), /not a notification/);
 });
 
 test("the library's version is the API's", () => {

@@ -15,6 +15,6 @@ from ._errors import PROBLEM_KINDS, FerryError, NetworkError, ProblemError, prob
 from ._ids import new_event_id
 from ._retry import Decision, RetryPolicy, backoff, decide, server_wait
 from ._version import VERSION
-from ._webhooks import WebhookVerificationFailed, WebhookVerifier
+from ._webhooks import NotificationNotUnderstood, WebhookVerificationFailed, WebhookVerifier
 
 __version__ = VERSION

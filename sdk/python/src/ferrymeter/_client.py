@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Literal, Mapping, Sequence, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -201,6 +201,35 @@ def _hold_path(hold_id: str, tail: str = "") -> str:
     return f"/v1/holds/{quote(hold_id, safe='')}{tail}"
 
 
+def _endpoint_path(endpoint_id: str, tail: str = "") -> str:
+    """The path of a webhook endpoint, and of what is below it. An empty id is refused before
+    anything is sent: the path would name the collection instead."""
+    if not endpoint_id:
+        raise ValueError("ferry: the webhook endpoint's id is empty")
+    return f"/v1/webhook-endpoints/{quote(endpoint_id, safe='')}{tail}"
+
+
+def _replay_path(endpoint_id: str, notification: str) -> str:
+    if not notification:
+        raise ValueError("ferry: the notification's id is empty")
+    return _endpoint_path(endpoint_id, f"/deliveries/{quote(notification, safe='')}/replay")
+
+
+def _endpoint_body(url: str | None, kinds: Sequence[str] | None, accounts: Sequence[str] | None,
+                   description: str | None, disabled: bool | None = None) -> dict[str, Any]:
+    """A webhook endpoint's registration or change, the members given (an empty description is
+    given: it removes the description).
+
+    Built as a plain body rather than through the generated request model: the model's URL
+    pattern is the common form of an endpoint (https and a DNS name), and Ferry takes more than
+    it (an http loopback URL under ferry dev, an allowed IP literal), judging every URL itself and
+    naming each problem in an InvalidRequestError.
+    """
+    return _clean({"url": url, "kinds": None if kinds is None else list(kinds),
+                   "accounts": None if accounts is None else list(accounts),
+                   "description": description, "disabled": disabled})
+
+
 class Job:
     """A job running under a hold: its hold, and a way to charge steps as it goes."""
 
@@ -390,14 +419,16 @@ class Client(_Base):
     # Operator routes (the operator key as api_key).
 
     def create_account(self, id: str, **fields: Any) -> m.AccountWithKey:
-        """Creates an account (plan, status, limits, linked ids) and returns it with its API key, shown once."""
+        """Creates an account (plan, status, limits, alerts such as ``{"events": [{"percent": 80},
+        {"value": 500}]}``, linked ids) and returns it with its API key, shown once."""
         return self._mutate(m.AccountWithKey, "POST", "/v1/accounts", m.CreateAccountRequest(id=id, **fields))
 
     def get_account(self, account_id: str) -> m.Account:
         return self._get(m.Account, f"/v1/accounts/{quote(account_id, safe='')}")
 
     def update_account(self, account_id: str, **changes: Any) -> m.Account:
-        """Changes an account; a linked id given as None unlinks it."""
+        """Changes an account (plan, status, limits, alerts — a feature's empty list turns its
+        thresholds off —, agreement start, linked ids); a linked id given as None unlinks it."""
         return self._mutate(m.Account, "PATCH", f"/v1/accounts/{quote(account_id, safe='')}", changes)
 
     def accounts(self, prefix: str | None = None, linked_id: str | None = None, limit: int | None = None) -> Iterator[m.Account]:
@@ -428,6 +459,56 @@ class Client(_Base):
 
     def run_lab(self, lab: str) -> dict[str, Any]:
         return self.request(_mutating("POST", f"/v1/labs/{quote(lab, safe='')}/runs", {}))
+
+    # Webhook endpoints (operator): where Ferry sends its notifications, their signing secrets
+    # and their delivery logs. Each mutating call sends one Idempotency-Key on all its attempts,
+    # so a retried registration or rotation answers the same endpoint and secret, not a second.
+
+    def create_webhook_endpoint(self, url: str, *, kinds: Sequence[str] | None = None, accounts: Sequence[str] | None = None,
+                                description: str | None = None) -> m.WebhookEndpointWithSecret:
+        """Registers an endpoint for ``kinds`` ("threshold.crossed", "limit.reached"; none: every
+        kind) of ``accounts`` (none: every account) and returns it with its first signing secret
+        ("whsec_…"), which no other answer shows: store it with the receiver. A refused
+        registration raises InvalidRequestError naming every problem."""
+        return self._mutate(m.WebhookEndpointWithSecret, "POST", "/v1/webhook-endpoints",
+                            _endpoint_body(url, kinds, accounts, description))
+
+    def webhook_endpoints(self) -> Iterator[m.WebhookEndpoint]:
+        """Iterates over every registered endpoint, oldest first (never a secret's value)."""
+        return self._pages(m.WebhookEndpoint, "/v1/webhook-endpoints")
+
+    def get_webhook_endpoint(self, endpoint_id: str) -> m.WebhookEndpoint:
+        """Reads an endpoint: when each secret that signs was made and stops, never its value."""
+        return self._get(m.WebhookEndpoint, _endpoint_path(endpoint_id))
+
+    def update_webhook_endpoint(self, endpoint_id: str, *, url: str | None = None, kinds: Sequence[str] | None = None,
+                                accounts: Sequence[str] | None = None, description: str | None = None,
+                                disabled: bool | None = None) -> m.WebhookEndpoint:
+        """Changes the members given (``description=""`` removes it; ``disabled`` stops and
+        resumes deliveries) and returns the endpoint as stored. Secrets are never changed here."""
+        return self._mutate(m.WebhookEndpoint, "PATCH", _endpoint_path(endpoint_id),
+                            _endpoint_body(url, kinds, accounts, description, disabled))
+
+    def delete_webhook_endpoint(self, endpoint_id: str) -> None:
+        """Deletes an endpoint: it is sent nothing more. A second delete raises NotFoundError."""
+        self.request(_mutating("DELETE", _endpoint_path(endpoint_id)))
+
+    def rotate_webhook_endpoint_secret(self, endpoint_id: str) -> m.RotatedWebhookEndpoint:
+        """Makes a new signing secret current and returns it (in this answer only); the one it
+        replaces keeps signing until ``previousSecretExpiresAt`` (24 hours). A rotation that raced
+        another raises ConflictError and changed nothing."""
+        return self._mutate(m.RotatedWebhookEndpoint, "POST", _endpoint_path(endpoint_id, "/rotate-secret"))
+
+    def webhook_deliveries(self, endpoint_id: str, limit: int | None = None) -> Iterator[m.WebhookDelivery]:
+        """Iterates over an endpoint's delivery log, newest notification first, page after page
+        (``limit`` deliveries a page, at most 100)."""
+        return self._pages(m.WebhookDelivery, _endpoint_path(endpoint_id, "/deliveries"), limit=limit)
+
+    def replay_webhook_delivery(self, endpoint_id: str, notification: str) -> m.WebhookDelivery:
+        """Puts an endpoint's delivery of a notification back to PENDING with a fresh set of
+        attempts; the notifier sends it on its next run with the same webhook-id. Raises
+        ConflictError while an attempt is being sent."""
+        return self._mutate(m.WebhookDelivery, "POST", _replay_path(endpoint_id, notification))
 
     def health(self) -> m.Health:
         return self._get(m.Health, "/healthz")
@@ -613,6 +694,36 @@ class AsyncClient(_Base):
 
     async def run_lab(self, lab: str) -> dict[str, Any]:
         return await self.request(_mutating("POST", f"/v1/labs/{quote(lab, safe='')}/runs", {}))
+
+    async def create_webhook_endpoint(self, url: str, *, kinds: Sequence[str] | None = None, accounts: Sequence[str] | None = None,
+                                      description: str | None = None) -> m.WebhookEndpointWithSecret:
+        """As Client.create_webhook_endpoint, awaited."""
+        return await self._mutate(m.WebhookEndpointWithSecret, "POST", "/v1/webhook-endpoints",
+                                  _endpoint_body(url, kinds, accounts, description))
+
+    def webhook_endpoints(self) -> AsyncIterator[m.WebhookEndpoint]:
+        return self._pages(m.WebhookEndpoint, "/v1/webhook-endpoints")
+
+    async def get_webhook_endpoint(self, endpoint_id: str) -> m.WebhookEndpoint:
+        return await self._get(m.WebhookEndpoint, _endpoint_path(endpoint_id))
+
+    async def update_webhook_endpoint(self, endpoint_id: str, *, url: str | None = None, kinds: Sequence[str] | None = None,
+                                      accounts: Sequence[str] | None = None, description: str | None = None,
+                                      disabled: bool | None = None) -> m.WebhookEndpoint:
+        return await self._mutate(m.WebhookEndpoint, "PATCH", _endpoint_path(endpoint_id),
+                                  _endpoint_body(url, kinds, accounts, description, disabled))
+
+    async def delete_webhook_endpoint(self, endpoint_id: str) -> None:
+        await self.request(_mutating("DELETE", _endpoint_path(endpoint_id)))
+
+    async def rotate_webhook_endpoint_secret(self, endpoint_id: str) -> m.RotatedWebhookEndpoint:
+        return await self._mutate(m.RotatedWebhookEndpoint, "POST", _endpoint_path(endpoint_id, "/rotate-secret"))
+
+    def webhook_deliveries(self, endpoint_id: str, limit: int | None = None) -> AsyncIterator[m.WebhookDelivery]:
+        return self._pages(m.WebhookDelivery, _endpoint_path(endpoint_id, "/deliveries"), limit=limit)
+
+    async def replay_webhook_delivery(self, endpoint_id: str, notification: str) -> m.WebhookDelivery:
+        return await self._mutate(m.WebhookDelivery, "POST", _replay_path(endpoint_id, notification))
 
     async def health(self) -> m.Health:
         return await self._get(m.Health, "/healthz")

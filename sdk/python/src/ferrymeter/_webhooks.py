@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from pydantic import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from . import models as m
 from ._errors import FerryError
 
 
 class WebhookVerificationFailed(FerryError):
     """A notification whose signature, timestamp or headers do not verify."""
+
+
+class NotificationNotUnderstood(FerryError):
+    """A delivery that verified — Ferry sent it — whose body this version cannot read as a
+    notification: a kind added after it (an endpoint registered for every kind is sent those
+    too). Answer it 2xx and ignore it; ``body`` is the parsed JSON."""
+
+    def __init__(self, body: Any, cause: ValidationError) -> None:
+        super().__init__(f"ferry: a verified webhook that is not a notification this version knows: {cause.error_count()} problems")
+        self.body = body
 
 
 class WebhookVerifier:
@@ -32,3 +44,16 @@ class WebhookVerifier:
             return self._wh.verify(payload, dict(headers.items()))
         except (WebhookVerificationError, ValueError) as e:
             raise WebhookVerificationFailed(f"ferry: webhook not verified: {e}") from e
+
+    def verify_message(self, payload: bytes | str, headers: Mapping[str, str]) -> m.NotificationMessage:
+        """Verifies as ``verify`` does and returns the notification: its ``id`` (the webhook-id,
+        the same on every attempt and replay: dedupe on it), ``type`` ("threshold.crossed",
+        "limit.reached", …) and ``data`` (the account, and the members its kind carries: for a
+        threshold crossed, the feature, cycle, threshold, limit and usage). Raises
+        WebhookVerificationFailed when it does not verify, and NotificationNotUnderstood when it
+        verifies but this version cannot read it."""
+        body = self.verify(payload, headers)
+        try:
+            return m.NotificationMessage.model_validate(body)
+        except ValidationError as e:
+            raise NotificationNotUnderstood(body, e) from e

@@ -65,138 +65,26 @@ class Limit(RootModel[int | None]):
     )
 
 
-class CreateAccountRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-    )
-    id: str = Field(
-        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-    )
-    plan: str | None = Field(
-        None,
-        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
-        examples=["free"],
-        min_length=1,
-    )
-    status: Literal["active", "past_due", "inactive"] | None = Field(
-        None,
-        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
-    )
-    limits: dict[str, Limit | None] | None = Field(
-        None,
-        description="Overrides of the plan's limits; absent features keep the plan's.",
-    )
-    kindeCustomerId: str | None = Field(
-        None,
-        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
-        examples=["cus_NffrFeUfNV2Hib"],
-        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
-    )
-    stripeCustomerId: str | None = Field(
-        None,
-        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
-        examples=["cus_NffrFeUfNV2Hib"],
-        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
-    )
-    kindeAgreementId: str | None = Field(
-        None,
-        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
-        examples=["cus_NffrFeUfNV2Hib"],
-        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
-    )
-
-
-class UpdateAccountRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-    )
-    plan: str | None = Field(
-        None,
-        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
-        examples=["free"],
-        min_length=1,
-    )
-    status: Literal["active", "past_due", "inactive"] | None = Field(
-        None,
-        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
-    )
-    limits: dict[str, Limit | None] | None = Field(
-        None, description="Replaces the account's overrides."
-    )
-    agreementStart: int | None = Field(
-        None,
-        description="The day of the month billing cycles start (1–28); refused after the first usage.",
-        ge=1,
-        le=28,
-    )
-    kindeCustomerId: LinkedID | None = Field(
-        None, description="Links a Kinde customer; null unlinks."
-    )
-    stripeCustomerId: LinkedID | None = Field(
-        None, description="Links a Stripe customer; null unlinks."
-    )
-    kindeAgreementId: LinkedID | None = Field(
-        None,
-        description="Links a Kinde customer agreement (where Kinde records meter usage); null unlinks.",
-    )
-
-
-class AccountFields(BaseModel):
-    model_config = ConfigDict(
-        extra="ignore",
-    )
-    id: str = Field(
-        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-    )
-    plan: str = Field(
-        ...,
-        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
-        examples=["free"],
-        min_length=1,
-    )
-    status: Literal["active", "past_due", "inactive"] = Field(
-        ...,
-        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
-    )
-    limits: dict[str, Limit | None] = Field(
-        ...,
-        description="The effective limits (the plan's, overridden by the account's) of every feature but\nthe allowance features (credits), whose limit is per cycle: the sum of the cycle's\ngrant rows, shown by GET /v1/usage.\n",
-    )
-    agreementStart: int | None = Field(
-        ...,
-        description="The day of the month billing cycles start; null means calendar months.",
-        ge=1,
-        le=28,
-    )
-    createdAt: AwareDatetime
-    kindeCustomerId: LinkedID | None
-    stripeCustomerId: LinkedID | None
-    kindeAgreementId: LinkedID | None
-    planChangedAt: AwareDatetime | None = Field(
-        ...,
-        description="When the provider's plan change the account is on happened (its event time); null\nwhen no provider event has changed the plan. An older plan change is not applied.\n",
-    )
-
-
-class Account(AccountFields):
+class Threshold1(BaseModel):
     """
-    An account, never with its key.
+    A share of the limit (percent) or an absolute quantity (value); exactly one.
     """
 
     model_config = ConfigDict(
         extra="ignore",
     )
+    percent: int = Field(..., ge=1, le=100)
 
 
-class AccountWithKey(AccountFields):
+class Threshold2(BaseModel):
     """
-    A new account and its API key, which is shown in this answer only.
+    A share of the limit (percent) or an absolute quantity (value); exactly one.
     """
 
     model_config = ConfigDict(
         extra="ignore",
     )
-    apiKey: str = Field(..., pattern="^fk_[A-Za-z0-9_-]{43}$")
+    value: int = Field(..., ge=1, le=9007199254740991)
 
 
 class CloudEventAdditionalProperty(RootModel[str]):
@@ -881,6 +769,398 @@ class ReviewList(BaseModel):
     entries: list[Entry]
 
 
+class CreateWebhookEndpointRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    url: str = Field(
+        ...,
+        description="Where deliveries go: an https URL of at most 2048 bytes, without user information\n(`user:password@`) or a fragment, whose host is not loopback, private, link-local or a\ncloud metadata address (an IP literal in such a range is refused here; a name is judged\nagainst the addresses it resolves to when each delivery connects). Under `ferry dev`\nhttp to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is\nthe common form every stack takes: an https URL whose host is a DNS name; Ferry also takes\nother URLs that pass the rules above (an allowed IP literal, upper-case letters, more\ncharacters in the path and query), and refuses every URL that breaks them, naming each\nproblem. The URL is stored as sent, never rewritten.\n",
+        examples=["https://hooks.example.com/ferry"],
+        max_length=2048,
+        pattern="^https://[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\\.[a-z]{2,63}(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?(\\?[A-Za-z0-9._~=&-]*)?$",
+    )
+    kinds: (
+        list[
+            Literal[
+                "threshold.crossed",
+                "limit.reached",
+                "hold.refused",
+                "reconcile.mismatch",
+                "outbox.dead",
+                "billing_event.dead",
+                "account.plan_changed",
+                "account.status_changed",
+            ]
+        ]
+        | None
+    ) = Field(
+        None,
+        description="The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.",
+        max_length=2,
+    )
+    accounts: list[AccountID] | None = Field(
+        None,
+        description="The accounts the endpoint is sent notifications of, each at most once (at most 100);\nempty (or absent at registration) for every account, including accounts created later.\nAn account need not exist yet.\n",
+        max_length=100,
+    )
+    description: str | None = Field(
+        None,
+        description="The operator's note, at most 256 characters.",
+        max_length=256,
+        min_length=1,
+    )
+
+
+class UpdateWebhookEndpointRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    url: str | None = Field(
+        None,
+        description="Where deliveries go: an https URL of at most 2048 bytes, without user information\n(`user:password@`) or a fragment, whose host is not loopback, private, link-local or a\ncloud metadata address (an IP literal in such a range is refused here; a name is judged\nagainst the addresses it resolves to when each delivery connects). Under `ferry dev`\nhttp to a loopback host (`127.0.0.1`, `[::1]`, `localhost`) is taken too. The pattern is\nthe common form every stack takes: an https URL whose host is a DNS name; Ferry also takes\nother URLs that pass the rules above (an allowed IP literal, upper-case letters, more\ncharacters in the path and query), and refuses every URL that breaks them, naming each\nproblem. The URL is stored as sent, never rewritten.\n",
+        examples=["https://hooks.example.com/ferry"],
+        max_length=2048,
+        pattern="^https://[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\\.[a-z]{2,63}(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?(\\?[A-Za-z0-9._~=&-]*)?$",
+    )
+    kinds: (
+        list[
+            Literal[
+                "threshold.crossed",
+                "limit.reached",
+                "hold.refused",
+                "reconcile.mismatch",
+                "outbox.dead",
+                "billing_event.dead",
+                "account.plan_changed",
+                "account.status_changed",
+            ]
+        ]
+        | None
+    ) = Field(
+        None,
+        description="The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.",
+        max_length=2,
+    )
+    accounts: list[AccountID] | None = Field(
+        None,
+        description="The accounts the endpoint is sent notifications of, each at most once (at most 100);\nempty (or absent at registration) for every account, including accounts created later.\nAn account need not exist yet.\n",
+        max_length=100,
+    )
+    description: str | None = Field(
+        None,
+        description='The operator\'s note, at most 256 characters; `""` removes it.',
+        max_length=256,
+    )
+    disabled: bool | None = Field(
+        None,
+        description="A disabled endpoint is sent nothing until it is enabled again.",
+    )
+
+
+class WebhookSecretInfo(BaseModel):
+    """
+    One secret that signs the endpoint's deliveries now, never its value.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    createdAt: AwareDatetime
+    expiresAt: AwareDatetime | None = Field(
+        ...,
+        description="When a replaced secret stops signing; null for the current secret.",
+    )
+
+
+class WebhookEndpointFields(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    id: str = Field(
+        ...,
+        description="An endpoint's id, `we_` and 26 characters, as its registration answered.",
+        examples=["we_4t7kq2m5xv3nb6ydz2wjc7hgra"],
+        pattern="^we_[a-z2-7]{26}$",
+    )
+    url: str = Field(..., description="As registered (see `WebhookURL`).")
+    kinds: list[
+        Literal[
+            "threshold.crossed",
+            "limit.reached",
+            "hold.refused",
+            "reconcile.mismatch",
+            "outbox.dead",
+            "billing_event.dead",
+            "account.plan_changed",
+            "account.status_changed",
+        ]
+    ] = Field(
+        ...,
+        description="The kinds the endpoint is sent, each at most once; empty (or absent at registration) for every kind.",
+        max_length=2,
+    )
+    accounts: list[AccountID] = Field(
+        ...,
+        description="The accounts the endpoint is sent notifications of, each at most once (at most 100);\nempty (or absent at registration) for every account, including accounts created later.\nAn account need not exist yet.\n",
+        max_length=100,
+    )
+    description: str | None
+    disabled: bool
+    secrets: list[WebhookSecretInfo] = Field(
+        ...,
+        description="The secrets that sign now, current first (two during a rotation's overlap).",
+        max_length=2,
+        min_length=1,
+    )
+    createdAt: AwareDatetime
+    updatedAt: AwareDatetime
+
+
+class WebhookEndpoint(WebhookEndpointFields):
+    """
+    An endpoint, never with a secret's value.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+
+
+class WebhookEndpointWithSecret(WebhookEndpointFields):
+    """
+    A new endpoint and its first secret, which is shown in this answer only.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    secret: str = Field(
+        ...,
+        description="A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once.",
+        pattern="^whsec_[A-Za-z0-9+/]{43}=$",
+    )
+
+
+class RotatedWebhookEndpoint(WebhookEndpointFields):
+    """
+    The endpoint after a rotation, its new secret (shown in this answer only), and when the one it replaced stops signing.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    secret: str = Field(
+        ...,
+        description="A signing secret, `whsec_` and the standard base64 of 32 random bytes; shown once.",
+        pattern="^whsec_[A-Za-z0-9+/]{43}=$",
+    )
+    previousSecretExpiresAt: AwareDatetime | None
+
+
+class WebhookEndpointList(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    items: list[WebhookEndpoint] = Field(..., max_length=100)
+    next: None = Field(..., description="Always null; every endpoint fits one page.")
+
+
+class WebhookDelivery(BaseModel):
+    """
+    One notification's delivery to one endpoint.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    notification: str = Field(
+        ...,
+        description="A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.",
+        examples=["ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr"],
+        pattern="^ntf_[a-z2-7]{26}$",
+    )
+    endpoint: str = Field(
+        ...,
+        description="An endpoint's id, `we_` and 26 characters, as its registration answered.",
+        examples=["we_4t7kq2m5xv3nb6ydz2wjc7hgra"],
+        pattern="^we_[a-z2-7]{26}$",
+    )
+    kind: Literal[
+        "threshold.crossed",
+        "limit.reached",
+        "hold.refused",
+        "reconcile.mismatch",
+        "outbox.dead",
+        "billing_event.dead",
+        "account.plan_changed",
+        "account.status_changed",
+    ] = Field(
+        ...,
+        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event\nwas refused at the account's limit; `hold.refused`, a hold was refused at the account's\nlimit (each of these once per account, feature and cycle); `reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
+    )
+    account: str = Field(
+        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    )
+    status: Literal["PENDING", "SENDING", "DELIVERED", "DEAD"] = Field(
+        ...,
+        description="PENDING waits for its next attempt; SENDING is being attempted; DELIVERED was answered\n2xx; DEAD failed every attempt (or failed in a way no retry fixes) until replayed.\n",
+    )
+    attempts: int = Field(
+        ..., description="Attempts since it was made or last replayed.", ge=0
+    )
+    lastStatus: int | None = Field(
+        None,
+        description="The HTTP status of the last attempt; absent when it got no answer.",
+        ge=100,
+        le=599,
+    )
+    lastAnswer: str | None = Field(
+        None, description="The first bytes of the last attempt's answer."
+    )
+    lastError: str | None = Field(
+        None, description="What went wrong with the last attempt."
+    )
+    nextAttemptAt: AwareDatetime | None = None
+    deliveredAt: AwareDatetime | None = None
+    replays: int = Field(
+        ..., description="How many times the operator replayed it.", ge=0
+    )
+    createdAt: AwareDatetime
+    updatedAt: AwareDatetime
+
+
+class WebhookDeliveryPage(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    items: list[WebhookDelivery]
+    next: str | None
+
+
+class NotificationData(BaseModel):
+    """
+    The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
+    feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+    `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
+
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    account: str = Field(
+        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    )
+    requested: int | None = Field(
+        None, description="What the refused hold asked for (`hold.refused`).", ge=1
+    )
+    provider: Literal["kinde", "stripe"] | None = Field(
+        None,
+        description="The provider whose meter was compared (`reconcile.mismatch`).",
+    )
+    verdict: str | None = Field(
+        None, description="The reconciler's verdict (`reconcile.mismatch`)."
+    )
+    ledger: int | None = Field(
+        None, description="The ledger's total (`reconcile.mismatch`)."
+    )
+    providerMeter: int | None = Field(
+        None, description="The provider meter's total as read (`reconcile.mismatch`)."
+    )
+    event: str | None = Field(
+        None,
+        description="The billing event's id (`billing_event.dead`, `account.plan_changed`, `account.status_changed`).",
+    )
+    eventType: str | None = Field(
+        None, description="The billing event's type, as the provider names it."
+    )
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="The plan or status before (`account.plan_changed`, `account.status_changed`).",
+    )
+    to: str | None = Field(None, description="The plan or status after.")
+    reason: str | None = Field(
+        None, description="Why it is DEAD (`outbox.dead`, `billing_event.dead`)."
+    )
+    feature: str | None = Field(None, description="The feature whose usage it reports.")
+    meter: str | None = Field(
+        None, description="The meter that moves the feature, when one does."
+    )
+    cycle: str | None = Field(
+        None,
+        description="A billing cycle, named by the month it starts in.",
+        examples=["2026-11"],
+        pattern="^[0-9]{4}-(0[1-9]|1[0-2])$",
+    )
+    threshold: int | None = Field(
+        None,
+        description="The usage the crossed threshold stands at (`threshold.crossed` only).",
+        ge=0,
+    )
+    percent: int | None = Field(
+        None,
+        description="The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only).",
+        ge=1,
+    )
+    limit: int | None = Field(None, description="The limit in force.", ge=0)
+    used: int | None = Field(
+        None,
+        description="The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused).",
+        ge=0,
+    )
+
+
+class NotificationMessage(BaseModel):
+    """
+    The body of every delivery of a notification to a registered endpoint: a POST of this
+    JSON, `Content-Type: application/json`, `User-Agent: Ferry-Webhooks/1`, signed as
+    Standard Webhooks (https://www.standardwebhooks.com/) specifies with three headers:
+
+    - `webhook-id`: the notification's `id`, the same on every attempt and every replay, so
+      a receiver drops a copy it has already handled;
+    - `webhook-timestamp`: the message's time, in unix seconds (receivers refuse one more
+      than 5 minutes from their clock);
+    - `webhook-signature`: `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, one entry
+      per secret that signs, separated by spaces (two during a rotation's overlap).
+
+    Verify with a Standard Webhooks library and the endpoint's secret: Go
+    `github.com/standard-webhooks/standard-webhooks/libraries/go`, npm `standardwebhooks`,
+    PyPI `standardwebhooks`. Answer 2xx once the message is stored; any other answer (or
+    none within 10 seconds) is retried with backoff, and after the last try the delivery is
+    DEAD until the operator replays it. Ferry never follows a redirect.
+
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    id: str = Field(
+        ...,
+        description="A notification's id, `ntf_` and 26 characters; the `webhook-id` of every delivery of it.",
+        examples=["ntf_a3kz7q2m5xv3nb6ydz2wjc7hgr"],
+        pattern="^ntf_[a-z2-7]{26}$",
+    )
+    type: Literal[
+        "threshold.crossed",
+        "limit.reached",
+        "hold.refused",
+        "reconcile.mismatch",
+        "outbox.dead",
+        "billing_event.dead",
+        "account.plan_changed",
+        "account.status_changed",
+    ] = Field(
+        ...,
+        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event\nwas refused at the account's limit; `hold.refused`, a hold was refused at the account's\nlimit (each of these once per account, feature and cycle); `reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
+    )
+    timestamp: AwareDatetime = Field(
+        ..., description="When the notification was decided (RFC 3339 UTC)."
+    )
+    data: NotificationData
+
+
 class Health(RootModel[dict[str, str]]):
     """
     Each part of the stack, "ok" or why it does not answer.
@@ -923,7 +1203,8 @@ class Problem(BaseModel):
         description="The hold's status when it no longer takes charges (`hold-not-running`).",
     )
     errors: list[str] | None = Field(
-        None, description="Every problem with an account's fields (`invalid-request`)."
+        None,
+        description="Every problem with an account's or a webhook endpoint's fields (`invalid-request`).",
     )
     results: list[BatchItemResult] | None = Field(
         None, description="Why each item of a batch was refused (`invalid-request`)."
@@ -953,6 +1234,156 @@ class AccountInactiveProblem(Problem):
         description="The kind of problem: tag:ferrymeter.dev,2026:problem:<kind>.",
         pattern="^tag:ferrymeter\\.dev,2026:problem:[a-z-]+$",
     )
+
+
+class Alerts1(RootModel[list[Threshold1 | Threshold2]]):
+    root: list[Threshold1 | Threshold2] = Field(..., max_length=5)
+
+
+class CreateAccountRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    id: str = Field(
+        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    )
+    plan: str | None = Field(
+        None,
+        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
+        examples=["free"],
+        min_length=1,
+    )
+    status: Literal["active", "past_due", "inactive"] | None = Field(
+        None,
+        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
+    )
+    limits: dict[str, Limit | None] | None = Field(
+        None,
+        description="Overrides of the plan's limits; absent features keep the plan's.",
+    )
+    alerts: dict[str, Alerts1] | None = Field(
+        None,
+        description="Overrides of the plan's thresholds; absent features keep the plan's.",
+    )
+    kindeCustomerId: str | None = Field(
+        None,
+        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
+        examples=["cus_NffrFeUfNV2Hib"],
+        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+    )
+    stripeCustomerId: str | None = Field(
+        None,
+        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
+        examples=["cus_NffrFeUfNV2Hib"],
+        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+    )
+    kindeAgreementId: str | None = Field(
+        None,
+        description="A billing provider's id linked to the account (a Kinde customer or agreement, a Stripe\ncustomer). Each id names at most one account: linking one that another account holds\nis a 409.\n",
+        examples=["cus_NffrFeUfNV2Hib"],
+        pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+    )
+
+
+class UpdateAccountRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    plan: str | None = Field(
+        None,
+        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
+        examples=["free"],
+        min_length=1,
+    )
+    status: Literal["active", "past_due", "inactive"] | None = Field(
+        None,
+        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
+    )
+    limits: dict[str, Limit | None] | None = Field(
+        None, description="Replaces the account's overrides."
+    )
+    alerts: dict[str, Alerts1] | None = Field(
+        None,
+        description="Replaces the account's threshold overrides (an empty list turns a feature's thresholds off).",
+    )
+    agreementStart: int | None = Field(
+        None,
+        description="The day of the month billing cycles start (1–28); refused after the first usage.",
+        ge=1,
+        le=28,
+    )
+    kindeCustomerId: LinkedID | None = Field(
+        None, description="Links a Kinde customer; null unlinks."
+    )
+    stripeCustomerId: LinkedID | None = Field(
+        None, description="Links a Stripe customer; null unlinks."
+    )
+    kindeAgreementId: LinkedID | None = Field(
+        None,
+        description="Links a Kinde customer agreement (where Kinde records meter usage); null unlinks.",
+    )
+
+
+class AccountFields(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    id: str = Field(
+        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    )
+    plan: str = Field(
+        ...,
+        description="A plan of the catalog (built in — free, plus, internal — or FERRY_PLANS).",
+        examples=["free"],
+        min_length=1,
+    )
+    status: Literal["active", "past_due", "inactive"] = Field(
+        ...,
+        description="`active` spends; `past_due` (a payment failed; the provider retries it) still spends;\n`inactive` spends nothing.\n",
+    )
+    limits: dict[str, Limit | None] = Field(
+        ...,
+        description="The effective limits (the plan's, overridden by the account's) of every feature but\nthe allowance features (credits), whose limit is per cycle: the sum of the cycle's\ngrant rows, shown by GET /v1/usage.\n",
+    )
+    alerts: dict[str, Alerts1] = Field(
+        ...,
+        description="Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the\nlimit on a capped plan unless the plans file says otherwise). Only a capped plan's\nfeatures have thresholds; a threshold crossed is told once a cycle as a\nthreshold.crossed notification.\n",
+    )
+    agreementStart: int | None = Field(
+        ...,
+        description="The day of the month billing cycles start; null means calendar months.",
+        ge=1,
+        le=28,
+    )
+    createdAt: AwareDatetime
+    kindeCustomerId: LinkedID | None
+    stripeCustomerId: LinkedID | None
+    kindeAgreementId: LinkedID | None
+    planChangedAt: AwareDatetime | None = Field(
+        ...,
+        description="When the provider's plan change the account is on happened (its event time); null\nwhen no provider event has changed the plan. An older plan change is not applied.\n",
+    )
+
+
+class Account(AccountFields):
+    """
+    An account, never with its key.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+
+
+class AccountWithKey(AccountFields):
+    """
+    A new account and its API key, which is shown in this answer only.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+    )
+    apiKey: str = Field(..., pattern="^fk_[A-Za-z0-9_-]{43}$")
 
 
 class MeterValue(BaseModel):
