@@ -47,8 +47,8 @@ func newWebhookEndpoints(c *compose.Composer) *WebhookEndpoints {
 	loopback, err := c.Settings().Bool(resources.EnvAlertsAllowLoopback)
 	c.Fail(err)
 	return &WebhookEndpoints{
-		Store:  &endpoints.Store{DB: c.DynamoDB(), Table: c.Table(resources.TableWebhookEndpoints, resources.ReadWrite)},
-		Policy: send.Policy{AllowLoopback: loopback},
+		Store:      &endpoints.Store{DB: c.DynamoDB(), Table: c.Table(resources.TableWebhookEndpoints, resources.ReadWrite)},
+		Policy:     send.Policy{AllowLoopback: loopback},
 		Deliveries: &drain.Store{DB: c.DynamoDB(), Table: c.Table(resources.TableNotifications, resources.ReadWrite)},
 		Now:        c.Now,
 	}
