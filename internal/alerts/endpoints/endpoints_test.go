@@ -99,7 +99,7 @@ func TestRegistration_Validate_NamesEveryProblemAtOnce(t *testing.T) {
 			Description: long,
 		}, production, []string{
 			`url uses scheme "ftp"`, "url carries user information", "url carries a fragment", "url has host 10.0.0.1",
-			`kinds[1] "invoice.paid" is not a kind Ferry sends (threshold.crossed, limit.reached)`, `kinds[2] repeats "threshold.crossed"`,
+			`kinds[1] "invoice.paid" is not a kind Ferry sends (` + everyKind() + `)`, `kinds[2] repeats "threshold.crossed"`,
 			`accounts[1] "bad#id" is not an account id`, `accounts[2] repeats "acct_1"`, `accounts[3] "" is not an account id`,
 			"description is 257 characters long; at most 256",
 		}},
@@ -443,4 +443,13 @@ func TestEndpoint_IsStoredWithTheListKey(t *testing.T) {
 	if err := attributevalue.UnmarshalMap(item, &back); err != nil || back.ID != "we_x" || back.Rev != 1 {
 		t.Errorf("read back %+v (%v)", back, err)
 	}
+}
+
+// everyKind is the kinds Ferry sends, as a refusal lists them.
+func everyKind() string {
+	names := make([]string, len(notify.Kinds))
+	for i, k := range notify.Kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
