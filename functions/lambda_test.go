@@ -169,6 +169,8 @@ func TestLambdaRuntime_EveryFunctionBootsAndAnswersOneInvocation(t *testing.T) {
 				t.Errorf("the billing event: %+v, %v; want it IGNORED with its reason", e, err)
 			}
 		}},
+		// The notifier: no notification is due in the fixture's stack, so a run ends without error.
+		{resources.FunctionNotifier, "schedule/notifier.json", nil, nullAnswer},
 		{resources.FunctionInboxSweep, "schedule/sweeper.json", nil, func(t *testing.T, answer []byte) {
 			if string(bytes.TrimSpace(answer)) != "null" {
 				t.Errorf("answer %s; want null (a run without error)", answer)
