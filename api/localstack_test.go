@@ -9,6 +9,7 @@ import (
 	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/devstack"
+	"github.com/ferrymeter/ferry/internal/devkit/openapicheck"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
 )
@@ -16,14 +17,14 @@ import (
 // The local stack's own paths conform too: ferry dev serves the document it is validated against.
 func TestOpenAPI_LocalStackServesHealthAndThisDocument(t *testing.T) {
 	stack := startLocalStack(t)
-	v := newValidator(t, stack.URL)
+	v := openapicheck.New(t, stack.URL)
 	client := &http.Client{}
-	if r := v.do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, false, false); r.status != http.StatusOK {
-		t.Errorf("healthz: %d %s", r.status, r.body)
+	if r := v.Do(t, client, http.MethodGet, stack.URL+"/healthz", http.Header{}, nil, openapicheck.Conforming); r.Status != http.StatusOK {
+		t.Errorf("healthz: %d %s", r.Status, r.Body)
 	}
-	r := v.do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, false, false)
-	if r.status != http.StatusOK || r.header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.body, api.OpenAPI) {
-		t.Errorf("openapi.yaml: %d %q, %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	r := v.Do(t, client, http.MethodGet, stack.URL+"/openapi.yaml", http.Header{}, nil, openapicheck.Conforming)
+	if r.Status != http.StatusOK || r.Header.Get("Content-Type") != api.ContentType || !bytes.Equal(r.Body, api.OpenAPI) {
+		t.Errorf("openapi.yaml: %d %q, %d bytes", r.Status, r.Header.Get("Content-Type"), len(r.Body))
 	}
 	// Another method on them is a 405 problem naming the one they serve, as on the API's routes.
 	for _, path := range []string{"/healthz", "/openapi.yaml"} {

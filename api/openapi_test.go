@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -22,13 +21,11 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"github.com/ferrymeter/ferry/api"
 	"github.com/ferrymeter/ferry/internal/accounts/plans"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/openapicheck"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/holds"
 	"github.com/ferrymeter/ferry/internal/metering/event"
@@ -42,31 +39,10 @@ import (
 	stripewebhook "github.com/ferrymeter/ferry/internal/webhooks/stripe"
 )
 
-func TestMain(m *testing.M) {
-	// Kinde's webhooks are application/jwt: a text body to the validator.
-	openapi3filter.RegisterBodyDecoder("application/jwt", openapi3filter.PlainBodyDecoder)
-	// The console's page and files.
-	for _, ct := range []string{"text/html", "text/javascript", "text/css", "image/svg+xml"} {
-		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
-	}
-	testenv.Main(m)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // localRoutes are served by the local stack (ferry dev) rather than by a Lambda function.
 var localRoutes = map[string]bool{"GET /healthz": true, "GET /openapi.yaml": true}
-
-func loadDoc(t *testing.T) *openapi3.T {
-	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(api.OpenAPI)
-	if err != nil {
-		t.Fatalf("load openapi.yaml: %v", err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
-	}
-	return doc
-}
 
 func operation(doc *openapi3.T, method, path string) *openapi3.Operation {
 	item := doc.Paths.Value(path)
@@ -77,7 +53,7 @@ func operation(doc *openapi3.T, method, path string) *openapi3.Operation {
 }
 
 func TestOpenAPI_IsAValid31Document(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	if !doc.IsOpenAPI31OrLater() {
 		t.Errorf("openapi %s; want 3.1", doc.OpenAPI)
 	}
@@ -85,7 +61,7 @@ func TestOpenAPI_IsAValid31Document(t *testing.T) {
 
 // The prose states the contract's numbers; they must be the code's.
 func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	for _, want := range []string{
 		fmt.Sprintf("1–%d printable ASCII", idempotency.MaxKeyLength),
 		fmt.Sprintf("%d s lease", int(idempotency.Lease/time.Second)),
@@ -105,7 +81,7 @@ func TestOpenAPI_StatesTheIdempotencyLimitsOfTheCode(t *testing.T) {
 // The bounds the handlers enforce are the document's: a schema-valid amount is never refused
 // for its size, and a larger one is refused by the schema as by the handler.
 func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	schemas := doc.Components.Schemas
 	for _, field := range []struct{ schema, property string }{
 		{"CreateHoldRequest", "amount"}, {"ChargeRequest", "amount"}, {"SettleRequest", "used"},
@@ -129,7 +105,7 @@ func TestOpenAPI_StatesTheAmountBoundOfTheCode(t *testing.T) {
 // number is never refused for its size, and a larger one is refused by both. (The webhook routes
 // take the providers' documents, which are not Ferry's quantities.)
 func TestOpenAPI_EveryQuantityARequestTakesIsBoundedAsTheDecoderBoundsIt(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	limit := doc.Components.Schemas["Limit"].Value
 	if limit.Max == nil || *limit.Max != float64(plans.MaxLimit) || plans.MaxLimit != jsonbody.MaxInteger {
 		t.Errorf("Limit maximum %v, want %d", limit.Max, int64(plans.MaxLimit))
@@ -182,7 +158,7 @@ func walkIntegers(ref *openapi3.SchemaRef, where string, seen map[*openapi3.Sche
 // where a client reads them; every route that may take a body documents the 415, and the 415
 // says which codings are taken.
 func TestOpenAPI_StatesEmptyStringsTheIntegerBoundAndContentCodings(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	for _, want := range []string{
 		`an empty string is never "not given"`, "9007199254740991 (2^53−1)", "`Accept-Encoding: identity`",
 		"more than 5 minutes in the future", "a Kinde token without `event_id` or `type`",
@@ -208,7 +184,7 @@ func TestOpenAPI_StatesEmptyStringsTheIntegerBoundAndContentCodings(t *testing.T
 // A correction's reason is refused by the document exactly when the handler refuses it: blank
 // (Go's white space, the Unicode set) or holding a control character other than the line feed.
 func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	reason := doc.Components.Schemas["CorrectionRequest"].Value.Properties["reason"].Value
 	pattern := regexp.MustCompile(reason.Pattern)
 	candidates := []string{"ok", "a\nb", "\ufeff", "x y", "é"}
@@ -230,7 +206,7 @@ func TestOpenAPI_StatesTheCorrectionReasonRuleOfTheCode(t *testing.T) {
 // refuses them for their characters: a control character anywhere, white space at either end
 // (Go's white space, the Unicode set), which the CloudEvents SDK would trim.
 func TestOpenAPI_StatesTheEventAttributeRuleOfTheCode(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	props := doc.Components.Schemas["CloudEvent"].Value.Properties
 	candidates := []string{"ok", "a b", "\ufeffx", "x\ufeff", "é", "evt_1"}
 	for r := rune(0); r <= 0x3000; r++ {
@@ -256,7 +232,7 @@ func TestOpenAPI_StatesTheEventAttributeRuleOfTheCode(t *testing.T) {
 // rules, the account status rule with its own problem type, what a 502 and a 503 mean on the
 // event routes, and binary content mode.
 func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	for _, want := range []string{
 		"**Strict input.**", "twice", "case-sensitive", "`null` is never a value", "`7.5`, `7.0`, `1e3` or `\"7\"`",
 		"lone surrogates", "`invalid-header`",
@@ -304,7 +280,7 @@ func TestOpenAPI_StatesStrictInputStatusAndQueueOutcomes(t *testing.T) {
 // The document covers every declared route and nothing else, and gives each mutating route the
 // idempotency contract: the header, the replay header on its answers, the 409 and the 422.
 func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
-	doc := loadDoc(t)
+	doc := openapicheck.Load(t)
 	declared := map[string]bool{}
 	for _, r := range resources.Routes {
 		key := r.Method + " " + r.Path
@@ -361,104 +337,17 @@ func TestOpenAPI_DocumentsEveryRouteAndTheIdempotencyContract(t *testing.T) {
 
 const httpProblem = "application/problem+json"
 
-// validator checks exchanges against the document.
-type validator struct {
-	doc    *openapi3.T
-	router routers.Router
-}
-
-func newValidator(t *testing.T, baseURL string) *validator {
-	t.Helper()
-	doc := loadDoc(t)
-	doc.Servers = openapi3.Servers{{URL: baseURL}}
-	router, err := gorillamux.NewRouter(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &validator{doc: doc, router: router}
-}
-
-// bearerPresent stands in for authentication: the handlers decide who the key belongs to; the
-// document only says a bearer key is required.
-func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) error {
-	if in.SecurityScheme.Type != "http" || in.SecurityScheme.Scheme != "bearer" {
-		return fmt.Errorf("unexpected security scheme %s", in.SecuritySchemeName)
-	}
-	h := in.RequestValidationInput.Request.Header.Get("Authorization")
-	if len(h) <= len("Bearer ") || !strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
-		return errors.New("no bearer key")
-	}
-	return nil
-}
-
-// exchangeResult is one request and its answer.
-type exchangeResult struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// do sends a request and validates it and its answer. A request that breaks the contract on
-// purpose (invalidRequest) must fail validation; its answer must still conform. A request the
-// document cannot model (unmodelled) is not judged; its answer is.
-func (v *validator) do(t *testing.T, client *http.Client, method, url string, header http.Header, body []byte, invalidRequest, unmodelled bool) exchangeResult {
-	t.Helper()
-	ctx := context.Background()
-	newReq := func() *http.Request {
-		req, err := http.NewRequest(method, url, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = header.Clone()
-		return req
-	}
-	checked := newReq()
-	route, params, err := v.router.FindRoute(checked)
-	if err != nil {
-		t.Fatalf("%s %s: not in the document: %v", method, url, err)
-	}
-	in := &openapi3filter.RequestValidationInput{
-		Request: checked, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent, MultiError: true},
-	}
-	reqErr := openapi3filter.ValidateRequest(ctx, in)
-	switch {
-	case unmodelled:
-	case invalidRequest && reqErr == nil:
-		t.Errorf("%s %s breaks the contract on purpose but validates", method, url)
-	case !invalidRequest && reqErr != nil:
-		t.Errorf("request %s %s does not conform: %v", method, url, reqErr)
-	}
-
-	resp, err := client.Do(newReq())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(data)),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-	}); err != nil {
-		t.Errorf("answer %d to %s %s does not conform: %v\n%s", resp.StatusCode, method, url, err, data)
-	}
-	return exchangeResult{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
 // The validator is only as good as its refusals: a body the document forbids must fail.
 func TestOpenAPI_ValidatorRefusesWhatTheDocumentForbids(t *testing.T) {
-	v := newValidator(t, "http://127.0.0.1:8080")
+	v := openapicheck.New(t, "http://127.0.0.1:8080")
 	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:8080/v1/accounts/acct_1", nil)
 	req.Header.Set("Authorization", "Bearer k")
-	route, params, err := v.router.FindRoute(req)
+	route, params, err := v.Router.FindRoute(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: bearerPresent}}
+		Options: &openapi3filter.Options{AuthenticationFunc: openapicheck.BearerPresent}}
 	account := `{"id":"acct_1","plan":"free","status":"active","limits":{"events":3,"tokens":null},"alerts":{"events":[{"percent":80},{"value":3}]},"agreementStart":null,"createdAt":"2026-11-15T12:00:00.000Z","kindeCustomerId":null,"stripeCustomerId":"cus_1","kindeAgreementId":null,"planChangedAt":null`
 	for name, c := range map[string]struct {
 		status int
@@ -542,11 +431,22 @@ type exchange struct {
 	unmodelled bool
 	// before runs first (a crash to inject, the worker to drain); after runs once answered.
 	before func(t *testing.T, c *conformanceRun)
-	after  func(t *testing.T, c *conformanceRun, r exchangeResult)
+	after  func(t *testing.T, c *conformanceRun, r apptest.Response)
 	// makeBody, when set, builds the body at run time (a signed webhook); headers adds
 	// headers computed from the body (a signature).
 	makeBody func(t *testing.T, c *conformanceRun) string
 	headers  func(c *conformanceRun, body string) map[string]string
+}
+
+// judge is how the validator judges the row's request.
+func (x exchange) judge() openapicheck.Request {
+	switch {
+	case x.unmodelled:
+		return openapicheck.Unmodelled
+	case x.invalidRequest:
+		return openapicheck.Breaking
+	}
+	return openapicheck.Conforming
 }
 
 // conformanceRun is the state a table run carries from row to row.
@@ -570,28 +470,28 @@ func binaryHeaders(id string) http.Header {
 }
 
 // wantKind checks the problem kind of an answer.
-func wantKind(kind string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
-	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+func wantKind(kind string) func(t *testing.T, c *conformanceRun, r apptest.Response) {
+	return func(t *testing.T, c *conformanceRun, r apptest.Response) {
 		var p struct{ Type string }
-		if err := json.Unmarshal(r.body, &p); err != nil || p.Type != "tag:ferrymeter.dev,2026:problem:"+kind {
-			t.Errorf("problem %s, want kind %s", r.body, kind)
+		if err := json.Unmarshal(r.Body, &p); err != nil || p.Type != "tag:ferrymeter.dev,2026:problem:"+kind {
+			t.Errorf("problem %s, want kind %s", r.Body, kind)
 		}
 	}
 }
 
 // wantCodingRefused checks the answer to a coded body: 415, saying which codings are taken.
-func wantCodingRefused(t *testing.T, c *conformanceRun, r exchangeResult) {
+func wantCodingRefused(t *testing.T, c *conformanceRun, r apptest.Response) {
 	wantKind("unsupported-media-type")(t, c, r)
-	if got := r.header.Get("Accept-Encoding"); got != "identity" {
+	if got := r.Header.Get("Accept-Encoding"); got != "identity" {
 		t.Errorf("Accept-Encoding %q, want identity", got)
 	}
 }
 
-func captureKey(id string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
-	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+func captureKey(id string) func(t *testing.T, c *conformanceRun, r apptest.Response) {
+	return func(t *testing.T, c *conformanceRun, r apptest.Response) {
 		var body struct{ APIKey string }
-		if err := json.Unmarshal(r.body, &body); err != nil || body.APIKey == "" {
-			t.Fatalf("no apiKey in %s", r.body)
+		if err := json.Unmarshal(r.Body, &body); err != nil || body.APIKey == "" {
+			t.Fatalf("no apiKey in %s", r.Body)
 		}
 		c.keys[id] = body.APIKey
 	}
@@ -687,7 +587,7 @@ func conformanceTable() []exchange {
 		{name: "event, the queue write may have landed", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-6",
 			body: cloudEvent("evt_6"), status: 502,
 			before: func(t *testing.T, c *conformanceRun) { c.queue.unsure.Store(true) },
-			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.queue.unsure.Store(false) }},
+			after:  func(t *testing.T, c *conformanceRun, _ apptest.Response) { c.queue.unsure.Store(false) }},
 		{name: "event, retried after an unknown outcome", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-6",
 			body: cloudEvent("evt_6"), status: 202},
 		{name: "event, invalid", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-invalid",
@@ -701,13 +601,13 @@ func conformanceTable() []exchange {
 		{name: "event, the process dies after the claim", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-4",
 			body: cloudEvent("evt_4"), status: 503,
 			before: func(t *testing.T, c *conformanceRun) { c.faults.SetPlan(crashAfterFirstWrite) },
-			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.faults.SetPlan(nil) }},
+			after:  func(t *testing.T, c *conformanceRun, _ apptest.Response) { c.faults.SetPlan(nil) }},
 		{name: "event, repeated while the claim is in flight", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-4",
 			body: cloudEvent("evt_4"), status: 409},
 		{name: "event, the queue is down", route: "POST /v1/events", path: "/v1/events", as: "acct_1", idemKey: "evt-5",
 			body: cloudEvent("evt_5"), status: 503,
 			before: func(t *testing.T, c *conformanceRun) { c.queue.down.Store(true) },
-			after:  func(t *testing.T, c *conformanceRun, _ exchangeResult) { c.queue.down.Store(false) }},
+			after:  func(t *testing.T, c *conformanceRun, _ apptest.Response) { c.queue.down.Store(false) }},
 		{name: "event, for the account of one event", route: "POST /v1/events", path: "/v1/events", as: "acct_one",
 			body: cloudEvent("evt_a"), status: 202},
 		{name: "event, over the account's one event", route: "POST /v1/events", path: "/v1/events", as: "acct_one",
@@ -738,10 +638,10 @@ func conformanceTable() []exchange {
 		// other (the queue does not keep order, so either may be the one), and both answers
 		// must conform.
 		{name: "event status, one of two", route: "GET /v1/events/{id}", path: "/v1/events/evt_a", as: "acct_one", status: 200,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) { c.vars["evt_a"] = string(r.body) }},
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) { c.vars["evt_a"] = string(r.Body) }},
 		{name: "event status, the other of two", route: "GET /v1/events/{id}", path: "/v1/events/evt_b", as: "acct_one", status: 200,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				both := c.vars["evt_a"] + string(r.body)
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				both := c.vars["evt_a"] + string(r.Body)
 				if strings.Count(both, `"INSERTED"`) != 1 || strings.Count(both, `"REJECTED"`) != 1 || !strings.Contains(both, `"reason"`) {
 					t.Errorf("want one INSERTED and one REJECTED with a reason: %s", both)
 				}
@@ -752,20 +652,20 @@ func conformanceTable() []exchange {
 			body: `{"specversion":"1.0","id":"evt_llm","source":"/tests","type":"llm.call","data":{"tokens":150,"model":"gpt-4"}}`, status: 202},
 		{name: "event status, its meters' values", route: "GET /v1/events/{id}", path: "/v1/events/evt_llm", as: "acct_1", status: 200,
 			before: func(t *testing.T, c *conformanceRun) { c.h.Drain(t, 0) },
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
 				want := `"meters":[{"meter":"events","feature":"events","aggregation":"COUNT","value":1},` +
 					`{"meter":"tokens","feature":"tokens","aggregation":"SUM","value":150,"dimensions":{"model":"gpt-4"}}]`
-				if !strings.Contains(string(r.body), want) {
-					t.Errorf("status %s; want %s", r.body, want)
+				if !strings.Contains(string(r.Body), want) {
+					t.Errorf("status %s; want %s", r.Body, want)
 				}
 			}},
 		{name: "event with a bad token count", route: "POST /v1/events", path: "/v1/events", as: "acct_1",
 			body: `{"specversion":"1.0","id":"evt_llm_bad","source":"/tests","type":"llm.call","data":{"tokens":-3}}`, status: 202},
 		{name: "event status, rejected for its value", route: "GET /v1/events/{id}", path: "/v1/events/evt_llm_bad", as: "acct_1", status: 200,
 			before: func(t *testing.T, c *conformanceRun) { c.h.Drain(t, 0) },
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"status":"REJECTED"`) || !strings.Contains(string(r.body), `"reason":"bad meter value: meter tokens: /tokens is -3, below 0"`) {
-					t.Errorf("status %s; want REJECTED for the value", r.body)
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				if !strings.Contains(string(r.Body), `"status":"REJECTED"`) || !strings.Contains(string(r.Body), `"reason":"bad meter value: meter tokens: /tokens is -3, below 0"`) {
+					t.Errorf("status %s; want REJECTED for the value", r.Body)
 				}
 			}},
 		{name: "update, agreement start after the first usage", route: "PATCH /v1/accounts/{id}", path: "/v1/accounts/acct_1", as: "operator",
@@ -774,9 +674,9 @@ func conformanceTable() []exchange {
 		// Usage.
 		{name: "usage", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200},
 		{name: "usage of tokens in a cycle", route: "GET /v1/usage", path: "/v1/usage?feature=tokens&cycle=2026-11", as: "acct_1", status: 200,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"meter":"tokens","aggregation":"SUM"`) || !strings.Contains(string(r.body), `"used":150`) {
-					t.Errorf("usage %s; want the tokens meter's SUM, 150", r.body)
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				if !strings.Contains(string(r.Body), `"meter":"tokens","aggregation":"SUM"`) || !strings.Contains(string(r.Body), `"used":150`) {
+					t.Errorf("usage %s; want the tokens meter's SUM, 150", r.Body)
 				}
 			}},
 		{name: "usage, unlimited", route: "GET /v1/usage", path: "/v1/usage?feature=tokens", as: "acct_one", status: 200},
@@ -789,10 +689,10 @@ func conformanceTable() []exchange {
 		{name: "usage query by day", route: "GET /v1/usage/query", as: "acct_1", status: 200,
 			path:   "/v1/usage/query?meter=events&window=DAY&from=2026-11-02T00:00:00Z&to=2026-11-04T00:00:00Z",
 			before: seedRollups("acct_1", "2026-11-02T23:59:00Z", "2026-11-03T10:00:00Z", "2026-11-03T10:00:30Z"),
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"rows":[{"windowStart":"2026-11-02T00:00:00Z","windowEnd":"2026-11-03T00:00:00Z","group":{},"value":1},`+
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				if !strings.Contains(string(r.Body), `"rows":[{"windowStart":"2026-11-02T00:00:00Z","windowEnd":"2026-11-03T00:00:00Z","group":{},"value":1},`+
 					`{"windowStart":"2026-11-03T00:00:00Z","windowEnd":"2026-11-04T00:00:00Z","group":{},"value":2}]`) {
-					t.Errorf("the days' rows: %s", r.body)
+					t.Errorf("the days' rows: %s", r.Body)
 				}
 			}},
 		{name: "usage query by day in Kolkata, the operator's", route: "GET /v1/usage/query", as: "operator", status: 200,
@@ -821,10 +721,10 @@ func conformanceTable() []exchange {
 		// Holds (DESIGN §8).
 		{name: "hold", route: "POST /v1/holds", path: "/v1/holds", as: "acct_1", idemKey: "hold-1",
 			body: `{"key":"job-1","feature":"tokens","amount":100}`, status: 201,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
 				var body struct{ ID string }
-				if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
-					t.Fatalf("no hold id in %s", r.body)
+				if err := json.Unmarshal(r.Body, &body); err != nil || body.ID == "" {
+					t.Fatalf("no hold id in %s", r.Body)
 				}
 				c.vars["hold"] = body.ID
 			}},
@@ -870,9 +770,9 @@ func conformanceTable() []exchange {
 		{name: "correction, an account's key", route: "POST /v1/usage/corrections", path: "/v1/usage/corrections", as: "acct_1", idemKey: "corr-3",
 			body: `{"account":"acct_1","feature":"events","units":1,"reason":"x"}`, status: 401},
 		{name: "usage after a correction", route: "GET /v1/usage", path: "/v1/usage", as: "acct_1", status: 200,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"corrections":-1`) {
-					t.Errorf("usage does not show the correction: %s", r.body)
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				if !strings.Contains(string(r.Body), `"corrections":-1`) {
+					t.Errorf("usage does not show the correction: %s", r.Body)
 				}
 			}},
 		{name: "report now", route: "POST /v1/report", path: "/v1/report", as: "operator", idemKey: "report-1", body: `{}`, status: 200},
@@ -910,10 +810,10 @@ func conformanceTable() []exchange {
 			body: `{"id":"acct_off","limits":{"tokens":1000}}`, status: 201, after: captureKey("acct_off")},
 		{name: "hold, before the deactivation", route: "POST /v1/holds", path: "/v1/holds", as: "acct_off",
 			body: `{"key":"job-off","feature":"tokens","amount":100}`, status: 201,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
 				var body struct{ ID string }
-				if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
-					t.Fatalf("no hold id in %s", r.body)
+				if err := json.Unmarshal(r.Body, &body); err != nil || body.ID == "" {
+					t.Fatalf("no hold id in %s", r.Body)
 				}
 				c.vars["hold_off"] = body.ID
 			}},
@@ -973,21 +873,21 @@ func stripeSigned(secret string, at time.Time) func(c *conformanceRun, body stri
 	}
 }
 
-func captureVar(name string) func(t *testing.T, c *conformanceRun, r exchangeResult) {
-	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+func captureVar(name string) func(t *testing.T, c *conformanceRun, r apptest.Response) {
+	return func(t *testing.T, c *conformanceRun, r apptest.Response) {
 		var body struct{ ID string }
-		if err := json.Unmarshal(r.body, &body); err != nil || body.ID == "" {
-			t.Fatalf("no id in %s", r.body)
+		if err := json.Unmarshal(r.Body, &body); err != nil || body.ID == "" {
+			t.Fatalf("no id in %s", r.Body)
 		}
 		c.vars[name] = body.ID
 	}
 }
 
-func wantDuplicate(want bool) func(t *testing.T, c *conformanceRun, r exchangeResult) {
-	return func(t *testing.T, c *conformanceRun, r exchangeResult) {
+func wantDuplicate(want bool) func(t *testing.T, c *conformanceRun, r apptest.Response) {
+	return func(t *testing.T, c *conformanceRun, r apptest.Response) {
 		var body struct{ Duplicate bool }
-		if err := json.Unmarshal(r.body, &body); err != nil || body.Duplicate != want {
-			t.Errorf("duplicate %v in %s; want %v", body.Duplicate, r.body, want)
+		if err := json.Unmarshal(r.Body, &body); err != nil || body.Duplicate != want {
+			t.Errorf("duplicate %v in %s; want %v", body.Duplicate, r.Body, want)
 		}
 	}
 }
@@ -1030,7 +930,7 @@ func inboxTable() []exchange {
 		{name: "kinde webhook", route: "POST /v1/webhooks/kinde", path: "/v1/webhooks/kinde", as: "none", contentType: "application/jwt",
 			makeBody: func(t *testing.T, c *conformanceRun) string { return kindeToken(t, c, "event_conf_1", 0) },
 			headers:  func(*conformanceRun, string) map[string]string { return map[string]string{"webhook-id": "msg_1"} },
-			status:   200, after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+			status:   200, after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
 				captureVar("bev")(t, c, r)
 				wantDuplicate(false)(t, c, r)
 			}},
@@ -1084,9 +984,9 @@ func inboxTable() []exchange {
 		{name: "replay, as the operator", route: "POST /v1/billing-events/{id}/replay", path: "/v1/billing-events/{bev2}/replay", as: "operator", body: `{}`, status: 202},
 		{name: "usage of an allowance", route: "GET /v1/usage", path: "/v1/usage?feature=credits", as: "acct_hooks", status: 200,
 			before: settleInbox,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
-				if !strings.Contains(string(r.body), `"limit":500`) || !strings.Contains(string(r.body), `"grants":[`) {
-					t.Errorf("credits after the plan change: %s", r.body)
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
+				if !strings.Contains(string(r.Body), `"limit":500`) || !strings.Contains(string(r.Body), `"grants":[`) {
+					t.Errorf("credits after the plan change: %s", r.Body)
 				}
 			}},
 	}
@@ -1106,7 +1006,7 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 			ingest.Queue = run.queue
 		},
 	})
-	v := newValidator(t, run.h.Server.URL)
+	v := openapicheck.New(t, run.h.Server.URL)
 	served := map[string]bool{}
 	for _, k := range run.h.Served() {
 		served[k] = true
@@ -1157,11 +1057,11 @@ func TestOpenAPI_HandlersConformToTheDocument(t *testing.T) {
 			header.Set("Idempotency-Key", x.idemKey)
 		}
 		path := strings.NewReplacer("{hold_off}", run.vars["hold_off"], "{hold}", run.vars["hold"], "{bev}", run.vars["bev"], "{bev2}", run.vars["bev2"], "{we}", run.vars["we"]).Replace(x.path)
-		r := v.do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(body), x.invalidRequest, x.unmodelled)
-		if r.status != x.status {
-			t.Errorf("%s: %d, want %d: %s", x.name, r.status, x.status, r.body)
+		r := v.Do(t, run.h.Server.Client(), routeMethod(x.route), run.h.Server.URL+path, header, []byte(body), x.judge())
+		if r.Status != x.status {
+			t.Errorf("%s: %d, want %d: %s", x.name, r.Status, x.status, r.Body)
 		}
-		if got := r.header.Get("Idempotent-Replayed") == "true"; got != x.replayed {
+		if got := r.Header.Get("Idempotent-Replayed") == "true"; got != x.replayed {
 			t.Errorf("%s: replayed %v, want %v", x.name, got, x.replayed)
 		}
 		exercised[x.route] = true
@@ -1241,10 +1141,10 @@ func webhookEndpointsTable() []exchange {
 	reg := `{"url":"https://hooks.example.com/ferry","kinds":["threshold.crossed"],"accounts":["acct_1"],"description":"billing"}`
 	return []exchange{
 		{name: "webhook endpoint", route: "POST /v1/webhook-endpoints", path: "/v1/webhook-endpoints", as: "operator", idemKey: "we-1", body: reg, status: 201,
-			after: func(t *testing.T, c *conformanceRun, r exchangeResult) {
+			after: func(t *testing.T, c *conformanceRun, r apptest.Response) {
 				var b struct{ ID string }
-				if err := json.Unmarshal(r.body, &b); err != nil || b.ID == "" {
-					t.Fatalf("no endpoint id in %s", r.body)
+				if err := json.Unmarshal(r.Body, &b); err != nil || b.ID == "" {
+					t.Fatalf("no endpoint id in %s", r.Body)
 				}
 				c.vars["we"] = b.ID
 			}},

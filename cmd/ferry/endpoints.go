@@ -13,10 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-)
 
-// maxAnswerBytes bounds an answer the webhook-endpoints commands read.
-const maxAnswerBytes = 16 << 20
+	"github.com/ferrymeter/ferry/internal/alerts/notify"
+)
 
 // endpointsUsage is `ferry webhook-endpoints`'s help.
 const endpointsUsage = `usage: ferry webhook-endpoints <command> [--url URL] [flags]
@@ -29,6 +28,15 @@ const endpointsUsage = `usage: ferry webhook-endpoints <command> [--url URL] [fl
 
 --url is Ferry's base URL (default: the local stack); the operator key comes from FERRY_ADMIN_KEY.
 --json prints the API's answer as it is. A secret is shown once, by create and rotate.`
+
+// kindNames lists the notification kinds Ferry sends.
+func kindNames() string {
+	names := make([]string, len(notify.Kinds))
+	for i, k := range notify.Kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
 
 // runWebhookEndpoints manages the webhook endpoints of a running stack through its operator
 // routes (/v1/webhook-endpoints).
@@ -47,7 +55,7 @@ func runWebhookEndpoints(ctx context.Context, args []string, stdout, stderr io.W
 	switch args[0] {
 	case "create":
 		endpointURL = fs.String("endpoint-url", "", "where deliveries go (https; http://127.0.0.1… under ferry dev)")
-		fs.Var(&kinds, "kind", "a notification kind it wants (threshold.crossed, limit.reached); repeat it; none: every kind")
+		fs.Var(&kinds, "kind", "a notification kind it wants ("+kindNames()+"); repeat it; none: every kind")
 		fs.Var(&accounts, "account", "an account it is sent notifications of; repeat it; none: every account")
 		description = fs.String("description", "", "a note for the operator")
 	case "list":
@@ -140,49 +148,6 @@ type repeatedFlag []string
 
 func (l *repeatedFlag) String() string     { return strings.Join(*l, ",") }
 func (l *repeatedFlag) Set(v string) error { *l = append(*l, v); return nil }
-
-// send is call for the routes that answer other than 200: it decodes an answer of status want
-// into out; any other answer is an error with the problem's detail and every problem it lists.
-func (c *opClient) send(ctx context.Context, method, path string, body any, out *json.RawMessage, want int) error {
-	var reader io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		reader = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s (is Ferry running at %s?): %w", method, path, c.base, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != want {
-		var p struct {
-			Detail string   `json:"detail"`
-			Errors []string `json:"errors"`
-		}
-		_ = json.Unmarshal(data, &p)
-		if len(p.Errors) > 1 {
-			return fmt.Errorf("%s %s: %d:\n  %s", method, path, resp.StatusCode, strings.Join(p.Errors, "\n  "))
-		}
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, p.Detail)
-	}
-	*out = data
-	return nil
-}
 
 // endpointAnswer is an endpoint as the API shows it, with a secret when create or rotate shows
 // one.

@@ -10,74 +10,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/ferrymeter/ferry/internal/devkit/devstack"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
 )
 
-// Bounds of the reporting commands.
-const (
-	// maxReconcilePages bounds one `ferry reconcile` over every account (50 accounts a page).
-	maxReconcilePages = 10_000
-	opRequestTimeout  = 2 * time.Minute
-)
-
-// opClient calls a Ferry stack's operator routes.
-type opClient struct {
-	base, key string
-	http      *http.Client
-}
-
-func operatorClient(fs *flag.FlagSet) *string {
-	return fs.String("url", "http://"+envOr(EnvAddr, devstack.DefaultAddr), "Ferry's base URL: a running ferry dev or a deployed stack (operator key from FERRY_ADMIN_KEY)")
-}
-
-func newOpClient(base string) *opClient {
-	return &opClient{
-		base: strings.TrimRight(base, "/"), key: envOr(resources.EnvAdminKey, devstack.DefaultAdminKey),
-		http: &http.Client{Timeout: opRequestTimeout},
-	}
-}
-
-// call sends a request and decodes a 200 answer into out; any other answer is an error with the
-// problem's detail.
-func (c *opClient) call(ctx context.Context, method, path string, body, out any) error {
-	var reader io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		reader = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s (is Ferry running at %s?): %w", method, path, c.base, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var p struct{ Detail string }
-		_ = json.Unmarshal(data, &p)
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, p.Detail)
-	}
-	return json.Unmarshal(data, out)
-}
+// maxReconcilePages bounds one `ferry reconcile` over every account (50 accounts a page).
+const maxReconcilePages = 10_000
 
 // runReconcile reconciles one account (and cycle), or every account page by page, and prints one
 // line per (account, feature, cycle, provider). It fails when a cycle could not be compared or a

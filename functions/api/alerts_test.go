@@ -5,24 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
-
-	apidoc "github.com/ferrymeter/ferry/api"
 	apifn "github.com/ferrymeter/ferry/functions/api"
 	"github.com/ferrymeter/ferry/internal/alerts/drain"
 	"github.com/ferrymeter/ferry/internal/alerts/endpoints"
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
+	"github.com/ferrymeter/ferry/internal/devkit/openapicheck"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
 	"github.com/ferrymeter/ferry/internal/platform/compose"
 	"github.com/ferrymeter/ferry/internal/platform/problem"
@@ -66,7 +60,7 @@ func (f *fakeLog) Replay(_ context.Context, endpointID, notificationID string, n
 // delivery log replaced by log when it is not nil.
 type harness struct {
 	*apptest.Harness
-	v   *validator
+	v   *openapicheck.Validator
 	log *fakeLog
 }
 
@@ -80,7 +74,7 @@ func newHarness(t *testing.T, settings compose.Settings) *harness {
 	h.Harness = apptest.New(t, apptest.Options{Definitions: &defs, Settings: settings, Configure: func(a *apptest.Harness) {
 		a.API().Endpoints.Deliveries = h.log
 	}})
-	h.v = newValidator(t, h.Server.URL)
+	h.v = openapicheck.New(t, h.Server.URL)
 	return h
 }
 
@@ -107,7 +101,11 @@ func (h *harness) do(t *testing.T, method, path string, body any, invalid bool, 
 	for i := 0; i+1 < len(headers); i += 2 {
 		header.Set(headers[i], headers[i+1])
 	}
-	return h.v.do(t, h.Server.Client(), method, h.Server.URL+path, header, raw, invalid)
+	judge := openapicheck.Conforming
+	if invalid {
+		judge = openapicheck.Breaking
+	}
+	return h.v.Do(t, h.Server.Client(), method, h.Server.URL+path, header, raw, judge)
 }
 
 func (h *harness) create(t *testing.T, body any) (map[string]any, string) {
@@ -435,72 +433,3 @@ func problemOf(t *testing.T, r apptest.Response, status int, kind string) map[st
 
 // errBadCursor is how the fake refuses a cursor it never handed out: as input, as drain does.
 var errBadCursor = problem.Input("cursor is not one this list handed out")
-
-// validator checks exchanges against api/openapi.yaml.
-type validator struct {
-	router routers.Router
-}
-
-func newValidator(t *testing.T, baseURL string) *validator {
-	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(apidoc.OpenAPI)
-	if err != nil {
-		t.Fatalf("load openapi.yaml: %v", err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatalf("openapi.yaml: %v", err)
-	}
-	doc.Servers = openapi3.Servers{{URL: baseURL}}
-	router, err := gorillamux.NewRouter(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &validator{router: router}
-}
-
-// do sends a request and checks it (unless it breaks the document on purpose, when it must not
-// validate) and its answer against the document.
-func (v *validator) do(t *testing.T, client *http.Client, method, url string, header http.Header, body []byte, invalid bool) apptest.Response {
-	t.Helper()
-	ctx := context.Background()
-	newReq := func() *http.Request {
-		req, err := http.NewRequest(method, url, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = header.Clone()
-		return req
-	}
-	checked := newReq()
-	route, params, err := v.router.FindRoute(checked)
-	if err != nil {
-		t.Fatalf("%s %s is not in the document: %v", method, url, err)
-	}
-	in := &openapi3filter.RequestValidationInput{
-		Request: checked, PathParams: params, Route: route,
-		Options: &openapi3filter.Options{AuthenticationFunc: func(context.Context, *openapi3filter.AuthenticationInput) error { return nil }, MultiError: true},
-	}
-	switch reqErr := openapi3filter.ValidateRequest(ctx, in); {
-	case invalid && reqErr == nil:
-		t.Errorf("%s %s %s breaks the document on purpose but validates", method, url, body)
-	case !invalid && reqErr != nil:
-		t.Errorf("%s %s %s does not conform: %v", method, url, body, reqErr)
-	}
-	resp, err := client.Do(newReq())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(data)),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-	}); err != nil {
-		t.Errorf("the answer %d to %s %s does not conform: %v\n%s", resp.StatusCode, method, url, err, data)
-	}
-	return apptest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
-}

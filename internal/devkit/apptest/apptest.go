@@ -298,7 +298,14 @@ func (h *Harness) Do(t testing.TB, method, path, key string, body any, headers .
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := h.Server.Client().Do(req)
+	return Send(t, h.Server.Client(), req)
+}
+
+// Send sends req with client and reads the whole answer; a request that gets no answer fails the
+// test.
+func Send(t testing.TB, client *http.Client, req *http.Request) Response {
+	t.Helper()
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
