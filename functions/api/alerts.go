@@ -255,9 +255,11 @@ type deliveryBody struct {
 	Notification string      `json:"notification"`
 	Endpoint     string      `json:"endpoint"`
 	Kind         notify.Kind `json:"kind"`
-	Account      string      `json:"account"`
-	Status       string      `json:"status"`
-	Attempts     int         `json:"attempts"`
+	// Account is absent for a notification of no account (a billing_event.dead of an event no
+	// account is known for).
+	Account  string `json:"account,omitempty"`
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
 	// The last attempt: its HTTP status (absent when there was no answer), the start of its
 	// answer, and what went wrong.
 	LastStatus    int    `json:"lastStatus,omitempty"`

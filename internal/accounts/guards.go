@@ -26,6 +26,10 @@ func guards() []dynamo.Guard {
 			Keeps: "a billing event older than the one the plan came from never changes the plan"},
 		dynamo.Guard{Name: "accounts.billing.status-newer", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingStatusNewer,
 			Keeps: "a billing event older than the one the status came from never changes the status"},
+		dynamo.Guard{Name: "accounts.billing.plan-as-read", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingPlanAsRead,
+			Keeps: "a billing event's plan change commits only over the plan it was decided from, so account.plan_changed tells the plan it replaced, not one an operator's update replaced since the read"},
+		dynamo.Guard{Name: "accounts.billing.status-as-read", Kind: "Update", Table: resources.TableAccounts, UpdatePrefix: updatePrefix, Clause: billingStatusAsRead,
+			Keeps: "a billing event's status change commits only over the status it was decided from, so account.status_changed tells the status it replaced, not one an operator's update replaced since the read"},
 	)
 	// One template for every kind of link: the provider id the event was resolved through.
 	g = append(g,

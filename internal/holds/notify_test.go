@@ -1,54 +1,31 @@
 package holds_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
-	"github.com/ferrymeter/ferry/internal/platform/dynamo"
-	"github.com/ferrymeter/ferry/internal/platform/resources"
+	"github.com/ferrymeter/ferry/internal/devkit/notifytest"
 )
 
-// refusedNotes are the account's hold.refused notifications as stored, each with its message.
-// The test's notifications table is its own and small, so a scan is fine here.
+// refusedNotes are the account's hold.refused notifications as stored, each as its message;
+// no notifier runs here, so each must still be NEW.
 func refusedNotes(t *testing.T, h *apptest.Harness, account string) []notify.Message {
 	t.Helper()
 	var out []notify.Message
-	var start map[string]types.AttributeValue
-	for {
-		page, err := h.Env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
-			TableName: aws.String(h.Env.Names.Table(resources.TableNotifications)), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			t.Fatal(err)
+	for _, n := range notifytest.Read(t, h.Env) {
+		if n.Stored.Account != account || n.Stored.Kind != notify.HoldRefused {
+			continue
 		}
-		for _, item := range page.Items {
-			n := notify.StoredOf(item)
-			if dynamo.Str(item, "sk") != notify.SKNotification || n.Account != account || n.Kind != notify.HoldRefused {
-				continue
-			}
-			var m notify.Message
-			if err := json.Unmarshal(n.Body, &m); err != nil {
-				t.Fatalf("notification %s: %v", n.ID, err)
-			}
-			if m.ID != n.ID || n.Status != notify.StatusNew {
-				t.Errorf("notification %s is stored as %+v, its message says %s", n.ID, n, m.ID)
-			}
-			out = append(out, m)
+		if n.Stored.Status != notify.StatusNew {
+			t.Errorf("notification %s is stored as %+v; want it NEW", n.Stored.ID, n.Stored)
 		}
-		if start = page.LastEvaluatedKey; len(start) == 0 {
-			return out
-		}
+		out = append(out, n.Message)
 	}
+	return out
 }
 
 // wantRefused fails unless the account has exactly one hold.refused notification for the cycle,

@@ -118,8 +118,8 @@ func verifyAll(t *testing.T, v *WebhookVerifier, ds []received, account string) 
 		if err != nil {
 			t.Fatalf("delivery %d (%s) did not verify: %v\n%s", i, d.header.Get("webhook-id"), err, d.body)
 		}
-		if msg.Id != d.header.Get("webhook-id") || msg.Data.Account != account {
-			t.Fatalf("delivery %d: webhook-id %q carries message %s of account %s", i, d.header.Get("webhook-id"), msg.Id, msg.Data.Account)
+		if msg.Id != d.header.Get("webhook-id") || msg.Data.Account == nil || *msg.Data.Account != account {
+			t.Fatalf("delivery %d: webhook-id %q carries message %s of account %v", i, d.header.Get("webhook-id"), msg.Id, msg.Data.Account)
 		}
 		if prev, ok := bodies[msg.Id]; ok && !bytes.Equal(prev, d.body) {
 			t.Fatalf("webhook-id %s sent as %s, then as %s", msg.Id, prev, d.body)
@@ -309,7 +309,7 @@ func TestE2E_Notifications_ThresholdsLimitReplay_EachOnceAndSigned(t *testing.T)
 		return n == 3
 	})
 	for id, d := range log {
-		if _, ok := msgs[id]; !ok || d.Status != WebhookDeliveryStatusDELIVERED || d.Account != account || d.Endpoint != ep.Id {
+		if _, ok := msgs[id]; !ok || d.Status != WebhookDeliveryStatusDELIVERED || d.Account == nil || *d.Account != account || d.Endpoint != ep.Id {
 			t.Fatalf("the log has %d deliveries; %s is %+v", len(log), id, d)
 		}
 	}

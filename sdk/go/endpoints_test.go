@@ -305,7 +305,7 @@ func TestWebhookVerifier_VerifyMessage_AsFerrySends(t *testing.T) {
 		}
 		d := msg.Data
 		if msg.Id != id || msg.Type != ThresholdCrossed || !msg.Timestamp.Equal(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)) ||
-			d.Account != "acct_1" || strOf(d.Feature) != "events" || strOf(d.Meter) != "events" || strOf(d.Cycle) != "2026-11" ||
+			strOf(d.Account) != "acct_1" || strOf(d.Feature) != "events" || strOf(d.Meter) != "events" || strOf(d.Cycle) != "2026-11" ||
 			intOf(d.Threshold) != 80 || intOf(d.Percent) != 80 || intOf(d.Limit) != 100 || intOf(d.Used) != 85 {
 			t.Fatalf("message %+v", msg)
 		}

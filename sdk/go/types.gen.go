@@ -282,6 +282,7 @@ const (
 	OutboxDead           NotificationKind = "outbox.dead"
 	ReconcileMismatch    NotificationKind = "reconcile.mismatch"
 	ThresholdCrossed     NotificationKind = "threshold.crossed"
+	ThresholdResolved    NotificationKind = "threshold.resolved"
 )
 
 // Valid indicates whether the value is a known member of the NotificationKind enum.
@@ -302,6 +303,8 @@ func (e NotificationKind) Valid() bool {
 	case ReconcileMismatch:
 		return true
 	case ThresholdCrossed:
+		return true
+	case ThresholdResolved:
 		return true
 	default:
 		return false
@@ -582,8 +585,9 @@ type AccountFields struct {
 
 	// Alerts Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
 	// limit on a capped plan unless the plans file says otherwise). Only a capped plan's
-	// features have thresholds; a threshold crossed is told once a cycle as a
-	// threshold.crossed notification.
+	// features have thresholds; a threshold crossed is told once as a threshold.crossed
+	// notification, and told again as threshold.resolved if a raised limit moves it above
+	// the usage.
 	Alerts           Alerts    `json:"alerts"`
 	CreatedAt        time.Time `json:"createdAt"`
 	Id               AccountID `json:"id"`
@@ -651,8 +655,9 @@ type AccountWithKey struct {
 
 	// Alerts Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
 	// limit on a capped plan unless the plans file says otherwise). Only a capped plan's
-	// features have thresholds; a threshold crossed is told once a cycle as a
-	// threshold.crossed notification.
+	// features have thresholds; a threshold crossed is told once as a threshold.crossed
+	// notification, and told again as threshold.resolved if a raised limit moves it above
+	// the usage.
 	Alerts           Alerts    `json:"alerts"`
 	ApiKey           string    `json:"apiKey"`
 	CreatedAt        time.Time `json:"createdAt"`
@@ -1162,11 +1167,15 @@ type MeterValue struct {
 	Value int `json:"value"`
 }
 
-// NotificationData The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
-// feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+// NotificationData The account (absent only for a `billing_event.dead` no account is known for); `feature`, `cycle`, `limit` and `used` for the kinds about a
+// feature's usage (`threshold.crossed`, `threshold.resolved`, `limit.reached`, `hold.refused`, and
 // `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
 type NotificationData struct {
-	Account AccountID `json:"account"`
+	// Account The account the notification is about. Absent for a `billing_event.dead` of an event
+	// no account was found for (its payload unreadable, its customer linked to no account),
+	// or whose last worker stopped before recording one; such a notification goes only to
+	// the endpoints registered for every account.
+	Account *AccountID `json:"account,omitempty"`
 
 	// Cycle A billing cycle, named by the month it starts in.
 	Cycle *CycleLabel `json:"cycle,omitempty"`
@@ -1192,7 +1201,7 @@ type NotificationData struct {
 	// Meter The meter that moves the feature, when one does.
 	Meter *string `json:"meter,omitempty"`
 
-	// Percent The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only).
+	// Percent The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` and `threshold.resolved` only).
 	Percent *int `json:"percent,omitempty"`
 
 	// Provider The provider whose meter was compared (`reconcile.mismatch`).
@@ -1207,13 +1216,13 @@ type NotificationData struct {
 	// Requested What the refused hold asked for (`hold.refused`).
 	Requested *int `json:"requested,omitempty"`
 
-	// Threshold The usage the crossed threshold stands at (`threshold.crossed` only).
+	// Threshold The usage the threshold stands at under the limit in force (`threshold.crossed` and `threshold.resolved` only).
 	Threshold *int `json:"threshold,omitempty"`
 
 	// To The plan or status after.
 	To *string `json:"to,omitempty"`
 
-	// Used The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused).
+	// Used The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused; for `threshold.resolved`, the usage found under the threshold).
 	Used *int `json:"used,omitempty"`
 
 	// Verdict The reconciler's verdict (`reconcile.mismatch`).
@@ -1227,9 +1236,12 @@ type NotificationDataProvider string
 type NotificationID = string
 
 // NotificationKind What a notification reports (its message's `type`): `threshold.crossed`, an account's
-// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
-// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
-// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+// usage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a
+// threshold told crossed this cycle stands above the usage again, because the limit was
+// raised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was
+// refused at the account's limit (once per limit in force); `hold.refused`, a hold was
+// refused at the account's limit (each of these once per account, feature and cycle);
+// `reconcile.mismatch`, the
 // reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
 // `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
 // provider's billing event failed every attempt to apply it; `account.plan_changed` and
@@ -1254,8 +1266,8 @@ type NotificationKind string
 // none within 10 seconds) is retried with backoff, and after the last try the delivery is
 // DEAD until the operator replays it. Ferry never follows a redirect.
 type NotificationMessage struct {
-	// Data The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
-	// feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+	// Data The account (absent only for a `billing_event.dead` no account is known for); `feature`, `cycle`, `limit` and `used` for the kinds about a
+	// feature's usage (`threshold.crossed`, `threshold.resolved`, `limit.reached`, `hold.refused`, and
 	// `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
 	Data NotificationData `json:"data"`
 
@@ -1266,9 +1278,12 @@ type NotificationMessage struct {
 	Timestamp time.Time `json:"timestamp"`
 
 	// Type What a notification reports (its message's `type`): `threshold.crossed`, an account's
-	// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
-	// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
-	// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+	// usage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a
+	// threshold told crossed this cycle stands above the usage again, because the limit was
+	// raised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was
+	// refused at the account's limit (once per limit in force); `hold.refused`, a hold was
+	// refused at the account's limit (each of these once per account, feature and cycle);
+	// `reconcile.mismatch`, the
 	// reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
 	// `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
 	// provider's billing event failed every attempt to apply it; `account.plan_changed` and
@@ -1692,7 +1707,8 @@ type WebhookAccounts = []AccountID
 
 // WebhookDelivery One notification's delivery to one endpoint.
 type WebhookDelivery struct {
-	Account AccountID `json:"account"`
+	// Account The account the notification is about; absent for a `billing_event.dead` no account is known for.
+	Account *AccountID `json:"account,omitempty"`
 
 	// Attempts Attempts since it was made or last replayed.
 	Attempts    int        `json:"attempts"`
@@ -1703,9 +1719,12 @@ type WebhookDelivery struct {
 	Endpoint WebhookEndpointID `json:"endpoint"`
 
 	// Kind What a notification reports (its message's `type`): `threshold.crossed`, an account's
-	// usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
-	// was refused at the account's limit; `hold.refused`, a hold was refused at the account's
-	// limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+	// usage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a
+	// threshold told crossed this cycle stands above the usage again, because the limit was
+	// raised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was
+	// refused at the account's limit (once per limit in force); `hold.refused`, a hold was
+	// refused at the account's limit (each of these once per account, feature and cycle);
+	// `reconcile.mismatch`, the
 	// reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
 	// `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
 	// provider's billing event failed every attempt to apply it; `account.plan_changed` and

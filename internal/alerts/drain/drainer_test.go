@@ -60,6 +60,35 @@ func TestFanOut_OnlyToEndpointsThatWantTheKindAndAccount(t *testing.T) {
 	}
 }
 
+// A notification of no account (billing_event.dead of an event no account is known for) goes to
+// the endpoints registered for every account, whatever kinds they chose, and to none registered
+// for chosen accounts.
+func TestFanOut_ANotificationOfNoAccount_OnlyToEndpointsForEveryAccount(t *testing.T) {
+	r := newRig(t)
+	r.endpoint(t, epID("all"), nil, nil, secretA)
+	r.endpoint(t, epID("dead"), []string{string(notify.BillingEventDead)}, nil, secretA)
+	r.endpoint(t, epID("dead_acct_1"), []string{string(notify.BillingEventDead)}, []string{"acct_1"}, secretA)
+	n := notify.Notification{Kind: notify.BillingEventDead, AtMs: r.clock.Now().UnixMilli(), Subject: "bev_x#0",
+		Detail: notify.Detail{Event: "bev_x", EventType: "customer.plan_changed", Reason: "attempt 6 of 6 failed"}}
+	r.put(t, n.Item())
+
+	res := r.run(t, r.d)
+	if res.Fanned != 1 || res.Created != 2 || res.Delivered != 2 {
+		t.Fatalf("result %+v; want 1 fanned out, 2 deliveries written and delivered", res)
+	}
+	for _, ep := range []string{epID("all"), epID("dead")} {
+		if got := r.rcv.requests(ep); len(got) != 1 || got[0].id != n.ID() || !bytes.Equal(got[0].body, n.Body()) {
+			t.Errorf("%s received %+v; want one delivery of %s", ep, got, n.ID())
+		}
+	}
+	if got := r.rcv.requests(epID("dead_acct_1")); len(got) != 0 {
+		t.Errorf("the endpoint for acct_1 received %d deliveries of a notification of no account", len(got))
+	}
+	if _, err := r.store.Delivery(context.Background(), epID("dead_acct_1"), n.ID()); !errors.Is(err, drain.ErrNoDelivery) {
+		t.Errorf("the endpoint for acct_1 has a delivery (%v); want none", err)
+	}
+}
+
 // A notification reaches an endpoint once, under the notification's id, with the body stored
 // when it was decided, and its delivery says DELIVERED with the answer.
 func TestDeliver_DeliveredOnceUnderTheNotificationsID(t *testing.T) {

@@ -140,6 +140,9 @@ var (
 )
 
 // Wants reports whether the endpoint is to be sent a notification of this kind for this account.
+// A notification of no account ("": a billing_event.dead of an event no account is known for)
+// goes only to the endpoints registered for every account: one for chosen accounts is about
+// those accounts alone.
 func (e Endpoint) Wants(kind notify.Kind, account string) bool {
 	if e.Disabled {
 		return false
@@ -147,7 +150,7 @@ func (e Endpoint) Wants(kind notify.Kind, account string) bool {
 	if len(e.Kinds) > 0 && !slices.Contains(e.Kinds, string(kind)) {
 		return false
 	}
-	return len(e.Accounts) == 0 || slices.Contains(e.Accounts, account)
+	return len(e.Accounts) == 0 || (account != "" && slices.Contains(e.Accounts, account))
 }
 
 // SigningSecrets are the secrets a delivery at nowMs is signed with: the current one, and the one

@@ -156,6 +156,36 @@ func TestPatch_Validate(t *testing.T) {
 	}
 }
 
+// An endpoint wants a notification of a kind it chose (or any kind) for an account it chose (or
+// any account); a notification of no account goes only to the endpoints for every account.
+func TestWants_KindsAndAccounts(t *testing.T) {
+	every := endpoints.Endpoint{}
+	deadOnly := endpoints.Endpoint{Kinds: []string{string(notify.BillingEventDead)}}
+	forAcct1 := endpoints.Endpoint{Accounts: []string{"acct_1"}}
+	off := endpoints.Endpoint{Disabled: true}
+	for _, c := range []struct {
+		name    string
+		e       endpoints.Endpoint
+		kind    notify.Kind
+		account string
+		want    bool
+	}{
+		{"every kind and account", every, notify.LimitReached, "acct_2", true},
+		{"every kind and account, no account", every, notify.BillingEventDead, "", true},
+		{"its kind", deadOnly, notify.BillingEventDead, "acct_1", true},
+		{"its kind, no account", deadOnly, notify.BillingEventDead, "", true},
+		{"another kind", deadOnly, notify.LimitReached, "acct_1", false},
+		{"its account", forAcct1, notify.BillingEventDead, "acct_1", true},
+		{"another account", forAcct1, notify.BillingEventDead, "acct_2", false},
+		{"chosen accounts, no account", forAcct1, notify.BillingEventDead, "", false},
+		{"disabled", off, notify.BillingEventDead, "", false},
+	} {
+		if got := c.e.Wants(c.kind, c.account); got != c.want {
+			t.Errorf("%s: Wants(%s, %q) = %v; want %v", c.name, c.kind, c.account, got, c.want)
+		}
+	}
+}
+
 // The secret is "whsec_" and the base64 of 32 random bytes; the Standard Webhooks library takes
 // it and verifies what it signs. The secret is in the returned endpoint and stored for the
 // notifier, and only Create ever returns it to a caller.

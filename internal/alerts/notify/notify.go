@@ -40,8 +40,11 @@ type Kind string
 const (
 	// ThresholdCrossed: an account's usage of a capped feature reached one of its thresholds.
 	ThresholdCrossed Kind = "threshold.crossed"
+	// ThresholdResolved: a threshold told crossed this cycle is above the account's usage again:
+	// its limit was raised, and a percent threshold moved up with it.
+	ThresholdResolved Kind = "threshold.resolved"
 	// LimitReached: an event was refused because the account's limit of a feature was reached
-	// (once per account, feature and cycle, not per event).
+	// (once per account, feature, cycle and limit, not per event).
 	LimitReached Kind = "limit.reached"
 	// HoldRefused: a hold was refused because the account's limit of a feature was reached (once
 	// per account, feature and cycle).
@@ -61,11 +64,14 @@ const (
 )
 
 // Kinds lists every kind, as endpoints subscribe to them.
-var Kinds = []Kind{ThresholdCrossed, LimitReached, HoldRefused, ReconcileMismatch, OutboxDead, BillingEventDead, PlanChanged, StatusChanged}
+var Kinds = []Kind{ThresholdCrossed, ThresholdResolved, LimitReached, HoldRefused, ReconcileMismatch, OutboxDead, BillingEventDead, PlanChanged, StatusChanged}
 
-// PerCycle reports whether a kind is told once per account, feature and cycle (and threshold);
-// the others are told once per Subject.
-func (k Kind) PerCycle() bool { return k == ThresholdCrossed || k == LimitReached || k == HoldRefused }
+// PerCycle reports whether a kind is told once per account, feature and cycle (and threshold
+// change, or limit); the others are told once per Subject.
+func (k Kind) PerCycle() bool { return k.Threshold() || k == LimitReached || k == HoldRefused }
+
+// Threshold reports whether a kind tells a change of a threshold's state.
+func (k Kind) Threshold() bool { return k == ThresholdCrossed || k == ThresholdResolved }
 
 // KnownKind reports whether k is a kind Ferry sends.
 func KnownKind(k string) bool {
@@ -89,6 +95,10 @@ type Notification struct {
 	// was given as one (0 for an absolute threshold and for limit.reached).
 	Threshold int64
 	Percent   int64
+	// Change is, for the threshold kinds, which change of the threshold's state this is in the
+	// cycle: 1 for its first crossing, 2 for its resolution, 3 for crossing it again, … (odd:
+	// crossed, even: resolved). See ThresholdAlert.
+	Change int64
 	// Limit is the limit in force; Used the usage the deciding transaction brought the account
 	// to (for limit.reached: the usage when the event was refused).
 	Limit int64
@@ -123,14 +133,17 @@ type Detail struct {
 }
 
 // Key is what makes the notification one: the same kind for the same account, feature, cycle
-// and threshold is the same notification.
+// and threshold change (or limit) is the same notification.
 func (n Notification) Key() string {
 	if !n.Kind.PerCycle() {
 		return string(n.Kind) + "\x00" + n.Subject
 	}
 	k := string(n.Kind) + "\x00" + n.Account + "\x00" + n.Feature + "\x00" + n.Cycle
-	if n.Kind == ThresholdCrossed {
-		k += "\x00" + strconv.FormatInt(n.Threshold, 10)
+	switch {
+	case n.Kind.Threshold():
+		k += "\x00" + ThresholdAlert(ThresholdDef(n.Percent, n.Threshold), n.Change)
+	case n.Kind == LimitReached:
+		k += "\x00" + LimitAlert(n.Limit)
 	}
 	return k
 }
@@ -145,26 +158,55 @@ func IDOf(key string) string {
 	return "ntf_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
-// AlertKey is how the budget row of the notification's feature remembers that the notification
-// was decided this cycle ("limit", or "t<threshold>"): a plan that finds it there decides it no
-// more.
-func (n Notification) AlertKey() string {
-	if n.Kind == LimitReached {
-		return AlertLimit
+// The alert keys: how a feature's budget row remembers what was decided on it this cycle (the
+// row's "alerts" string set). Keys are only ever added to the set: one update cannot both add
+// to a set and take from it, and a key written once never has to be taken back.
+//
+//   - A threshold is known by its definition (ThresholdDef), not by the usage it stands at,
+//     which moves with the limit. Each change of its state this cycle adds one key,
+//     ThresholdAlert(def, change): change 1 is its first crossing, 2 its resolution, 3 crossing
+//     it again. The highest change present is its state (ThresholdChange): odd is crossed.
+//   - limit.reached adds LimitAlert(limit): it is told once for each limit the account reaches
+//     in a cycle.
+
+// ThresholdDef names a threshold by how it was given: "p80" for 80% of the limit, "v5000" for
+// an absolute 5,000 (percent is 0 then; at is the usage it stands at).
+func ThresholdDef(percent, at int64) string {
+	if percent > 0 {
+		return "p" + strconv.FormatInt(percent, 10)
 	}
-	return ThresholdAlert(n.Threshold)
+	return "v" + strconv.FormatInt(at, 10)
 }
 
-// AlertLimit is the alert key of limit.reached.
-const AlertLimit = "limit"
+// ThresholdAlert is the alert key of the change-th change of the threshold def's state.
+func ThresholdAlert(def string, change int64) string {
+	return def + "@" + strconv.FormatInt(change, 10)
+}
 
-// ThresholdAlert is the alert key of the threshold at value t.
-func ThresholdAlert(t int64) string { return "t" + strconv.FormatInt(t, 10) }
+// ThresholdChange is the state of threshold def as the row's alert keys record it: the number of
+// its last change (0 if it has none this cycle). Odd means crossed.
+func ThresholdChange(alerted map[string]bool, def string) int64 {
+	var last int64
+	for k := range alerted {
+		rest, ok := strings.CutPrefix(k, def+"@")
+		if !ok {
+			continue
+		}
+		if c, err := strconv.ParseInt(rest, 10, 64); err == nil && c > last {
+			last = c
+		}
+	}
+	return last
+}
 
-// Data is the message's data member: the account always; the feature, cycle, limit and usage for
-// the kinds about a feature's usage; the Detail of the others.
+// LimitAlert is the alert key of limit.reached at limit.
+func LimitAlert(limit int64) string { return "limit=" + strconv.FormatInt(limit, 10) }
+
+// Data is the message's data member: the account (left out only for billing_event.dead of an
+// event no account is known for); the feature, cycle, limit and usage for the kinds about a
+// feature's usage; the Detail of the others.
 type Data struct {
-	Account   string `json:"account"`
+	Account   string `json:"account,omitempty"`
 	Feature   string `json:"feature,omitempty"`
 	Meter     string `json:"meter,omitempty"`
 	Cycle     string `json:"cycle,omitempty"`
@@ -190,7 +232,7 @@ func (n Notification) Message() Message {
 	if n.Kind.PerCycle() {
 		d.Limit, d.Used = &n.Limit, &n.Used
 	}
-	if n.Kind == ThresholdCrossed {
+	if n.Kind.Threshold() {
 		d.Threshold = &n.Threshold
 		if n.Percent > 0 {
 			d.Percent = &n.Percent
@@ -255,14 +297,20 @@ func ListOrder(atMs int64, id string) string { return fmt.Sprintf("%016d#%s", at
 // Item is the notification's item as it is first written: NEW, due now, with its body.
 func (n Notification) Item() map[string]types.AttributeValue {
 	id := n.ID()
-	return map[string]types.AttributeValue{
+	item := map[string]types.AttributeValue{
 		"pk": dynamo.S(Partition(id)), "sk": dynamo.S(SKNotification),
 		AttrID: dynamo.S(id), AttrKind: dynamo.S(string(n.Kind)), AttrAccount: dynamo.S(n.Account),
 		AttrFeature: dynamo.S(n.Feature), AttrCycle: dynamo.S(n.Cycle),
 		AttrBody: dynamo.S(string(n.Body())), AttrAtMs: dynamo.N(n.AtMs), AttrStatus: dynamo.S(StatusNew),
 		resources.NotificationsAttrDueShard: dynamo.S(DueShard(id)), resources.NotificationsAttrDueAtMs: dynamo.N(n.AtMs),
-		resources.NotificationsAttrAccount: dynamo.S(n.Account), resources.NotificationsAttrListOrder: dynamo.S(ListOrder(n.AtMs, id)),
 	}
+	// A notification of no account (billing_event.dead of an event no account is known for) is
+	// in no account's list: DynamoDB refuses an empty string as an index key.
+	if n.Account != "" {
+		item[resources.NotificationsAttrAccount] = dynamo.S(n.Account)
+		item[resources.NotificationsAttrListOrder] = dynamo.S(ListOrder(n.AtMs, id))
+	}
+	return item
 }
 
 // Put is the transaction item that writes the notification, conditional on its absence: the

@@ -21,8 +21,9 @@ import (
 // by feature: a threshold is notified exactly when the usage reached it, and limit.reached
 // exactly when an event was refused for the feature's limit. Each notification's key makes it
 // one item, so "exactly" here means: none missing, none for a threshold the usage never
-// reached, none for a limit nothing was refused at. A limit raised during the schedule moves
-// the thresholds, so then only the second half holds (nothing notified that was not reached).
+// reached, none for a limit nothing was refused at, and nothing resolved. A limit raised during
+// the schedule moves the thresholds, so then only the second half holds (nothing notified that
+// was not reached), and each threshold.resolved must stand above the usage it was told at.
 func (p *Events) checkAlerts(ctx context.Context, s *Schedule, st *eventsState, cycles map[string]bool,
 	refused map[string][]ledger.Entry, refusedEvents bool) []string {
 	var v []string
@@ -58,19 +59,30 @@ func (p *Events) checkAlerts(ctx context.Context, s *Schedule, st *eventsState, 
 			}
 			for _, l := range plans.Levels(thresholds, plans.Max(limit)) {
 				if l.At <= t.Used {
-					want[noteKey(c, f, notify.ThresholdAlert(l.At))] = true
+					want[noteKey(c, f, crossedKey(l.At))] = true
 				}
 			}
 			refusedHere := len(refused[f]) > 0 || (f == plans.FeatureEvents && refusedEvents)
 			if refusedHere {
-				want[noteKey(c, f, notify.AlertLimit)] = true
+				want[noteKey(c, f, limitKey(limit))] = true
 			}
 			for k := range got {
-				if k.cycle == c && k.feature == f && k.key != notify.AlertLimit && k.at > t.Used {
-					bad("%s notified in cycle %s for %s, which the usage (%d) never reached", k.key, c, f, t.Used)
+				if k.cycle != c || k.feature != f {
+					continue
 				}
-				if k.cycle == c && k.feature == f && k.key == notify.AlertLimit && !refusedHere {
-					bad("limit.reached notified for %s in cycle %s, and no event was refused for its limit", f, c)
+				switch k.kind {
+				case notify.ThresholdCrossed:
+					if k.at > t.Used {
+						bad("%s notified in cycle %s for %s, which the usage (%d) never reached", k.key, c, f, t.Used)
+					}
+				case notify.ThresholdResolved:
+					if k.at <= k.used {
+						bad("%s notified in cycle %s for %s at usage %d, which is not below it", k.key, c, f, k.used)
+					}
+				case notify.LimitReached:
+					if !refusedHere {
+						bad("limit.reached notified for %s in cycle %s, and no event was refused for its limit", f, c)
+					}
 				}
 			}
 		}
@@ -104,14 +116,21 @@ func (p *Events) checkAlerts(ctx context.Context, s *Schedule, st *eventsState, 
 	return v
 }
 
-// note names one stored notification: its cycle, feature and alert key (and, for a threshold,
-// the usage it stands at).
+// note names one stored notification: its cycle, feature, kind and key (and, for a threshold,
+// the usage it stands at and the usage it was told at).
 type note struct {
 	cycle, feature, key string
-	at                  int64
+	kind                notify.Kind
+	at, used            int64
 }
 
 func noteKey(cycle, feature, key string) string { return cycle + "/" + feature + "/" + key }
+
+// crossedKey, resolvedKey and limitKey are the notes' keys: a threshold by the usage it stands
+// at, limit.reached by the limit.
+func crossedKey(at int64) string  { return fmt.Sprintf("crossed@%d", at) }
+func resolvedKey(at int64) string { return fmt.Sprintf("resolved@%d", at) }
+func limitKey(limit int64) string { return fmt.Sprintf("limit=%d", limit) }
 
 // accountNotes reads an account's notifications, strongly consistent.
 func accountNotes(ctx context.Context, env *Env, account string) (map[note]bool, error) {
@@ -133,12 +152,14 @@ func accountNotes(ctx context.Context, env *Env, account string) (map[note]bool,
 			if err := json.Unmarshal(n.Body, &m); err != nil {
 				return nil, fmt.Errorf("notification %s: %w", n.ID, err)
 			}
-			k := note{cycle: n.Cycle, feature: n.Feature}
+			k := note{cycle: n.Cycle, feature: n.Feature, kind: n.Kind}
 			switch n.Kind {
 			case notify.ThresholdCrossed:
-				k.key, k.at = notify.ThresholdAlert(*m.Data.Threshold), *m.Data.Threshold
+				k.key, k.at, k.used = crossedKey(*m.Data.Threshold), *m.Data.Threshold, *m.Data.Used
+			case notify.ThresholdResolved:
+				k.key, k.at, k.used = resolvedKey(*m.Data.Threshold), *m.Data.Threshold, *m.Data.Used
 			case notify.LimitReached:
-				k.key = notify.AlertLimit
+				k.key = limitKey(*m.Data.Limit)
 			default:
 				continue // the kinds the events pipeline does not decide
 			}

@@ -34,7 +34,8 @@ func calls(prefix string, from, n int) []ev {
 	return es
 }
 
-// notes are the account's notifications as stored, by alert key ("t80", "limit").
+// notes are the account's notifications as stored, by a key of the test's: "t80" for a
+// threshold at 80 crossed, "r80" for it resolved, "limit100" for limit.reached at a limit of 100.
 func notes(t testing.TB, h *apptest.Harness, account string) map[string][]notify.Stored {
 	t.Helper()
 	out := map[string][]notify.Stored{}
@@ -56,9 +57,11 @@ func notes(t testing.TB, h *apptest.Harness, account string) map[string][]notify
 			var key string
 			switch n.Kind {
 			case notify.ThresholdCrossed:
-				key = notify.ThresholdAlert(*m.Data.Threshold)
+				key = fmt.Sprintf("t%d", *m.Data.Threshold)
+			case notify.ThresholdResolved:
+				key = fmt.Sprintf("r%d", *m.Data.Threshold)
 			case notify.LimitReached:
-				key = notify.AlertLimit
+				key = fmt.Sprintf("limit%d", *m.Data.Limit)
 			default:
 				t.Fatalf("the worker decided a %s notification", n.Kind)
 			}
@@ -133,11 +136,11 @@ func TestAlerts_ThresholdsAndTheLimit_EachDecidedOnce(t *testing.T) {
 	if u := used(t, h, "acct_alert"); u != 100 {
 		t.Fatalf("used %d; want the limit, 100", u)
 	}
-	got = wantNotes(t, h, "acct_alert", "t80", "t100", "limit")
+	got = wantNotes(t, h, "acct_alert", "t80", "t100", "limit100")
 	m = notify.Message{}
-	mustJSON(t, got["limit"].Body, &m)
+	mustJSON(t, got["limit100"].Body, &m)
 	if m.Type != notify.LimitReached || *m.Data.Limit != 100 || *m.Data.Used != 100 || m.Data.Threshold != nil {
-		t.Fatalf("limit.reached reads %s", got["limit"].Body)
+		t.Fatalf("limit.reached reads %s", got["limit100"].Body)
 	}
 	all := map[string]string{}
 	for k, v := range first {
@@ -149,7 +152,7 @@ func TestAlerts_ThresholdsAndTheLimit_EachDecidedOnce(t *testing.T) {
 	if failed := invoke(t, w, all); len(failed) != 0 {
 		t.Fatalf("redelivery failed: %v", failed)
 	}
-	if again := wantNotes(t, h, "acct_alert", "t80", "t100", "limit"); again["limit"].AtMs != got["limit"].AtMs {
+	if again := wantNotes(t, h, "acct_alert", "t80", "t100", "limit100"); again["limit100"].AtMs != got["limit100"].AtMs {
 		t.Fatalf("a redelivery rewrote limit.reached")
 	}
 	// A plan that is not capped has no thresholds: plus crosses nothing.
@@ -210,7 +213,7 @@ func TestAlerts_RacingUnits_EachThresholdDecidedOnce(t *testing.T) {
 	if u := used(t, h, "acct_race"); u != 100 {
 		t.Fatalf("used %d; want 100", u)
 	}
-	wantNotes(t, h, "acct_race", "t80", "t100", "limit")
+	wantNotes(t, h, "acct_race", "t80", "t100", "limit100")
 }
 
 // gate parks the next TransactWriteItems call until it is opened, letting every other call by:
@@ -312,7 +315,7 @@ func TestAlerts_TwoUnitsRefusedAtTheLimit_TheNotificationIsWrittenOnce(t *testin
 	a := map[string]string{"a": pack(t, h, "acct_full", calls("evt_a", 0, 2)...)}
 	b := map[string]string{"b": pack(t, h, "acct_full", calls("evt_b", 0, 2)...)}
 	fanned := func() {
-		n := wantNotes(t, h, "acct_full", "t8", "t10", "limit")["limit"]
+		n := wantNotes(t, h, "acct_full", "t8", "t10", "limit10")["limit10"]
 		_, err := h.Env.Clients.DynamoDB.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
 			TableName: aws.String(h.Env.Names.Table(resources.TableNotifications)), Key: notify.ItemKey(n.ID),
 			UpdateExpression:          aws.String("SET #s = :fanned REMOVE #due, #dueAt"),
@@ -331,7 +334,7 @@ func TestAlerts_TwoUnitsRefusedAtTheLimit_TheNotificationIsWrittenOnce(t *testin
 			t.Fatalf("%s is %s; want REJECTED", id, e.Status)
 		}
 	}
-	if n := wantNotes(t, h, "acct_full", "t8", "t10", "limit")["limit"]; n.Status != notify.StatusFanned {
+	if n := wantNotes(t, h, "acct_full", "t8", "t10", "limit10")["limit10"]; n.Status != notify.StatusFanned {
 		t.Fatalf("limit.reached is %s again after the notifier finished it", n.Status)
 	}
 }
@@ -467,7 +470,7 @@ func TestAlerts_AnAccountsOwnThresholds_ReplaceItsPlans(t *testing.T) {
 
 // A limit raised mid-cycle moves the percent thresholds with it: the thresholds of the new limit
 // are told when the usage reaches them, and those told before stay told.
-func TestAlerts_ARaisedLimit_MovesThePercentThresholds(t *testing.T) {
+func TestAlerts_ARaisedLimit_ResolvesAndMovesThePercentThresholds(t *testing.T) {
 	h := apptest.New(t)
 	w := h.Worker().Worker
 	h.CreateAccount(t, "acct_raise", "free", map[string]any{"events": 10})
@@ -478,15 +481,66 @@ func TestAlerts_ARaisedLimit_MovesThePercentThresholds(t *testing.T) {
 	if r := h.Do(t, "PATCH", "/v1/accounts/acct_raise", apptest.AdminKey, map[string]any{"limits": map[string]any{"events": 20}}); r.Status != 200 {
 		t.Fatalf("raise: %d %s", r.Status, r.Body)
 	}
+	// The raise moves 80% to 16 and 100% to 20: the next claim finds the account (10) under
+	// both again and resolves them, and its own 5 events cross neither.
 	if failed := invoke(t, w, map[string]string{"second": pack(t, h, "acct_raise", calls("evt_b", 0, 5)...)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
-	wantNotes(t, h, "acct_raise", "t8", "t10")
+	got := wantNotes(t, h, "acct_raise", "t8", "t10", "r16", "r20")
+	for _, k := range []string{"r16", "r20"} {
+		var m notify.Message
+		mustJSON(t, got[k].Body, &m)
+		if m.Type != notify.ThresholdResolved || *m.Data.Used != 10 || *m.Data.Limit != 20 || m.Data.Percent == nil {
+			t.Fatalf("%s reads %s", k, got[k].Body)
+		}
+	}
+	// A redelivery resolves nothing again.
+	if failed := invoke(t, w, map[string]string{"second": pack(t, h, "acct_raise", calls("evt_b", 0, 5)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_raise", "t8", "t10", "r16", "r20")
+	// Crossing the moved thresholds tells them again, as new notifications.
 	if failed := invoke(t, w, map[string]string{"third": pack(t, h, "acct_raise", calls("evt_c", 0, 6)...)}); len(failed) != 0 {
 		t.Fatalf("failed: %v", failed)
 	}
 	if u := used(t, h, "acct_raise"); u != 20 {
 		t.Fatalf("used %d; want 20", u)
 	}
-	wantNotes(t, h, "acct_raise", "t8", "t10", "t16", "t20", "limit")
+	wantNotes(t, h, "acct_raise", "t8", "t10", "r16", "r20", "t16", "t20", "limit20")
+}
+
+// A raise the account's usage has already passed resolves nothing: 80% of 12 stands at 10,
+// under the usage; 100% moves to 12, over it, and is resolved. Lowered back to 10, 100% is
+// crossed again (a third change, a new notification) when the next claim finds the usage at it.
+func TestAlerts_ASmallRaise_ResolvesOnlyWhatMovedAboveTheUsage(t *testing.T) {
+	h := apptest.New(t)
+	w := h.Worker().Worker
+	h.CreateAccount(t, "acct_small", "free", map[string]any{"events": 10})
+	limit := func(n int) {
+		t.Helper()
+		if r := h.Do(t, "PATCH", "/v1/accounts/acct_small", apptest.AdminKey, map[string]any{"limits": map[string]any{"events": n}}); r.Status != 200 {
+			t.Fatalf("limit %d: %d %s", n, r.Status, r.Body)
+		}
+	}
+	if failed := invoke(t, w, map[string]string{"first": pack(t, h, "acct_small", calls("evt_a", 0, 11)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_small", "t8", "t10", "limit10")
+	limit(12)
+	if failed := invoke(t, w, map[string]string{"second": pack(t, h, "acct_small", calls("evt_b", 0, 1)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	wantNotes(t, h, "acct_small", "t8", "t10", "limit10", "r12")
+	limit(10)
+	if failed := invoke(t, w, map[string]string{"third": pack(t, h, "acct_small", calls("evt_c", 0, 1)...)}); len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	// 100% at 10 was crossed, resolved (at 12), and is crossed again: "t10" twice, two ids.
+	got := notes(t, h, "acct_small")
+	if n := got["t10"]; len(n) != 2 || n[0].ID == n[1].ID {
+		t.Fatalf("100%% of 10 told %d times (%v); want twice, two ids", len(n), n)
+	}
+	if len(got["r12"]) != 1 || len(got["t8"]) != 1 || len(got["limit10"]) != 1 || len(got) != 4 {
+		t.Fatalf("notifications %v", got)
+	}
 }

@@ -166,7 +166,7 @@ func Decide(in ApplyInput) Decision {
 		case acct.StatusChangeKey > key:
 			return statusOvertaken
 		}
-		change.Status, change.StatusChangedAtMs, change.StatusChangeKey = s, f.Time.Ms(), key
+		change.Status, change.FromStatus, change.StatusChangedAtMs, change.StatusChangeKey = s, acct.Status, f.Time.Ms(), key
 		return statusSet
 	}
 	cycleLabel := acct.CycleAt(f.Time.Time()).Label()
@@ -185,7 +185,7 @@ func Decide(in ApplyInput) Decision {
 		case acct.PlanChangeKey > key:
 			return ignore(ReasonNewerPlan)
 		}
-		change.Plan, change.PlanChangedAtMs, change.PlanChangeKey = to.Name, f.Time.Ms(), key
+		change.Plan, change.FromPlan, change.PlanChangedAtMs, change.PlanChangeKey = to.Name, acct.Plan, f.Time.Ms(), key
 		d.Change = &change
 		// The plan as stored is what the account showed before (a plan the catalog no longer
 		// has included); an event that sets the plan the account is on changes nothing to tell.
@@ -247,9 +247,10 @@ func Decide(in ApplyInput) Decision {
 
 // accountChanged is the notification of a change the event makes to the account (kind is
 // notify.PlanChanged or notify.StatusChanged): from is the plan or status as read, to what the
-// event sets. The transaction's conditions hold the change key and the link, not the plan or
-// status itself, so an operator's update landing between the read and the commit is not seen:
-// from is then the value it replaced.
+// event sets. The transaction's conditions hold the plan (or status) to the value it was read at
+// (accounts.BillingChange's FromPlan and FromStatus), so an operator's update landing between the
+// read and the commit cancels it, and the decision made again from the account read again tells
+// the value the change does replace.
 //
 // Its key is the event AND the account, so the Put that writes it, in the transaction that
 // makes the change, never meets one already there: that transaction commits the change only if
@@ -278,11 +279,12 @@ func statusNote(in ApplyInput, notes []notify.Notification, status accounts.Stat
 }
 
 // deadNote is billing_event.dead for an event about to be written DEAD, told for account (the
-// account the event was resolved to: the message requires one). Its key is the event and how
-// often it was replayed. The DEAD mark is conditioned on the revision read and DEAD is final, so
-// an event goes DEAD at most once between two replays: the workers that decide one death (one
-// whose write failed, then the one that gives up after its lease) tell one notification, and an
-// event that dies again after a replay is told again.
+// account the event was resolved to; "" when none is known, and the notification names none).
+// Its key is the event and how often it was replayed, not the account. The DEAD mark is
+// conditioned on the revision read and DEAD is final, so an event goes DEAD at most once between
+// two replays: the workers that decide one death (one whose write failed, then the one that
+// gives up after its lease, which may know no account where the first knew one) tell one
+// notification, and an event that dies again after a replay is told again.
 func deadNote(e Event, account string, atMs int64) notify.Notification {
 	return notify.Notification{
 		Kind: notify.BillingEventDead, Account: account, AtMs: atMs, Subject: e.ID + "#" + strconv.Itoa(e.Replays),

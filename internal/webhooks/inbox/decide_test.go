@@ -208,6 +208,10 @@ func TestDecide_EachKind(t *testing.T) {
 			if plan != c.plan || status != c.setStatus {
 				t.Errorf("change: plan %q status %q; want %q %q", plan, status, c.plan, c.setStatus)
 			}
+			// The change carries what it replaces, as read: its commit is held to it.
+			if ch := d.Change; ch != nil && ((ch.Plan != "" && ch.FromPlan != c.acct.Plan) || (ch.Status != "" && ch.FromStatus != c.acct.Status)) {
+				t.Errorf("change decided from plan %q status %q; want the account as read, %q %q", ch.FromPlan, ch.FromStatus, c.acct.Plan, c.acct.Status)
+			}
 			var rows []string
 			for _, g := range d.Grants {
 				for _, r := range g.Add {

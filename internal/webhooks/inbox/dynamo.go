@@ -366,10 +366,11 @@ func (s *Table) Transition(ctx context.Context, readRev int64, next Event) error
 
 // Apply implements Store: the decision's effect — the account's change, the grant rows, the
 // meter mark — and the event's final mark, in ONE transaction. The mark is conditioned on the
-// claim's revision, the account change on the event being newer than the account's and on the
-// account's link (checked on its own when the event changes nothing on the account), the grant
-// rows on the version of the rows they were decided from; the notifications the change tells
-// ride with it. A refused condition cancels everything; ErrCancelled.
+// claim's revision, the account change on the event being newer than the account's, on the plan
+// or status it changes being still the one it was decided from, and on the account's link
+// (checked on its own when the event changes nothing on the account), the grant rows on the
+// version of the rows they were decided from; the notifications the change tells ride with it.
+// A refused condition cancels everything; ErrCancelled.
 func (s *Table) Apply(ctx context.Context, claimedRev int64, marked Event, d Decision) error {
 	mark, err := s.transition(marked, claimedRev)
 	if err != nil {

@@ -17,7 +17,7 @@
 //     the status tells the platform (account.plan_changed, account.status_changed) in the
 //     transaction that applies it, so it is told exactly when it lands.
 //  4. Failures back off (5 s, 30 s, 2 min, 10 min, 1 h) and end DEAD after six attempts, with a
-//     metric, an alarm and, for an event of a known account, billing_event.dead. A nudge
+//     metric, an alarm and billing_event.dead (with no account when none is known). A nudge
 //     queue starts the worker; a sweep every minute finds what a lost nudge or a dead worker
 //     left behind.
 //

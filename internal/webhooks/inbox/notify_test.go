@@ -1,6 +1,7 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,51 +11,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	notifierfn "github.com/ferrymeter/ferry/functions/notifier"
+	"github.com/ferrymeter/ferry/internal/accounts"
+	"github.com/ferrymeter/ferry/internal/alerts/drain"
+	"github.com/ferrymeter/ferry/internal/alerts/endpoints"
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/inboxfault"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
-	"github.com/ferrymeter/ferry/internal/platform/dynamo"
+	"github.com/ferrymeter/ferry/internal/devkit/notifytest"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/webhooks/inbox"
 )
 
-// told reads every stored notification of a kind, strongly consistent, as the message its
-// deliveries send, ordered by account and then event.
+// told reads every stored notification of a kind as the message its deliveries send, ordered
+// by account and then event.
 func (h *harness) told(t *testing.T, kind notify.Kind) []notify.Message {
 	t.Helper()
 	var out []notify.Message
-	var start map[string]types.AttributeValue
-	for {
-		page, err := h.Env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
-			TableName: aws.String(h.Env.Names.Table(resources.TableNotifications)), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, item := range page.Items {
-			if dynamo.Str(item, "sk") != notify.SKNotification {
-				continue
-			}
-			n := notify.StoredOf(item)
-			if n.Kind != kind {
-				continue
-			}
-			var m notify.Message
-			if err := json.Unmarshal(n.Body, &m); err != nil {
-				t.Fatalf("notification %s: %v", n.ID, err)
-			}
-			if m.ID != n.ID || m.Data.Account != n.Account {
-				t.Errorf("notification %s (account %s) carries the message of %s (account %s)", n.ID, n.Account, m.ID, m.Data.Account)
-			}
-			out = append(out, m)
-		}
-		if start = page.LastEvaluatedKey; len(start) == 0 {
-			break
+	for _, n := range notifytest.Read(t, h.Env) {
+		if n.Stored.Kind == kind {
+			out = append(out, n.Message)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -167,6 +146,59 @@ func TestNotify_PlanChangeOvertakenBetweenDecisionAndCommit_TellsNothing(t *test
 		t.Fatalf("the older change: %+v %v; want IGNORED", out, err)
 	}
 	if got, want := changes(h.told(t, notify.PlanChanged)), "acct_1 "+newer+" customer.plan_changed free→plus"; got != want {
+		t.Errorf("told [%s]; want [%s]", got, want)
+	}
+}
+
+// operatorSets changes the account as the operator does (PATCH /v1/accounts/{id}).
+func (h *harness) operatorSets(t *testing.T, account string, body map[string]any) {
+	t.Helper()
+	if r := h.Do(t, http.MethodPatch, "/v1/accounts/"+account, apptest.AdminKey, body); r.Status != http.StatusOK {
+		t.Fatalf("update %s: %d %s", account, r.Status, r.Body)
+	}
+}
+
+// A plan change decided from the plan as read, and then, before its commit, an operator sets
+// another plan (which leaves the change key alone): the commit is held to the plan it was
+// decided from, so it is cancelled, and the decision made again tells the plan the event does
+// replace — the operator's, not the one read first.
+func TestNotify_OperatorSetsThePlanBetweenReadAndCommit_FromIsThePlanReplaced(t *testing.T) {
+	id := inbox.ID(inbox.Kinde, "event_1")
+	gate := inboxfault.NewGate(id)
+	h := newGatedHarness(t, gate, noAllowance(t))
+	h.account(t, "acct_1", "customer_1", "")
+	h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
+	finish := h.held(t, gate, id)
+	h.operatorSets(t, "acct_1", map[string]any{"plan": "internal"})
+	if out, err := finish(); err != nil || out.Status != inbox.Applied {
+		t.Fatalf("%+v %v; want APPLIED", out, err)
+	}
+	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Plan != "plus" {
+		t.Fatalf("acct_1 is on %s; want plus, set by the event after the operator's update", acct.Plan)
+	}
+	if got, want := changes(h.told(t, notify.PlanChanged)), "acct_1 "+id+" customer.plan_changed internal→plus"; got != want {
+		t.Errorf("told [%s]; want [%s]", got, want)
+	}
+}
+
+// A status change decided from the status as read, and then, before its commit, an operator
+// sets another status: the commit is cancelled, and the decision made again tells the status
+// the event does replace.
+func TestNotify_OperatorSetsTheStatusBetweenReadAndCommit_FromIsTheStatusReplaced(t *testing.T) {
+	id := inbox.ID(inbox.Kinde, "event_1")
+	gate := inboxfault.NewGate(id)
+	h := newGatedHarness(t, gate, noAllowance(t))
+	h.account(t, "acct_1", "customer_1", "")
+	h.deliver(t, kindeEvent{id: "event_1", typ: "customer.payment_failed", at: start, customer: "customer_1"}, false)
+	finish := h.held(t, gate, id)
+	h.operatorSets(t, "acct_1", map[string]any{"status": "inactive"})
+	if out, err := finish(); err != nil || out.Status != inbox.Applied {
+		t.Fatalf("%+v %v; want APPLIED", out, err)
+	}
+	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Status != accounts.PastDue {
+		t.Fatalf("acct_1 is %s; want past_due, set by the event after the operator's update", acct.Status)
+	}
+	if got, want := changes(h.told(t, notify.StatusChanged)), "acct_1 "+id+" customer.payment_failed inactive→past_due"; got != want {
 		t.Errorf("told [%s]; want [%s]", got, want)
 	}
 }
@@ -307,43 +339,171 @@ func TestNotify_DeadAfterTheAttemptResolvedTheAccount_ToldForIt(t *testing.T) {
 	}
 }
 
-// A DEAD event whose account is not known when it dies is not told (the message names an
-// account; the InboxDead alarm is what the operator sees): one whose customer is linked to no
-// account, and one whose last worker resolved it and then died — its telling and its DEAD
-// write failed with it — so that the worker that gives up after the lease, which does not
-// interpret the payload again, knows no account.
-func TestNotify_DeadEventOfNoKnownAccount_TellsNothing(t *testing.T) {
-	faults := instrument.NewFaults(nil)
-	h := newHarness(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
-	h.account(t, "acct_1", "customer_1", "")
-	killed := h.deliver(t, kindeEvent{id: "event_killed", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
-	for attempt := 1; attempt <= inbox.MaxAttempts; attempt++ {
-		// Attempts 1–5: the apply fails and the worker records it. Attempt 6: every write after
-		// the claim fails, as for a worker that dies there.
-		faults.SetPlan(func(op string, _, write int) instrument.Fault {
-			if op == "TransactWriteItems" || (attempt == inbox.MaxAttempts && write >= 2) {
-				return instrument.CrashBefore
-			}
-			return instrument.NoFault
-		})
-		_, err := h.process(t, killed)
-		if attempt == inbox.MaxAttempts && !errors.Is(err, instrument.ErrInjectedCrash) {
-			t.Fatalf("the last attempt: %v; want it stopped by the failed telling", err)
+// wantDeadOfNoAccount fails unless billing_event.dead is stored once, for the event, with no
+// account: none on the notification, and no account member in its message's data.
+func (h *harness) wantDeadOfNoAccount(t *testing.T, id string) notifytest.Note {
+	t.Helper()
+	var dead []notifytest.Note
+	for _, n := range notifytest.Read(t, h.Env) {
+		if n.Stored.Kind == notify.BillingEventDead {
+			dead = append(dead, n)
 		}
-		h.Clock.Advance(2 * time.Hour)
 	}
-	faults.SetPlan(nil)
-	if e := h.event(t, killed); e.Status != inbox.Processing {
-		t.Fatalf("after the last worker died the event is %s; want PROCESSING", e.Status)
+	if len(dead) != 1 || dead[0].Message.Data.Event != id {
+		t.Fatalf("told %+v; want billing_event.dead once, for %s", dead, id)
 	}
-	if out, err := h.process(t, killed); err != nil || out.Status != inbox.Dead {
-		t.Fatalf("the worker that gives up: %+v %v; want DEAD", out, err)
+	n := dead[0]
+	var body struct {
+		Data map[string]json.RawMessage `json:"data"`
 	}
-	unlinked := h.deliver(t, kindeEvent{id: "event_nobody", typ: "customer.plan_changed", at: start, customer: "customer_x", plan: "customer_pro_plan"}, false)
+	if err := json.Unmarshal(n.Stored.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if account, ok := body.Data["account"]; n.Stored.Account != "" || (ok && string(account) != "null") {
+		t.Errorf("told for account %q, its message's data.account %s; want no account", n.Stored.Account, account)
+	}
+	// In no account's list: DynamoDB refuses an empty string as an index key (the emulator
+	// takes one), so the item must leave the account index's key out.
+	if key, ok := n.Item[resources.NotificationsAttrAccount]; ok {
+		t.Errorf("the notification carries the account index's key %s = %v; want none", resources.NotificationsAttrAccount, key)
+	}
+	if n.Message.Data.EventType != "customer.plan_changed" || n.Message.Data.Reason == "" {
+		t.Errorf("data %+v", n.Message.Data)
+	}
+	return n
+}
+
+// An event that goes DEAD with no account known for it is told all the same, once, with no
+// account: its payload unreadable, its customer linked to no account, or its last worker killed
+// after resolving it (the worker that gives up after the lease does not read the payload again,
+// so it knows no account). A repeat tells nothing more: the worker that gives up after a DEAD
+// write that failed tells the same notification, and so does a late nudge (DEAD is final).
+func TestNotify_DeadEventOfNoKnownAccount_ToldOnceWithNoAccount(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		customer string
+		// die runs the event's attempts until it is DEAD.
+		die func(t *testing.T, h *harness, faults *instrument.Faults, id string)
+	}{
+		{"its payload unreadable, its DEAD write failed once", "customer_x", func(t *testing.T, h *harness, faults *instrument.Faults, id string) {
+			failing(h)
+			for attempt := 1; attempt < inbox.MaxAttempts; attempt++ {
+				h.process(t, id)
+				h.Clock.Advance(2 * time.Hour)
+			}
+			// The last attempt's writes: its claim, the notification, the DEAD mark.
+			faults.SetPlan(func(_ string, _, write int) instrument.Fault {
+				if write == 3 {
+					return instrument.CrashBefore
+				}
+				return instrument.NoFault
+			})
+			if _, err := h.process(t, id); !errors.Is(err, instrument.ErrInjectedCrash) {
+				t.Fatalf("the DEAD write was not hit: %v (fired %v)", err, faults.Fired())
+			}
+			faults.SetPlan(nil)
+			h.wantDeadOfNoAccount(t, id)
+			h.Clock.Advance(inbox.LeaseDuration)
+			if out, err := h.process(t, id); err != nil || out.Status != inbox.Dead {
+				t.Fatalf("the worker that gives up: %+v %v; want DEAD", out, err)
+			}
+		}},
+		{"its customer linked to no account", "customer_x", func(t *testing.T, h *harness, faults *instrument.Faults, id string) {
+			// Every apply transaction fails (the worker stays alive, and records the failure).
+			faults.SetPlan(func(op string, _, _ int) instrument.Fault {
+				if op == "TransactWriteItems" {
+					return instrument.CrashBefore
+				}
+				return instrument.NoFault
+			})
+			h.failUntilDead(t, id)
+			faults.SetPlan(nil)
+		}},
+		{"its last worker killed after resolving it", "customer_1", func(t *testing.T, h *harness, faults *instrument.Faults, id string) {
+			for attempt := 1; attempt <= inbox.MaxAttempts; attempt++ {
+				// Attempts 1–5: the apply fails and the worker records it. Attempt 6: every write
+				// after the claim fails, as for a worker that dies there.
+				faults.SetPlan(func(op string, _, write int) instrument.Fault {
+					if op == "TransactWriteItems" || (attempt == inbox.MaxAttempts && write >= 2) {
+						return instrument.CrashBefore
+					}
+					return instrument.NoFault
+				})
+				_, err := h.process(t, id)
+				if attempt == inbox.MaxAttempts && !errors.Is(err, instrument.ErrInjectedCrash) {
+					t.Fatalf("the last attempt: %v; want it stopped by the failed telling", err)
+				}
+				h.Clock.Advance(2 * time.Hour)
+			}
+			faults.SetPlan(nil)
+			if e := h.event(t, id); e.Status != inbox.Processing {
+				t.Fatalf("after the last worker died the event is %s; want PROCESSING", e.Status)
+			}
+			if out, err := h.process(t, id); err != nil || out.Status != inbox.Dead {
+				t.Fatalf("the worker that gives up: %+v %v; want DEAD", out, err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			faults := instrument.NewFaults(nil)
+			h := newHarness(t, apptest.Options{DynamoDB: []func(*dynamodb.Options){faults.Option}})
+			h.account(t, "acct_1", "customer_1", "")
+			id := h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: c.customer, plan: "customer_pro_plan"}, false)
+			c.die(t, h, faults, id)
+			if e := h.event(t, id); e.Status != inbox.Dead {
+				t.Fatalf("the event is %s; want DEAD", e.Status)
+			}
+			first := h.wantDeadOfNoAccount(t, id)
+			h.process(t, id) // a late nudge: DEAD is final
+			if again := h.wantDeadOfNoAccount(t, id); !bytes.Equal(again.Stored.Body, first.Stored.Body) {
+				t.Errorf("the notification was rewritten: %s, then %s", first.Stored.Body, again.Stored.Body)
+			}
+		})
+	}
+}
+
+// billing_event.dead with no account goes to the endpoints registered for every account (any
+// kind, or this kind) and not to one registered for chosen accounts: the notifier's fan-out of
+// the stored notification writes a delivery for the first two only.
+func TestNotify_DeadEventOfNoKnownAccount_NotForEndpointsOfChosenAccounts(t *testing.T) {
+	h := newHarness(t)
+	h.account(t, "acct_1", "customer_1", "")
+	ctx := context.Background()
+	ids := map[string]string{}
+	for name, reg := range map[string]map[string]any{
+		"every":          {"url": "https://hooks.example.com/every"},
+		"dead":           {"url": "https://hooks.example.com/dead", "kinds": []string{string(notify.BillingEventDead)}},
+		"dead of acct_1": {"url": "https://hooks.example.com/acct_1", "kinds": []string{string(notify.BillingEventDead)}, "accounts": []string{"acct_1"}},
+	} {
+		r := h.Do(t, http.MethodPost, "/v1/webhook-endpoints", apptest.AdminKey, reg)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("register %s: %d %s", name, r.Status, r.Body)
+		}
+		ids[name] = r.JSON(t)["id"].(string)
+	}
+	id := h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_x", plan: "customer_pro_plan"}, false)
 	failing(h)
-	h.failUntilDead(t, unlinked)
-	if got := h.told(t, notify.BillingEventDead); len(got) != 0 {
-		t.Errorf("told %+v; want nothing", got)
+	h.failUntilDead(t, id)
+	n := h.wantDeadOfNoAccount(t, id)
+
+	// The fan-out only: the notifier's drainer, given every endpoint (read with the operator's
+	// client: no function's grant allows the Scan that lists them).
+	eps, err := (&endpoints.Store{DB: h.Env.Clients.DynamoDB, Table: h.Env.Names.Table(resources.TableWebhookEndpoints)}).All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier := notifierfn.PartsOf(h.Fn(resources.FunctionNotifier))
+	created, marked, err := notifier.Drainer.FanOut(ctx, drain.Ref{PK: notify.Partition(n.Stored.ID), SK: notify.SKNotification}, eps)
+	if err != nil || created != 2 || !marked {
+		t.Fatalf("fan-out: %d deliveries, marked %v, %v; want 2, marked", created, marked, err)
+	}
+	for _, name := range []string{"every", "dead"} {
+		if _, err := notifier.Store.Delivery(ctx, ids[name], n.Stored.ID); err != nil {
+			t.Errorf("the endpoint %s has no delivery: %v", name, err)
+		}
+	}
+	if _, err := notifier.Store.Delivery(ctx, ids["dead of acct_1"], n.Stored.ID); !errors.Is(err, drain.ErrNoDelivery) {
+		t.Errorf("the endpoint for acct_1 has a delivery (%v); want none", err)
 	}
 }
 

@@ -414,21 +414,18 @@ func (w *Applier) fail(ctx context.Context, claimed Event, account string, cause
 // update, as every status transition but the apply is, and the crash instrumentation the tests
 // and the harness use (package inboxfault) models a killed worker by those updates. If the
 // telling fails, the mark is not written: the event stays PROCESSING until its lease lapses, and
-// the worker that gives up then tells again if it knows the account.
+// the worker that gives up then tells again (with no account if it knows none: the key is the
+// same, so a notification the failed telling did write stands as it was).
 //
-// account is the account the event was resolved to. The message names one (data.account is
-// required), so an event whose account is not known here is not told: its payload unreadable,
-// its customer linked to no account, or its last worker dead — the account an attempt resolves
-// is not kept on the event, so the worker that gives up after the lease knows only the one an
-// earlier apply recorded. The InboxDead alarm and GET /v1/billing-events?status=DEAD show those
-// to the operator.
+// account is the account the event was resolved to, "" when none is known here: its payload
+// unreadable, its customer linked to no account, or its last worker dead (the account an attempt
+// resolves is not kept on the event, so the worker that gives up after the lease knows only the
+// one an earlier apply recorded). Such an event is told all the same, with no account: the
+// endpoints registered for every account receive it, and those for chosen accounts do not.
 func (w *Applier) dead(ctx context.Context, e Event, account string) error {
 	w.Metrics.Count(metrics.InboxDead, 1)
 	w.Log.Error("billing event is DEAD: replay it once the cause is fixed", "event", e.ID, "source", e.Source,
 		"type", e.Type, "attempts", e.Attempts, "account", account, "reason", e.Reason)
-	if account == "" {
-		return nil
-	}
 	n := deadNote(e, account, e.UpdatedAtMs)
 	told, err := w.Store.Tell(ctx, n)
 	if err != nil {

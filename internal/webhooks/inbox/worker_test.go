@@ -516,16 +516,17 @@ func TestWorker_EveryPermutationClassEndsTheSame(t *testing.T) {
 func TestWorker_DeadWriteWhoseAnswerIsLost_StillAlarms(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// deadWrite is the write of the last process call that makes the event DEAD.
+		// deadWrite is the write of the last process call that makes the event DEAD: after the
+		// claim, if it makes one, and after billing_event.dead, which is told first.
 		deadWrite int
 		arm       func(h *harness, id string)
 	}{
-		{"the last attempt fails", 2, func(h *harness, _ string) {
+		{"the last attempt fails", 3, func(h *harness, _ string) {
 			h.worker().Interpreters[inbox.Kinde] = inbox.InterpreterFunc(func(context.Context, []byte) (inbox.Facts, error) {
 				return inbox.Facts{}, errors.New("the provider cannot be read")
 			})
 		}},
-		{"the last worker died", 1, func(h *harness, id string) { h.crash.Arm(id, inbox.MaxAttempts) }},
+		{"the last worker died", 2, func(h *harness, id string) { h.crash.Arm(id, inbox.MaxAttempts) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			faults := instrument.NewFaults(nil)
@@ -536,7 +537,7 @@ func TestWorker_DeadWriteWhoseAnswerIsLost_StillAlarms(t *testing.T) {
 				h.process(t, id)
 				h.Clock.Advance(2 * time.Hour) // past any backoff and any lease
 			}
-			if tc.deadWrite == 1 {
+			if tc.deadWrite == 2 {
 				h.process(t, id) // the last worker dies too; the next one gives up
 				h.Clock.Advance(2 * time.Hour)
 			}

@@ -993,8 +993,9 @@ export interface components {
             /**
              * @description Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the
              *     limit on a capped plan unless the plans file says otherwise). Only a capped plan's
-             *     features have thresholds; a threshold crossed is told once a cycle as a
-             *     threshold.crossed notification.
+             *     features have thresholds; a threshold crossed is told once as a threshold.crossed
+             *     notification, and told again as threshold.resolved if a raised limit moves it above
+             *     the usage.
              */
             alerts: components["schemas"]["Alerts"];
             /** @description The day of the month billing cycles start; null means calendar months. */
@@ -1516,9 +1517,12 @@ export interface components {
         NotificationID: string;
         /**
          * @description What a notification reports (its message's `type`): `threshold.crossed`, an account's
-         *     usage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event
-         *     was refused at the account's limit; `hold.refused`, a hold was refused at the account's
-         *     limit (each of these once per account, feature and cycle); `reconcile.mismatch`, the
+         *     usage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a
+         *     threshold told crossed this cycle stands above the usage again, because the limit was
+         *     raised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was
+         *     refused at the account's limit (once per limit in force); `hold.refused`, a hold was
+         *     refused at the account's limit (each of these once per account, feature and cycle);
+         *     `reconcile.mismatch`, the
          *     reconciler's verdict on a provider's meter was not `match` (once per piece of evidence);
          *     `outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a
          *     provider's billing event failed every attempt to apply it; `account.plan_changed` and
@@ -1526,7 +1530,7 @@ export interface components {
          *     per row or event).
          * @enum {string}
          */
-        NotificationKind: "threshold.crossed" | "limit.reached" | "hold.refused" | "reconcile.mismatch" | "outbox.dead" | "billing_event.dead" | "account.plan_changed" | "account.status_changed";
+        NotificationKind: "threshold.crossed" | "threshold.resolved" | "limit.reached" | "hold.refused" | "reconcile.mismatch" | "outbox.dead" | "billing_event.dead" | "account.plan_changed" | "account.status_changed";
         /**
          * @description Where deliveries go: an https URL of at most 2048 bytes, without user information
          *     (`user:password@`) or a fragment, whose host is not loopback, private, link-local or a
@@ -1619,7 +1623,8 @@ export interface components {
             notification: components["schemas"]["NotificationID"];
             endpoint: components["schemas"]["WebhookEndpointID"];
             kind: components["schemas"]["NotificationKind"];
-            account: components["schemas"]["AccountID"];
+            /** @description The account the notification is about; absent for a `billing_event.dead` no account is known for. */
+            account?: components["schemas"]["AccountID"];
             status: components["schemas"]["WebhookDeliveryStatus"];
             /** @description Attempts since it was made or last replayed. */
             attempts: number;
@@ -1645,12 +1650,18 @@ export interface components {
             next: string | null;
         };
         /**
-         * @description The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
-         *     feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+         * @description The account (absent only for a `billing_event.dead` no account is known for); `feature`, `cycle`, `limit` and `used` for the kinds about a
+         *     feature's usage (`threshold.crossed`, `threshold.resolved`, `limit.reached`, `hold.refused`, and
          *     `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
          */
         NotificationData: {
-            account: components["schemas"]["AccountID"];
+            /**
+             * @description The account the notification is about. Absent for a `billing_event.dead` of an event
+             *     no account was found for (its payload unreadable, its customer linked to no account),
+             *     or whose last worker stopped before recording one; such a notification goes only to
+             *     the endpoints registered for every account.
+             */
+            account?: components["schemas"]["AccountID"];
             /** @description What the refused hold asked for (`hold.refused`). */
             requested?: number;
             /**
@@ -1679,13 +1690,13 @@ export interface components {
             /** @description The meter that moves the feature, when one does. */
             meter?: string;
             cycle?: components["schemas"]["CycleLabel"];
-            /** @description The usage the crossed threshold stands at (`threshold.crossed` only). */
+            /** @description The usage the threshold stands at under the limit in force (`threshold.crossed` and `threshold.resolved` only). */
             threshold?: number;
-            /** @description The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only). */
+            /** @description The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` and `threshold.resolved` only). */
             percent?: number;
             /** @description The limit in force. */
             limit?: number;
-            /** @description The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused). */
+            /** @description The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused; for `threshold.resolved`, the usage found under the threshold). */
             used?: number;
         };
         /**

@@ -600,7 +600,10 @@ pages.outbox = async (params) => {
 
 // The kinds of notification Ferry sends (NotificationKind in api/openapi.yaml). An endpoint that
 // lists none is sent every kind, kinds added later included.
-const notificationKinds = ["threshold.crossed", "limit.reached"];
+const notificationKinds = [
+  "threshold.crossed", "threshold.resolved", "limit.reached", "hold.refused", "reconcile.mismatch",
+  "outbox.dead", "billing_event.dead", "account.plan_changed", "account.status_changed",
+];
 // The fields of a registration, as the API names them at the start of each problem it lists.
 const endpointFields = ["url", "kinds", "accounts", "description"];
 // deliveriesPageSize is how many deliveries a page of the log shows (the route takes 1 to 100).
@@ -793,7 +796,7 @@ async function deliveryLog(id, cursor, box) {
   const cols = [
     { label: "Notification", get: (d) => el("code", {}, d.notification) },
     { label: "Kind", get: (d) => d.kind },
-    { label: "Account", get: (d) => el("a", { href: "#/accounts/" + encodeURIComponent(d.account) }, d.account) },
+    { label: "Account", get: (d) => (d.account ? el("a", { href: "#/accounts/" + encodeURIComponent(d.account) }, d.account) : el("span", { class: "muted" }, "no account")) },
     { label: "Status", get: (d) => badge(d.status) },
     { label: "Attempts", num: true, get: (d) => d.attempts },
     { label: "Last answer", num: true, get: (d) => el("span", { "data-last-status": d.lastStatus ?? "" }, fmt(d.lastStatus)) },

@@ -784,6 +784,7 @@ class CreateWebhookEndpointRequest(BaseModel):
         list[
             Literal[
                 "threshold.crossed",
+                "threshold.resolved",
                 "limit.reached",
                 "hold.refused",
                 "reconcile.mismatch",
@@ -827,6 +828,7 @@ class UpdateWebhookEndpointRequest(BaseModel):
         list[
             Literal[
                 "threshold.crossed",
+                "threshold.resolved",
                 "limit.reached",
                 "hold.refused",
                 "reconcile.mismatch",
@@ -887,6 +889,7 @@ class WebhookEndpointFields(BaseModel):
     kinds: list[
         Literal[
             "threshold.crossed",
+            "threshold.resolved",
             "limit.reached",
             "hold.refused",
             "reconcile.mismatch",
@@ -988,6 +991,7 @@ class WebhookDelivery(BaseModel):
     )
     kind: Literal[
         "threshold.crossed",
+        "threshold.resolved",
         "limit.reached",
         "hold.refused",
         "reconcile.mismatch",
@@ -997,10 +1001,13 @@ class WebhookDelivery(BaseModel):
         "account.status_changed",
     ] = Field(
         ...,
-        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event\nwas refused at the account's limit; `hold.refused`, a hold was refused at the account's\nlimit (each of these once per account, feature and cycle); `reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
+        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a\nthreshold told crossed this cycle stands above the usage again, because the limit was\nraised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was\nrefused at the account's limit (once per limit in force); `hold.refused`, a hold was\nrefused at the account's limit (each of these once per account, feature and cycle);\n`reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
     )
-    account: str = Field(
-        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    account: str | None = Field(
+        None,
+        description="The account the notification is about; absent for a `billing_event.dead` no account is known for.",
+        examples=["acct_1"],
+        pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     status: Literal["PENDING", "SENDING", "DELIVERED", "DEAD"] = Field(
         ...,
@@ -1040,8 +1047,8 @@ class WebhookDeliveryPage(BaseModel):
 
 class NotificationData(BaseModel):
     """
-    The account always; `feature`, `cycle`, `limit` and `used` for the kinds about a
-    feature's usage (`threshold.crossed`, `limit.reached`, `hold.refused`, and
+    The account (absent only for a `billing_event.dead` no account is known for); `feature`, `cycle`, `limit` and `used` for the kinds about a
+    feature's usage (`threshold.crossed`, `threshold.resolved`, `limit.reached`, `hold.refused`, and
     `reconcile.mismatch` without `limit`/`used`); the other members as each kind says.
 
     """
@@ -1049,8 +1056,11 @@ class NotificationData(BaseModel):
     model_config = ConfigDict(
         extra="ignore",
     )
-    account: str = Field(
-        ..., examples=["acct_1"], pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+    account: str | None = Field(
+        None,
+        description="The account the notification is about. Absent for a `billing_event.dead` of an event\nno account was found for (its payload unreadable, its customer linked to no account),\nor whose last worker stopped before recording one; such a notification goes only to\nthe endpoints registered for every account.\n",
+        examples=["acct_1"],
+        pattern="^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$",
     )
     requested: int | None = Field(
         None, description="What the refused hold asked for (`hold.refused`).", ge=1
@@ -1096,18 +1106,18 @@ class NotificationData(BaseModel):
     )
     threshold: int | None = Field(
         None,
-        description="The usage the crossed threshold stands at (`threshold.crossed` only).",
+        description="The usage the threshold stands at under the limit in force (`threshold.crossed` and `threshold.resolved` only).",
         ge=0,
     )
     percent: int | None = Field(
         None,
-        description="The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` only).",
+        description="The threshold's share of the limit, when the plan gave it as one (`threshold.crossed` and `threshold.resolved` only).",
         ge=1,
     )
     limit: int | None = Field(None, description="The limit in force.", ge=0)
     used: int | None = Field(
         None,
-        description="The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused).",
+        description="The account's usage the deciding event brought it to (for `limit.reached`, its usage when the event was refused; for `threshold.resolved`, the usage found under the threshold).",
         ge=0,
     )
 
@@ -1144,6 +1154,7 @@ class NotificationMessage(BaseModel):
     )
     type: Literal[
         "threshold.crossed",
+        "threshold.resolved",
         "limit.reached",
         "hold.refused",
         "reconcile.mismatch",
@@ -1153,7 +1164,7 @@ class NotificationMessage(BaseModel):
         "account.status_changed",
     ] = Field(
         ...,
-        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `limit.reached`, an event\nwas refused at the account's limit; `hold.refused`, a hold was refused at the account's\nlimit (each of these once per account, feature and cycle); `reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
+        description="What a notification reports (its message's `type`): `threshold.crossed`, an account's\nusage of a capped feature reached one of the plan's thresholds; `threshold.resolved`, a\nthreshold told crossed this cycle stands above the usage again, because the limit was\nraised (crossing it again is a new `threshold.crossed`); `limit.reached`, an event was\nrefused at the account's limit (once per limit in force); `hold.refused`, a hold was\nrefused at the account's limit (each of these once per account, feature and cycle);\n`reconcile.mismatch`, the\nreconciler's verdict on a provider's meter was not `match` (once per piece of evidence);\n`outbox.dead`, a meter event owed to Stripe failed every try; `billing_event.dead`, a\nprovider's billing event failed every attempt to apply it; `account.plan_changed` and\n`account.status_changed`, a billing event changed an account's plan or status (each once\nper row or event).\n",
     )
     timestamp: AwareDatetime = Field(
         ..., description="When the notification was decided (RFC 3339 UTC)."
@@ -1347,7 +1358,7 @@ class AccountFields(BaseModel):
     )
     alerts: dict[str, Alerts1] = Field(
         ...,
-        description="Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the\nlimit on a capped plan unless the plans file says otherwise). Only a capped plan's\nfeatures have thresholds; a threshold crossed is told once a cycle as a\nthreshold.crossed notification.\n",
+        description="Each feature's thresholds (the account's overrides or its plan's; 80% and 100% of the\nlimit on a capped plan unless the plans file says otherwise). Only a capped plan's\nfeatures have thresholds; a threshold crossed is told once as a threshold.crossed\nnotification, and told again as threshold.resolved if a raised limit moves it above\nthe usage.\n",
     )
     agreementStart: int | None = Field(
         ...,
