@@ -157,8 +157,8 @@ var testAblations = []struct{ guards, target string }{
 	// The harness's operator only unlinks; it never sets a plan or a status. The package's tests
 	// set one between a billing event's read and its commit, where a change not held to the value
 	// it was decided from tells a stale "from".
-	{"accounts.billing.plan-as-read", "./internal/webhooks/inbox TestNotify_OperatorSetsThePlanBetweenReadAndCommit_FromIsThePlanReplaced"},
-	{"accounts.billing.status-as-read", "./internal/webhooks/inbox TestNotify_OperatorSetsTheStatusBetweenReadAndCommit_FromIsTheStatusReplaced"},
+	{"accounts.billing.plan-as-read", "./internal/webhooks/inbox TestNotify_OperatorChangeBetweenReadAndCommit_FromIsTheValueReplaced"},
+	{"accounts.billing.status-as-read", "./internal/webhooks/inbox TestNotify_OperatorChangeBetweenReadAndCommit_FromIsTheValueReplaced"},
 	// The recorded concurrent histories stop being linearizable without the guards they rest on.
 	{"idempotency.claim.absent", "./internal/platform/idempotency TestTable_ConcurrentHistory_IsLinearizable"},
 	{"usage.hold.cap,usage.hold.cap-room", "./internal/holds TestBudget_ConcurrentHistory_IsLinearizable"},

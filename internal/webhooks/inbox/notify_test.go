@@ -158,48 +158,42 @@ func (h *harness) operatorSets(t *testing.T, account string, body map[string]any
 	}
 }
 
-// A plan change decided from the plan as read, and then, before its commit, an operator sets
-// another plan (which leaves the change key alone): the commit is held to the plan it was
-// decided from, so it is cancelled, and the decision made again tells the plan the event does
-// replace — the operator's, not the one read first.
-func TestNotify_OperatorSetsThePlanBetweenReadAndCommit_FromIsThePlanReplaced(t *testing.T) {
-	id := inbox.ID(inbox.Kinde, "event_1")
-	gate := inboxfault.NewGate(id)
-	h := newGatedHarness(t, gate, noAllowance(t))
-	h.account(t, "acct_1", "customer_1", "")
-	h.deliver(t, kindeEvent{id: "event_1", typ: "customer.plan_changed", at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
-	finish := h.held(t, gate, id)
-	h.operatorSets(t, "acct_1", map[string]any{"plan": "internal"})
-	if out, err := finish(); err != nil || out.Status != inbox.Applied {
-		t.Fatalf("%+v %v; want APPLIED", out, err)
-	}
-	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Plan != "plus" {
-		t.Fatalf("acct_1 is on %s; want plus, set by the event after the operator's update", acct.Plan)
-	}
-	if got, want := changes(h.told(t, notify.PlanChanged)), "acct_1 "+id+" customer.plan_changed internal→plus"; got != want {
-		t.Errorf("told [%s]; want [%s]", got, want)
-	}
-}
-
-// A status change decided from the status as read, and then, before its commit, an operator
-// sets another status: the commit is cancelled, and the decision made again tells the status
-// the event does replace.
-func TestNotify_OperatorSetsTheStatusBetweenReadAndCommit_FromIsTheStatusReplaced(t *testing.T) {
-	id := inbox.ID(inbox.Kinde, "event_1")
-	gate := inboxfault.NewGate(id)
-	h := newGatedHarness(t, gate, noAllowance(t))
-	h.account(t, "acct_1", "customer_1", "")
-	h.deliver(t, kindeEvent{id: "event_1", typ: "customer.payment_failed", at: start, customer: "customer_1"}, false)
-	finish := h.held(t, gate, id)
-	h.operatorSets(t, "acct_1", map[string]any{"status": "inactive"})
-	if out, err := finish(); err != nil || out.Status != inbox.Applied {
-		t.Fatalf("%+v %v; want APPLIED", out, err)
-	}
-	if acct, _ := h.accounts().Get(context.Background(), "acct_1"); acct.Status != accounts.PastDue {
-		t.Fatalf("acct_1 is %s; want past_due, set by the event after the operator's update", acct.Status)
-	}
-	if got, want := changes(h.told(t, notify.StatusChanged)), "acct_1 "+id+" customer.payment_failed inactive→past_due"; got != want {
-		t.Errorf("told [%s]; want [%s]", got, want)
+// A change decided from the plan (or status) as read, and then, before its commit, an operator
+// sets another one (which leaves the change key alone): the commit is held to the value it was
+// decided from, so it is cancelled, and the decision made again tells the value the event does
+// replace — the operator's, not the one read first. Each case fails without its guard
+// (accounts.billing.plan-as-read, accounts.billing.status-as-read).
+func TestNotify_OperatorChangeBetweenReadAndCommit_FromIsTheValueReplaced(t *testing.T) {
+	for _, c := range []struct {
+		name, typ string
+		operator  map[string]any
+		kind      notify.Kind
+		want      func(accounts.Account) bool
+		told      string
+	}{
+		{"plan", "customer.plan_changed", map[string]any{"plan": "internal"}, notify.PlanChanged,
+			func(a accounts.Account) bool { return a.Plan == "plus" }, "customer.plan_changed internal→plus"},
+		{"status", "customer.payment_failed", map[string]any{"status": "inactive"}, notify.StatusChanged,
+			func(a accounts.Account) bool { return a.Status == accounts.PastDue }, "customer.payment_failed inactive→past_due"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := inbox.ID(inbox.Kinde, "event_1")
+			gate := inboxfault.NewGate(id)
+			h := newGatedHarness(t, gate, noAllowance(t))
+			h.account(t, "acct_1", "customer_1", "")
+			h.deliver(t, kindeEvent{id: "event_1", typ: c.typ, at: start, customer: "customer_1", plan: "customer_pro_plan"}, false)
+			finish := h.held(t, gate, id)
+			h.operatorSets(t, "acct_1", c.operator)
+			if out, err := finish(); err != nil || out.Status != inbox.Applied {
+				t.Fatalf("%+v %v; want APPLIED", out, err)
+			}
+			if acct, _ := h.accounts().Get(context.Background(), "acct_1"); !c.want(acct) {
+				t.Fatalf("acct_1 is %s, %s: the event's change did not land after the operator's update", acct.Plan, acct.Status)
+			}
+			if got, want := changes(h.told(t, c.kind)), "acct_1 "+id+" "+c.told; got != want {
+				t.Errorf("told [%s]; want [%s]", got, want)
+			}
+		})
 	}
 }
 
