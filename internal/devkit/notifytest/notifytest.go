@@ -35,11 +35,17 @@ type Note struct {
 // names another notification or another account than its item, fails the test.
 func Read(t testing.TB, env *testenv.Env) []Note {
 	t.Helper()
+	return ReadTable(t, env.Clients.DynamoDB, env.Names.Table(resources.TableNotifications))
+}
+
+// ReadTable is Read of the notifications table named table, for a test that made its own.
+func ReadTable(t testing.TB, db *dynamodb.Client, table string) []Note {
+	t.Helper()
 	var out []Note
 	var start map[string]types.AttributeValue
 	for range maxPages {
-		page, err := env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
-			TableName: aws.String(env.Names.Table(resources.TableNotifications)), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true),
+		page, err := db.Scan(context.Background(), &dynamodb.ScanInput{
+			TableName: aws.String(table), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true),
 		})
 		if err != nil {
 			t.Fatalf("read the notifications: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/devkit/apptest"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/notifytest"
 	"github.com/ferrymeter/ferry/internal/metering/ledger"
 	"github.com/ferrymeter/ferry/internal/metering/worker"
 	"github.com/ferrymeter/ferry/internal/platform/dynamo"
@@ -39,38 +40,25 @@ func calls(prefix string, from, n int) []ev {
 func notes(t testing.TB, h *apptest.Harness, account string) map[string][]notify.Stored {
 	t.Helper()
 	out := map[string][]notify.Stored{}
-	var start map[string]types.AttributeValue
-	for {
-		page, err := h.Env.Clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
-			TableName: aws.String(h.Env.Names.Table(resources.TableNotifications)), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true),
-		})
-		if err != nil {
-			t.Fatal(err)
+	for _, n := range notifytest.Read(t, h.Env) {
+		if n.Stored.Account != account {
+			continue
 		}
-		for _, item := range page.Items {
-			if dynamo.Str(item, "sk") != notify.SKNotification || dynamo.Str(item, notify.AttrAccount) != account {
-				continue
-			}
-			n := notify.StoredOf(item)
-			var m notify.Message
-			mustJSON(t, n.Body, &m)
-			var key string
-			switch n.Kind {
-			case notify.ThresholdCrossed:
-				key = fmt.Sprintf("t%d", *m.Data.Threshold)
-			case notify.ThresholdResolved:
-				key = fmt.Sprintf("r%d", *m.Data.Threshold)
-			case notify.LimitReached:
-				key = fmt.Sprintf("limit%d", *m.Data.Limit)
-			default:
-				t.Fatalf("the worker decided a %s notification", n.Kind)
-			}
-			out[key] = append(out[key], n)
+		d := n.Message.Data
+		var key string
+		switch n.Stored.Kind {
+		case notify.ThresholdCrossed:
+			key = fmt.Sprintf("t%d", *d.Threshold)
+		case notify.ThresholdResolved:
+			key = fmt.Sprintf("r%d", *d.Threshold)
+		case notify.LimitReached:
+			key = fmt.Sprintf("limit%d", *d.Limit)
+		default:
+			t.Fatalf("the worker decided a %s notification", n.Stored.Kind)
 		}
-		if start = page.LastEvaluatedKey; len(start) == 0 {
-			return out
-		}
+		out[key] = append(out[key], n.Stored)
 	}
+	return out
 }
 
 func mustJSON(t testing.TB, raw []byte, v any) {

@@ -2,50 +2,33 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
 	"github.com/ferrymeter/ferry/internal/devkit/instrument"
+	"github.com/ferrymeter/ferry/internal/devkit/notifytest"
 	standin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
-	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/outbox"
 )
 
 // deadNotes are the outbox.dead notifications in the test's notifications table, each with its
-// message. The table is the test's own and small, so a scan is fine here.
+// message.
 func deadNotes(t *testing.T, db *dynamodb.Client, table string) []notify.Message {
 	t.Helper()
 	var out []notify.Message
-	var start map[string]types.AttributeValue
-	for {
-		page, err := db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, item := range page.Items {
-			n := notify.StoredOf(item)
-			if dynamo.Str(item, "sk") != notify.SKNotification || n.Kind != notify.OutboxDead {
-				continue
-			}
-			var m notify.Message
-			if err := json.Unmarshal(n.Body, &m); err != nil {
-				t.Fatalf("notification %s: %v", n.ID, err)
-			}
-			out = append(out, m)
-		}
-		if start = page.LastEvaluatedKey; len(start) == 0 {
-			return out
+	for _, n := range notifytest.ReadTable(t, db, table) {
+		if n.Stored.Kind == notify.OutboxDead {
+			out = append(out, n.Message)
 		}
 	}
+	return out
 }
 
 func (r *rig) deadNotes(t *testing.T) []notify.Message {

@@ -2,51 +2,33 @@ package reconcile_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ferrymeter/ferry/internal/alerts/notify"
+	"github.com/ferrymeter/ferry/internal/devkit/notifytest"
 	standin "github.com/ferrymeter/ferry/internal/devkit/standin/stripe"
 	"github.com/ferrymeter/ferry/internal/devkit/testenv"
-	"github.com/ferrymeter/ferry/internal/platform/dynamo"
 	"github.com/ferrymeter/ferry/internal/platform/resources"
 	"github.com/ferrymeter/ferry/internal/reporting/reconcile"
 	"github.com/ferrymeter/ferry/internal/reporting/report"
 )
 
 // mismatchNotes are the account's reconcile.mismatch notifications, by id, each with its message.
-// The test's notifications table is its own and small, so a scan is fine here.
 func mismatchNotes(t *testing.T, db *dynamodb.Client, table, account string) map[string]notify.Message {
 	t.Helper()
 	out := map[string]notify.Message{}
-	var start map[string]types.AttributeValue
-	for {
-		page, err := db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true)})
-		if err != nil {
-			t.Fatal(err)
+	for _, n := range notifytest.ReadTable(t, db, table) {
+		if n.Stored.Kind != notify.ReconcileMismatch || n.Stored.Account != account {
+			continue
 		}
-		for _, item := range page.Items {
-			n := notify.StoredOf(item)
-			if dynamo.Str(item, "sk") != notify.SKNotification || n.Kind != notify.ReconcileMismatch || n.Account != account {
-				continue
-			}
-			var m notify.Message
-			if err := json.Unmarshal(n.Body, &m); err != nil {
-				t.Fatalf("notification %s: %v", n.ID, err)
-			}
-			if _, dup := out[n.ID]; dup || m.ID != n.ID {
-				t.Fatalf("notification %s stored twice, or under another id (%s)", n.ID, m.ID)
-			}
-			out[n.ID] = m
+		if _, dup := out[n.Stored.ID]; dup {
+			t.Fatalf("notification %s stored twice", n.Stored.ID)
 		}
-		if start = page.LastEvaluatedKey; len(start) == 0 {
-			return out
-		}
+		out[n.Stored.ID] = n.Message
 	}
+	return out
 }
 
 func (r *rig) mismatchNotes(t *testing.T, account string) map[string]notify.Message {
